@@ -1,0 +1,59 @@
+"""Crash-safe file replacement: write a temp file, fsync it, rename it over the target, fsync the dir.
+
+A reader (the container runtime reading CDI specs, the daemon reading its checkpoint after a
+kill -9) sees either the old file or the new one, never a torn one. The temp name starts with a
+dot and ends in ``.tmp``, so neither the CDI library (which reads only ``*.yaml``/``*.json``) nor
+the kubelet's plugin watcher (which skips dot files) ever picks it up.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ("fsync_dir", "remove_durably", "write_atomic")
+
+
+def fsync_dir(directory: Path) -> None:
+    """fsync a directory so that a rename or unlink inside it survives a power loss."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Replace ``path`` with ``data`` atomically and durably.
+
+    :raises OSError: on any failure (disk full, read-only file system, ...); the old file is then
+        untouched and the temp file is removed.
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
+    fsync_dir(path.parent)
+
+
+def remove_durably(path: Path) -> bool:
+    """Unlink ``path`` and fsync its directory; return False if it did not exist."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    fsync_dir(path.parent)
+    return True

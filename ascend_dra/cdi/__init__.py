@@ -1,0 +1,1 @@
+"""CDI (Container Device Interface) specs: the model, the names, and the spec directory."""

@@ -1,0 +1,72 @@
+"""The CDI spec directory (``--cdi-root``, default ``/var/run/cdi``): atomic writes, removal, listing.
+
+Specs are written as YAML through :func:`ascend_dra.atomicfile.write_atomic`, so a runtime never
+reads a torn file. All methods block (file I/O with fsync): call them from a worker thread.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import yaml
+
+from ascend_dra.atomicfile import remove_durably, write_atomic
+from ascend_dra.cdi import naming
+from ascend_dra.cdi.spec import Spec
+
+__all__ = ("CdiStore",)
+
+_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+class CdiStore:
+    """Writes and removes our spec files under ``root``.
+
+    :param root: the CDI spec directory; created (mode 0755) if missing.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def ensure_root(self) -> None:
+        """Create the spec directory if it is missing."""
+        self.root.mkdir(mode=0o755, parents=True, exist_ok=True)
+
+    def path(self, filename: str) -> Path:
+        return self.root / filename
+
+    def write(self, filename: str, spec: Spec) -> Path:
+        """Validate ``spec`` and write it as ``root/filename``, replacing any older file.
+
+        :raises SpecError: if the spec is invalid (nothing is written).
+        :raises OSError: if the directory is full or read-only (the old file stays).
+        """
+        spec.validate()
+        data = yaml.dump(spec.to_dict(), Dumper=_Dumper, sort_keys=False, default_flow_style=False)
+        path = self.path(filename)
+        write_atomic(path, data.encode())
+        return path
+
+    def remove(self, filename: str) -> bool:
+        """Remove ``root/filename``; return False if it was not there."""
+        return remove_durably(self.path(filename))
+
+    def claim_specs(self, kinds: Iterable[str]) -> dict[str, list[str]]:
+        """Return ``{claim_uid: [file names]}`` for every per-claim spec of ``kinds`` in the directory."""
+        prefixes = [naming.spec_file_prefix(k) + "_" for k in kinds]
+        found: dict[str, list[str]] = {}
+        try:
+            names = os.listdir(self.root)
+        except FileNotFoundError:
+            return found
+        for name in names:
+            if not name.endswith(".yaml"):
+                continue
+            for prefix in prefixes:
+                if name.startswith(prefix):
+                    uid = name[len(prefix):-len(".yaml")]
+                    if uid != naming.COMMON_DEVICE:
+                        found.setdefault(uid, []).append(name)
+        return found

@@ -1,0 +1,228 @@
+"""The driver's data model: devices as published, claims as allocated, devices as prepared.
+
+Every class here is a frozen attrs class and imports nothing else of ours, so profiles, the
+state machine, the publisher and the webhook all speak the same nouns (DESIGN §3, §5).
+
+Units: capacities are Kubernetes Quantities held as strings exactly as they are published
+(``"32Gi"`` for bytes of HBM/DDR, ``"100"`` for percent of a chip's AI cores); use
+:func:`parse_quantity` to turn one into a number.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Literal
+
+import attrs
+
+__all__ = (
+    "AllocatedDevice",
+    "Capacity",
+    "CapacityRequestPolicy",
+    "ClaimAllocation",
+    "CounterConsumption",
+    "CounterSet",
+    "Device",
+    "DeviceTaint",
+    "Inventory",
+    "OpaqueConfig",
+    "PreparedDevice",
+    "Version",
+    "parse_quantity",
+)
+
+
+class Version(str):
+    """A device attribute of the ``version`` kind (semver 2.0.0, no leading ``v``).
+
+    Source: ``resource.k8s.io/v1`` ``DeviceAttribute.version``. A plain ``str`` attribute is
+    published as ``string``; wrap it in ``Version`` to publish it as ``version``.
+    """
+
+    __slots__ = ()
+
+
+#: An attribute value as published: ``int`` -> ``int``, ``bool`` -> ``bool``, ``str`` -> ``string``,
+#: :class:`Version` -> ``version``.
+AttributeValue = bool | int | str | Version
+
+_QUANTITY = re.compile(r"^([+-]?[0-9.]+)([eE][+-]?[0-9]+|[kMGTPE]i?|[numk]|)$")
+_SUFFIX = {
+    "": 1, "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
+    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+}
+
+
+def parse_quantity(quantity: str | int) -> Decimal:
+    """Return the numeric value of a Kubernetes Quantity (``"16Gi"`` -> 17179869184).
+
+    :param quantity: a Quantity string (binary ``Ki..Ei``, decimal ``n..E`` or an exponent) or an int.
+    :raises ValueError: if the text is not a Quantity.
+    """
+    if isinstance(quantity, int):
+        return Decimal(quantity)
+    match = _QUANTITY.match(quantity.strip())
+    if not match:
+        raise ValueError(f"invalid quantity {quantity!r}: expected a number with an optional suffix "
+                         "(Ki, Mi, Gi, Ti, Pi, Ei, k, M, G, T, P, E, m)")
+    number, suffix = match.groups()
+    if suffix[:1] in ("e", "E") and len(suffix) > 1:
+        return Decimal(number) * (Decimal(10) ** int(suffix[1:]))
+    return Decimal(number) * _SUFFIX[suffix]
+
+
+@attrs.frozen
+class CapacityRequestPolicy:
+    """How a consumable capacity may be requested (``DeviceCapacity.requestPolicy``, KEP-5075).
+
+    Quantities as strings. Exactly one of ``valid_values`` / ``valid_range_*`` may be used.
+    """
+
+    default: str | None = None
+    valid_values: tuple[str, ...] = ()
+    valid_range_min: str | None = None
+    valid_range_max: str | None = None
+    valid_range_step: str | None = None
+
+
+@attrs.frozen
+class Capacity:
+    """One capacity of a device (``DeviceCapacity``): a Quantity and an optional request policy."""
+
+    value: str
+    request_policy: CapacityRequestPolicy | None = None
+
+
+@attrs.frozen
+class DeviceTaint:
+    """A device taint (``DeviceTaint``, gate DRADeviceTaints): effect is NoSchedule, NoExecute or None."""
+
+    key: str
+    effect: Literal["NoSchedule", "NoExecute", "None"]
+    value: str = ""
+
+
+@attrs.frozen
+class CounterSet:
+    """A shared counter set of a pool (``CounterSet``, gate DRAPartitionableDevices).
+
+    ``counters`` maps a counter name (DNS label) to a Quantity string.
+    """
+
+    name: str
+    counters: Mapping[str, str]
+
+
+@attrs.frozen
+class CounterConsumption:
+    """What one device consumes of a counter set (``DeviceCounterConsumption``)."""
+
+    counter_set: str
+    counters: Mapping[str, str]
+
+
+@attrs.frozen
+class Device:
+    """A device as published in a ResourceSlice (``resource.k8s.io/v1`` ``Device``).
+
+    :ivar name: DNS label, unique in the pool, e.g. ``npu-0-0``.
+    :ivar attributes: attribute name (C identifier, <= 32 chars) -> value.
+    :ivar capacities: capacity name -> :class:`Capacity`.
+    :ivar allow_multiple_allocations: the device may be shared by claims (gate DRAConsumableCapacity).
+    """
+
+    name: str
+    attributes: Mapping[str, AttributeValue] = attrs.field(factory=dict)
+    capacities: Mapping[str, Capacity] = attrs.field(factory=dict)
+    allow_multiple_allocations: bool = False
+    consumes_counters: tuple[CounterConsumption, ...] = ()
+    taints: tuple[DeviceTaint, ...] = ()
+
+
+@attrs.frozen
+class Inventory:
+    """Everything one profile found on the node: devices and the shared counter sets they consume."""
+
+    devices: tuple[Device, ...] = ()
+    counter_sets: tuple[CounterSet, ...] = ()
+
+    def device(self, name: str) -> Device | None:
+        """Return the device called ``name``, or None."""
+        for device in self.devices:
+            if device.name == name:
+                return device
+        return None
+
+
+@attrs.frozen
+class OpaqueConfig:
+    """One opaque config of an allocation (``status.allocation.devices.config[]``).
+
+    :ivar source: ``FromClass`` (lower precedence) or ``FromClaim``.
+    :ivar requests: request names it applies to; empty = every request. A name ``req`` also
+        applies to results of ``req/<subrequest>``.
+    :ivar parameters: the ``opaque.parameters`` JSON object (with ``apiVersion`` and ``kind``).
+    :ivar index: position in ``status.allocation.devices.config``, for error messages.
+    """
+
+    source: Literal["FromClass", "FromClaim"]
+    requests: tuple[str, ...]
+    driver: str
+    parameters: Mapping[str, object]
+    index: int = 0
+
+
+@attrs.frozen
+class AllocatedDevice:
+    """One allocation result for our driver (``status.allocation.devices.results[]``).
+
+    :ivar request: ``"<request>"`` or ``"<request>/<subrequest>"``.
+    :ivar share_id: the allocation's share ID when the device allows multiple allocations.
+    :ivar consumed_capacity: capacity name -> Quantity string consumed by this allocation.
+    """
+
+    request: str
+    driver: str
+    pool: str
+    device: str
+    share_id: str | None = None
+    consumed_capacity: Mapping[str, str] = attrs.field(factory=dict)
+    admin_access: bool = False
+
+    @property
+    def base_request(self) -> str:
+        """The request name without a ``/<subrequest>`` suffix (what a pod spec can reference)."""
+        return self.request.split("/", 1)[0]
+
+
+@attrs.frozen
+class ClaimAllocation:
+    """An allocated ResourceClaim reduced to what our driver needs to prepare it.
+
+    ``results`` and ``configs`` hold only entries for our driver; ``reserved_for`` the pod UIDs of
+    ``status.reservedFor`` (empty in standalone mode when the file has none).
+    """
+
+    uid: str
+    namespace: str
+    name: str
+    results: tuple[AllocatedDevice, ...]
+    configs: tuple[OpaqueConfig, ...] = ()
+    reserved_for: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class PreparedDevice:
+    """A device as returned to the kubelet in ``NodePrepareResourceResponse.devices``.
+
+    ``request_names`` are base request names (kubelet-dra-protocol §4.4).
+    """
+
+    request_names: tuple[str, ...]
+    pool_name: str
+    device_name: str
+    cdi_device_ids: tuple[str, ...]
+    share_id: str | None = None

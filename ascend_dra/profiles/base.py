@@ -1,0 +1,236 @@
+"""The profile contract: everything a profile author needs, and nothing else (DESIGN §4).
+
+A profile is found through the entry-point group ``ascend_dra.profiles``
+(``name = "package.module:factory"``); ``factory()`` takes no arguments and returns an object
+that satisfies :class:`Profile`. The daemon then calls, in this order:
+
+1. ``await profile.discover(ctx)`` -> :class:`Inventory` (at start-up and on every rediscovery);
+2. for each Prepare: :func:`decode_config` on every opaque config for our driver (which calls
+   ``profile.validate``), then ``profile.apply_config(config, devices, apply_ctx)`` once per
+   group of allocated devices that share a config -> ``{device name: ContainerEdits}``;
+3. optionally ``await profile.prepare_side_effects(...)`` / ``unprepare_side_effects(...)`` for
+   profiles that change the node (they must be idempotent; what they did is checkpointed).
+
+The default config (:meth:`Profile.default_config`) applies to devices no opaque config names.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import attrs
+import cattrs
+from cattrs.gen import make_dict_structure_fn, override
+
+from ascend_dra.cdi.spec import ContainerEdits, DeviceNode, Mount
+from ascend_dra.model import (
+    AllocatedDevice,
+    Capacity,
+    CapacityRequestPolicy,
+    CounterConsumption,
+    CounterSet,
+    Device,
+    DeviceTaint,
+    Inventory,
+    Version,
+)
+
+__all__ = (
+    "API_VERSION_SUFFIX",
+    "AllocatedDevice",
+    "ApplyContext",
+    "Capacity",
+    "CapacityRequestPolicy",
+    "ConfigError",
+    "ContainerEdits",
+    "CounterConsumption",
+    "CounterSet",
+    "Device",
+    "DeviceNode",
+    "DeviceTaint",
+    "Inventory",
+    "Mount",
+    "Profile",
+    "ProfileContext",
+    "Version",
+    "config_converter",
+    "decode_config",
+)
+
+#: Opaque config apiVersion is ``<driver-name>/v1alpha1`` (DESIGN §5).
+API_VERSION_SUFFIX = "v1alpha1"
+
+
+class ConfigError(ValueError):
+    """Raised by :func:`decode_config` and ``Profile.validate`` when an opaque config is wrong.
+
+    :ivar problems: ``(field path, message)`` pairs, e.g.
+        ``("parameters.sharing.interval", "'Fast' is not one of Default, Short, Medium, Long")``.
+        Paths are relative to the opaque config; callers prefix them with where it came from.
+    """
+
+    def __init__(self, problems: Sequence[tuple[str, str]]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("; ".join(f"{path}: {message}" for path, message in self.problems))
+
+    @classmethod
+    def at(cls, path: str, message: str) -> ConfigError:
+        """A ConfigError with one problem."""
+        return cls([(path, message)])
+
+
+@attrs.frozen
+class ProfileContext:
+    """What the daemon tells every profile about the node (built from the daemon's settings).
+
+    :ivar fake_devices: how many devices simulated discovery creates (``--fake-devices``).
+    :ivar dev_root: where device nodes are looked for (``/dev``; a fake tree in tests).
+    :ivar sys_root: where sysfs is read (``/sys``).
+    :ivar npu_smi: the ``npu-smi`` executable (``--npu-smi``).
+    :ivar state_dir: a directory the profile may keep files in (under the plugin data directory).
+    :ivar options: free-form profile options (``--profile-option name.key=value``).
+    """
+
+    node_name: str
+    driver_name: str
+    fake_devices: int = 4
+    dev_root: Path = Path("/dev")
+    sys_root: Path = Path("/sys")
+    npu_smi: str = "npu-smi"
+    state_dir: Path = Path("/var/lib/kubelet/plugins/ascend-dra")
+    options: Mapping[str, str] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class ApplyContext:
+    """What ``apply_config`` may read: the node context, the profile's inventory, the claim's identity."""
+
+    profile: ProfileContext
+    inventory: Inventory
+    claim_uid: str
+    claim_namespace: str
+    claim_name: str
+
+
+@runtime_checkable
+class Profile(Protocol):
+    """A device profile. ``name`` is its entry-point name; ``cdi_class`` the class in its CDI kind.
+
+    ``config_types`` maps each opaque config ``kind`` to an attrs class; fields are decoded from
+    camelCase JSON keys (``timeSliceInterval`` -> ``time_slice_interval``) and unknown keys are
+    rejected.
+    """
+
+    name: str
+    cdi_class: str
+    config_types: Mapping[str, type]
+
+    def default_config(self) -> Any:
+        """The config applied to devices that no opaque config names."""
+
+    async def discover(self, ctx: ProfileContext) -> Inventory:
+        """Find the node's devices. Must not block the event loop (subprocesses async, file I/O in threads)."""
+
+    def validate(self, config: Any) -> None:
+        """Check a decoded config; raise :class:`ConfigError` naming the field and the allowed values."""
+
+    def apply_config(
+        self, config: Any, devices: Sequence[AllocatedDevice], ctx: ApplyContext
+    ) -> Mapping[str, ContainerEdits]:
+        """Return ``{device name: ContainerEdits}`` for ``devices``. Pure: no side effects."""
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def _make_converter() -> cattrs.Converter:
+    converter = cattrs.Converter(forbid_extra_keys=True)
+
+    def factory(cls: type) -> Any:
+        renames = {f.name: override(rename=_camel(f.name)) for f in attrs.fields(cls) if "_" in f.name}
+        return make_dict_structure_fn(cls, converter, _cattrs_forbid_extra_keys=True, **renames)
+
+    converter.register_structure_hook_factory(attrs.has, factory)
+    return converter
+
+
+#: The strict converter for user configs: camelCase keys, unknown keys rejected.
+config_converter = _make_converter()
+
+_PATH_SUFFIX = re.compile(r"^(.*) @ \$(.*)$")
+
+
+def decode_config(
+    parameters: object, config_types: Mapping[str, type], driver_name: str, profile: Profile | None = None
+) -> Any:
+    """Decode an opaque ``parameters`` object into the attrs class named by its ``kind``, then validate.
+
+    :param parameters: ``spec.devices.config[].opaque.parameters`` (a JSON object).
+    :param config_types: ``kind`` -> attrs class, usually ``profile.config_types``.
+    :param driver_name: our driver; ``apiVersion`` must be ``<driver_name>/v1alpha1``.
+    :param profile: when given, its ``validate`` runs on the decoded config.
+    :raises ConfigError: naming the field (``parameters.<path>``) and the allowed values.
+    """
+    if not isinstance(parameters, Mapping):
+        raise ConfigError.at("parameters", f"must be a JSON object, got {type(parameters).__name__}")
+    api_version = f"{driver_name}/{API_VERSION_SUFFIX}"
+    problems = []
+    if parameters.get("apiVersion") != api_version:
+        problems.append(("parameters.apiVersion", f"{parameters.get('apiVersion')!r} is not {api_version!r}"))
+    kind = parameters.get("kind")
+    cls = config_types.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        allowed = ", ".join(sorted(config_types)) or "(this profile takes no config)"
+        problems.append(("parameters.kind", f"{kind!r} is not one of {allowed}"))
+    if problems:
+        raise ConfigError(problems)
+    body = {k: v for k, v in parameters.items() if k not in ("apiVersion", "kind")}
+    try:
+        config = config_converter.structure(body, cls)
+    except Exception as exc:  # cattrs raises exception groups describing every bad field
+        raise ConfigError(_cattrs_problems(exc)) from None
+    if profile is not None:
+        try:
+            profile.validate(config)
+        except ConfigError as exc:
+            raise ConfigError([(_under_parameters(p), m) for p, m in exc.problems]) from None
+    return config
+
+
+def _under_parameters(path: str) -> str:
+    return path if path.startswith("parameters") else f"parameters.{path}" if path else "parameters"
+
+
+def _cattrs_problems(exc: Exception) -> list[tuple[str, str]]:
+    problems = []
+    for message in cattrs.transform_error(exc, path="$", format_exception=_format_exception):
+        match = _PATH_SUFFIX.match(message)
+        if match:
+            text, path = match.groups()
+            problems.append((_under_parameters(_camel_path(path.lstrip("."))), text))
+        else:
+            problems.append(("parameters", message))
+    return problems
+
+
+def _format_exception(exc: BaseException, type_: type | None) -> str:
+    if isinstance(exc, cattrs.ForbiddenExtraKeysError):
+        allowed = ", ".join(_camel(f.name) for f in attrs.fields(exc.cl)) or "none"
+        unknown = ", ".join(sorted(exc.extra_fields))
+        return f"unknown field(s) {unknown}; allowed fields: {allowed}"
+    if isinstance(exc, KeyError):
+        return "required field missing"
+    if isinstance(exc, ValueError) and isinstance(type_, type) and issubclass(type_, enum.Enum):
+        allowed = ", ".join(str(m.value) for m in type_)
+        return f"{exc.args[0].split(' is not a valid')[0]} is not one of {allowed}"
+    return cattrs.v.format_exception(exc, type_)
+
+
+def _camel_path(path: str) -> str:
+    return ".".join(_camel(part) for part in path.split(".")) if path else ""
