@@ -144,10 +144,14 @@ class Device:
 
 @attrs.frozen
 class Inventory:
-    """Everything one profile found on the node: devices and the shared counter sets they consume."""
+    """Everything one profile found on the node: devices and the shared counter sets they consume.
+
+    :ivar source: which discovery tier served it (``npu-smi``, ``devfs``, ``nvml``, ``simulated``).
+    """
 
     devices: tuple[Device, ...] = ()
     counter_sets: tuple[CounterSet, ...] = ()
+    source: str = ""
 
     def device(self, name: str) -> Device | None:
         """Return the device called ``name``, or None."""

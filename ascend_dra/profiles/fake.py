@@ -81,7 +81,9 @@ class FakeProfile:
         """Return ``ctx.fake_devices`` simulated chips and create the simulated driver directory."""
         driver_dir = ctx.state_dir / "fake-driver"
         await anyio.to_thread.run_sync(_write_driver_dir, driver_dir)
-        return Inventory(devices=tuple(_device(ctx.node_name, i) for i in range(ctx.fake_devices)))
+        return Inventory(
+            devices=tuple(_device(ctx.node_name, i) for i in range(ctx.fake_devices)), source="simulated"
+        )
 
     def validate(self, config: FakeConfig) -> None:
         """:raises ConfigError: if ``aicoreLimit`` is outside 1..100."""
