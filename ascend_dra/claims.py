@@ -1,0 +1,167 @@
+"""Where allocated ResourceClaims come from, and how one is reduced to a :class:`ClaimAllocation`.
+
+Two claim sources: the API server (cluster mode; ``GET`` of ``resource.k8s.io/v1``
+ResourceClaims, as the Go helper does before calling the driver, kubelet-dra-protocol.md §6.1)
+and, in standalone mode, ``DIR/claims/<namespace>/<name>.yaml`` holding exactly what
+``kubectl get resourceclaim -o yaml`` prints, ``status.allocation`` included.
+
+Claim UIDs, names and namespaces are checked by :func:`check_claim_ref` before they are used in
+a path or a CDI name (DESIGN §6).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+import anyio
+import yaml
+
+from ascend_dra.model import AllocatedDevice, ClaimAllocation, OpaqueConfig
+
+__all__ = (
+    "ClaimError",
+    "ClaimSource",
+    "StandaloneClaimSource",
+    "check_claim_ref",
+    "parse_claim",
+)
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+#: DNS-1123 subdomain (names) / label (namespaces); UIDs are RFC 4122 UUIDs in practice but we
+#: accept any DNS-1123-ish token: letters, digits, '-', '.', '_' with no '/', '..' or NUL.
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_UID = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
+
+
+class ClaimError(Exception):
+    """Raised when a claim cannot be prepared: missing, unparsable, not allocated, replaced, unsafe.
+
+    The message is what the kubelet shows in the pod's events; it names the claim and the field.
+    """
+
+
+def check_claim_ref(namespace: str, name: str, uid: str) -> None:
+    """Refuse identifiers that could escape a directory or break a CDI name.
+
+    :raises ClaimError: if the namespace is not a DNS label (≤ 63), the name not a DNS subdomain
+        (≤ 253), or the uid contains anything but letters, digits, ``-``, ``_``, ``.`` (≤ 253),
+        which rules out ``/``, ``..`` and NUL.
+    """
+    if not (0 < len(namespace) <= 63 and _NAMESPACE.match(namespace)):
+        raise ClaimError(f"claim namespace {namespace!r} is not a DNS label (lower-case letters, digits, '-'; "
+                         "at most 63 characters)")
+    if not (0 < len(name) <= 253 and _NAME.match(name) and ".." not in name):
+        raise ClaimError(f"claim name {name!r} is not a DNS subdomain (lower-case letters, digits, '-', '.'; "
+                         "at most 253 characters)")
+    if not (0 < len(uid) <= 253 and _UID.match(uid) and ".." not in uid):
+        raise ClaimError(f"claim uid {uid!r} must be letters, digits, '-', '_' or '.' (no '/', '..' or NUL), "
+                         "at most 253 characters")
+
+
+def parse_claim(obj: Any, driver_name: str) -> ClaimAllocation:
+    """Reduce a ResourceClaim object (``resource.k8s.io/v1`` JSON) to what our driver prepares.
+
+    Only ``status.allocation.devices.results`` and ``.config`` entries for ``driver_name`` are kept.
+
+    :raises ClaimError: if the object is not a ResourceClaim, lacks metadata, or is not allocated.
+    """
+    if not isinstance(obj, Mapping) or obj.get("kind") not in (None, "ResourceClaim"):
+        raise ClaimError(f"not a ResourceClaim object (kind {obj.get('kind') if isinstance(obj, Mapping) else None!r})")
+    meta = obj.get("metadata") or {}
+    namespace, name, uid = meta.get("namespace") or "", meta.get("name") or "", meta.get("uid") or ""
+    check_claim_ref(namespace, name, uid)
+    ref = f"ResourceClaim {namespace}/{name}"
+    status = obj.get("status") or {}
+    allocation = status.get("allocation")
+    if not allocation:
+        raise ClaimError(f"{ref} is not allocated (status.allocation is empty)")
+    devices = allocation.get("devices") or {}
+    results = []
+    for i, result in enumerate(devices.get("results") or []):
+        if result.get("driver") != driver_name:
+            continue
+        for key in ("request", "pool", "device"):
+            if not isinstance(result.get(key), str) or not result.get(key):
+                raise ClaimError(f"{ref}: status.allocation.devices.results[{i}].{key} is missing")
+        results.append(
+            AllocatedDevice(
+                request=result["request"],
+                driver=driver_name,
+                pool=result["pool"],
+                device=result["device"],
+                share_id=result.get("shareID"),
+                consumed_capacity=dict(result.get("consumedCapacity") or {}),
+                admin_access=bool(result.get("adminAccess")),
+            )
+        )
+    configs = []
+    for i, config in enumerate(devices.get("config") or []):
+        opaque = config.get("opaque") or {}
+        if opaque.get("driver") != driver_name:
+            continue
+        source = config.get("source")
+        if source not in ("FromClass", "FromClaim"):
+            raise ClaimError(f"{ref}: status.allocation.devices.config[{i}].source {source!r} is not "
+                             "FromClass or FromClaim")
+        configs.append(
+            OpaqueConfig(
+                source=source,
+                requests=tuple(config.get("requests") or ()),
+                driver=driver_name,
+                parameters=opaque.get("parameters") or {},
+                index=i,
+            )
+        )
+    reserved = tuple(r.get("uid", "") for r in status.get("reservedFor") or ())
+    return ClaimAllocation(uid, namespace, name, tuple(results), tuple(configs), reserved)
+
+
+class ClaimSource(Protocol):
+    """Fetches the current object of a claim named by the kubelet."""
+
+    async def get(self, namespace: str, name: str, uid: str) -> ClaimAllocation:
+        """Return the allocated claim; raise :class:`ClaimError` if it cannot be prepared."""
+
+
+class StandaloneClaimSource:
+    """Claims from ``<root>/<namespace>/<name>.yaml`` (standalone mode, DESIGN §1).
+
+    :param root: the claims directory (``DIR/claims``).
+    """
+
+    def __init__(self, root: Path, driver_name: str) -> None:
+        self.root = root
+        self.driver_name = driver_name
+
+    def path(self, namespace: str, name: str) -> Path:
+        return self.root / namespace / f"{name}.yaml"
+
+    async def get(self, namespace: str, name: str, uid: str) -> ClaimAllocation:
+        """Read and parse the claim file; its ``metadata.uid`` must equal ``uid``.
+
+        :raises ClaimError: file missing or unparsable, not allocated, or a different uid.
+        """
+        check_claim_ref(namespace, name, uid)
+        path = self.path(namespace, name)
+        try:
+            text = await anyio.Path(path).read_text()
+        except FileNotFoundError:
+            raise ClaimError(f"ResourceClaim {namespace}/{name}: claim file {path} does not exist") from None
+        except OSError as exc:
+            raise ClaimError(f"ResourceClaim {namespace}/{name}: cannot read {path}: {exc.strerror}") from None
+        try:
+            obj = yaml.load(text, Loader=_Loader)
+        except yaml.YAMLError as exc:
+            raise ClaimError(f"ResourceClaim {namespace}/{name}: {path} is not valid YAML: {exc}") from None
+        claim = parse_claim(obj, self.driver_name)
+        if (claim.namespace, claim.name) != (namespace, name):
+            raise ClaimError(f"ResourceClaim {namespace}/{name}: {path} holds {claim.namespace}/{claim.name}")
+        if claim.uid != uid:
+            raise ClaimError(f"ResourceClaim {namespace}/{name}: uid {uid} was requested but the claim has uid "
+                             f"{claim.uid} (it got replaced)")
+        return claim

@@ -1,0 +1,149 @@
+"""Command line: argument parsing only. Every flag has an environment twin shown in ``--help``.
+
+Heavy modules (grpclib, kubernetes-asyncio, profiles) are imported only by the command that
+runs, so ``ascend-dra --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ("main",)
+
+DEFAULT_DRIVER_NAME = "ascend.project-hami.io"  # = settings.DEFAULT_DRIVER_NAME (not imported: keep --help light)
+
+
+def _flag(
+    parser: argparse.ArgumentParser,
+    flag: str,
+    env: str,
+    default: Any,
+    help: str,
+    type: Callable[[str], Any] = str,
+    **kwargs: Any,
+) -> None:
+    raw = os.environ.get(env)
+    value = type(raw) if raw not in (None, "") else default
+    shown = "none" if default in (None, "") else default
+    parser.add_argument(flag, default=value, type=type, help=f"{help} [env {env}; default {shown}]", **kwargs)
+
+
+def _csv(value: str) -> tuple[str, ...]:
+    return tuple(v.strip() for v in value.split(",") if v.strip())
+
+
+def _node_flags(p: argparse.ArgumentParser, node_required: bool) -> None:
+    _flag(p, "--node-name", "NODE_NAME", None if node_required else socket.gethostname(),
+          "name of this node (the ResourceSlice pool name)")
+    _flag(p, "--driver-name", "DRIVER_NAME", DEFAULT_DRIVER_NAME, "DRA driver name")
+    _flag(p, "--profiles", "PROFILES", ("npu-910",), "comma-separated device profiles to load", type=_csv)
+    _flag(p, "--fake-devices", "FAKE_DEVICES", 4, "number of simulated devices (fake profile, simulated tiers)",
+          type=int)
+    _flag(p, "--npu-smi", "NPU_SMI", "npu-smi", "npu-smi executable")
+    _flag(p, "--dev-root", "DEV_ROOT", Path("/dev"), "where device nodes are looked for", type=Path)
+    _flag(p, "--sys-root", "SYS_ROOT", Path("/sys"), "where sysfs is read", type=Path)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ascend-dra", description="Kubernetes DRA driver for Huawei Ascend NPUs.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run the node daemon (kubelet plugin)",
+                         description="Run the node daemon: discover devices, publish ResourceSlices, serve the "
+                                     "kubelet's registration and DRA gRPC services on unix sockets.")
+    _node_flags(run, node_required=True)
+    _flag(run, "--standalone", "STANDALONE_DIR", None,
+          "run with no cluster: sockets, CDI specs, checkpoint, slices and claims under DIR", type=Path)
+    _flag(run, "--kubeconfig", "KUBECONFIG", None, "kubeconfig file (cluster mode; in-cluster config if unset)")
+    _flag(run, "--cdi-root", "CDI_ROOT", Path("/var/run/cdi"), "directory for CDI spec files", type=Path)
+    _flag(run, "--kubelet-registrar-directory-path", "KUBELET_REGISTRAR_DIRECTORY_PATH",
+          Path("/var/lib/kubelet/plugins_registry"), "kubelet plugin registration directory", type=Path)
+    _flag(run, "--kubelet-plugins-directory-path", "KUBELET_PLUGINS_DIRECTORY_PATH",
+          Path("/var/lib/kubelet/plugins"), "kubelet plugins directory (our data dir is <this>/<driver>)", type=Path)
+    _flag(run, "--boot-id-file", "BOOT_ID_FILE", Path("/proc/sys/kernel/random/boot_id"),
+          "file holding the node's boot id", type=Path)
+    _flag(run, "--discovery-timeout", "DISCOVERY_TIMEOUT", 30.0, "seconds one profile's discovery may take",
+          type=float)
+    _flag(run, "--rediscover-interval", "REDISCOVER_INTERVAL", 60.0, "seconds between periodic rediscoveries",
+          type=float)
+    _flag(run, "--log-level", "LOG_LEVEL", "info", "debug, info, warning or error")
+    _flag(run, "--log-format", "LOG_FORMAT", "text", "text or json")
+
+    call = sub.add_parser("call", help="act as the kubelet against a running daemon",
+                          description="Act as the kubelet: register (GetInfo + NotifyRegistrationStatus), prepare "
+                                      "or unprepare a claim (its uid read from the claim file), or watch health.")
+    _flag(call, "--standalone", "STANDALONE_DIR", None, "the daemon's standalone DIR", type=Path)
+    _flag(call, "--driver-name", "DRIVER_NAME", DEFAULT_DRIVER_NAME, "DRA driver name")
+    _flag(call, "--kubelet-registrar-directory-path", "KUBELET_REGISTRAR_DIRECTORY_PATH",
+          Path("/var/lib/kubelet/plugins_registry"), "kubelet plugin registration directory", type=Path)
+    _flag(call, "--kubelet-plugins-directory-path", "KUBELET_PLUGINS_DIRECTORY_PATH",
+          Path("/var/lib/kubelet/plugins"), "kubelet plugins directory", type=Path)
+    _flag(call, "--api", "DRA_API", "v1", "DRA service version to call: v1 or v1beta1",
+          choices=("v1", "v1beta1"))
+    call.add_argument("action", choices=("register", "prepare", "unprepare", "health"))
+    call.add_argument("claim", nargs="?", help="NAMESPACE/NAME (prepare, unprepare)")
+
+    discover = sub.add_parser("discover", help="show what this node has, as a table or as ResourceSlices")
+    _node_flags(discover, node_required=False)
+    discover.add_argument("--output", "-o", choices=("table", "yaml", "json"), default="table")
+
+    profiles = sub.add_parser("profiles", help="list installed profiles, their distribution and load status")
+    profiles.add_argument("--output", "-o", choices=("table", "json"), default="table")
+    return parser
+
+
+def _run(args: argparse.Namespace) -> int:
+    if not args.node_name:
+        print("ascend-dra run: --node-name (or NODE_NAME) is required", file=sys.stderr)
+        return 2
+    from ascend_dra.daemon import main as daemon_main
+    from ascend_dra.settings import Settings
+
+    settings = Settings(
+        node_name=args.node_name, profiles=args.profiles, driver_name=args.driver_name,
+        standalone=args.standalone, kubeconfig=args.kubeconfig, cdi_root=args.cdi_root,
+        registrar_dir=args.kubelet_registrar_directory_path, plugins_dir=args.kubelet_plugins_directory_path,
+        fake_devices=args.fake_devices, npu_smi=args.npu_smi, dev_root=args.dev_root, sys_root=args.sys_root,
+        boot_id_file=args.boot_id_file, discovery_timeout=args.discovery_timeout,
+        rediscover_interval=args.rediscover_interval, log_level=args.log_level, log_format=args.log_format,
+    )
+    return daemon_main(settings)
+
+
+def _call(args: argparse.Namespace) -> int:
+    from ascend_dra.kubelet.client import main as client_main
+
+    return client_main(args)
+
+
+def _discover(args: argparse.Namespace) -> int:
+    import anyio
+
+    from ascend_dra.commands import discover
+
+    print(anyio.run(discover.main, args))
+    return 0
+
+
+def _profiles(args: argparse.Namespace) -> int:
+    from ascend_dra.commands import profiles
+
+    print(profiles.run(args.output))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``ascend-dra`` console script; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    handler = {"run": _run, "call": _call, "discover": _discover, "profiles": _profiles}[args.command]
+    return handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,227 @@
+"""The node daemon: one anyio task group wiring profiles, state, gRPC servers and the publisher.
+
+Start-up order (each step ready before the next, STYLE §2): load profiles -> discover ->
+recover the checkpoint -> DRA socket -> registration socket (from here on the kubelet may call
+us) -> publish. SIGTERM/SIGINT cancel the group; sockets are removed on the way out.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+import attrs
+from anyio.abc import TaskStatus
+
+from ascend_dra.cdi.store import CdiStore
+from ascend_dra.checkpoint import CheckpointCorrupt, read_boot_id
+from ascend_dra.claims import ClaimSource, StandaloneClaimSource
+from ascend_dra.kubelet import dra
+from ascend_dra.kubelet.health import HealthFeed, HealthService
+from ascend_dra.kubelet.registration import RegistrationServer, RegistrationState
+from ascend_dra.kubelet.sockets import serve_unix
+from ascend_dra.logs import setup_logging
+from ascend_dra.model import Inventory
+from ascend_dra.profiles.base import Profile, ProfileContext
+from ascend_dra.profiles.registry import LoadedProfile, load_profiles
+from ascend_dra.settings import Settings
+from ascend_dra.state import DeviceState
+
+__all__ = ("Daemon", "main")
+
+log = logging.getLogger(__name__)
+
+
+def profile_context(settings: Settings) -> ProfileContext:
+    """The :class:`ProfileContext` every profile receives, from the daemon settings."""
+    return ProfileContext(
+        node_name=settings.node_name, driver_name=settings.driver_name, fake_devices=settings.fake_devices,
+        dev_root=settings.dev_root, sys_root=settings.sys_root, npu_smi=settings.npu_smi,
+        state_dir=settings.plugin_dir / "profiles",
+    )
+
+
+async def discover_all(
+    loaded: Mapping[str, LoadedProfile], ctx: ProfileContext, timeout_s: float
+) -> dict[str, Inventory]:
+    """Discover every profile, isolating failures: a profile that raises, hangs past ``timeout_s``
+    or returns a device name another profile already uses loses those devices (or all of them),
+    and the error is logged with its distribution; the others go on.
+
+    :return: profile name -> inventory, for the profiles that discovered successfully.
+    """
+    from ascend_dra.profiles.registry import ProfileLoadError, discover_isolated
+
+    inventories: dict[str, Inventory] = {}
+    names: dict[str, str] = {}
+    for name, entry in loaded.items():
+        try:
+            inventory = await discover_isolated(entry, ctx, timeout_s=timeout_s)
+        except ProfileLoadError as exc:
+            log.error("profile discovery failed; skipping the profile", extra={"profile": name, "error": str(exc)})
+            continue
+        kept = []
+        for device in inventory.devices:
+            if device.name in names:
+                log.error("device name already used by another profile; skipping the device",
+                          extra={"profile": name, "device": device.name, "other_profile": names[device.name]})
+                continue
+            names[device.name] = name
+            kept.append(device)
+        inventories[name] = attrs.evolve(inventory, devices=tuple(kept))
+        log.info("discovered devices", extra={"profile": name, "devices": len(kept), "tier": inventory.source})
+    return inventories
+
+
+def merged(inventories: Mapping[str, Inventory]) -> Inventory:
+    """All profiles' devices and counter sets as one pool."""
+    return Inventory(
+        devices=tuple(d for inv in inventories.values() for d in inv.devices),
+        counter_sets=tuple(c for inv in inventories.values() for c in inv.counter_sets),
+    )
+
+
+class Daemon:
+    """The running node side. Built by :func:`main`; tests may drive it directly."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.ctx = profile_context(settings)
+        self.registration = RegistrationState()
+        self.health = HealthFeed(pool_name=settings.node_name)
+        self.loaded: dict[str, LoadedProfile] = {}
+        self.state: DeviceState | None = None
+        self.publisher: Any = None
+
+    def load(self) -> dict[str, Profile]:
+        """Load the configured profiles; broken ones are logged and skipped.
+
+        :raises RuntimeError: if no profile could be loaded.
+        """
+        for entry in load_profiles(self.settings.profiles):
+            if entry.error is not None:
+                log.error("profile failed to load; skipping it", extra={"profile": entry.name,
+                                                                        "distribution": entry.distribution,
+                                                                        "error": entry.error.reason})
+            else:
+                self.loaded[entry.name] = entry
+        if not self.loaded:
+            raise RuntimeError(f"none of the profiles {', '.join(self.settings.profiles)} could be loaded")
+        return {name: entry.profile for name, entry in self.loaded.items() if entry.profile is not None}
+
+    def claim_source(self) -> ClaimSource:
+        if self.settings.claims_dir is not None:
+            return StandaloneClaimSource(self.settings.claims_dir, self.settings.driver_name)
+        from ascend_dra.cluster import ApiClaimSource
+
+        return ApiClaimSource(self.settings.kubeconfig, self.settings.driver_name)
+
+    def make_publisher(self) -> Any:
+        if self.settings.slices_dir is not None:
+            from ascend_dra.publish import FilePublisher
+
+            return FilePublisher(self.settings.slices_dir, driver_name=self.settings.driver_name,
+                                 node_name=self.settings.node_name)
+        from ascend_dra.cluster import ApiPublisher
+
+        return ApiPublisher(self.settings.kubeconfig, driver_name=self.settings.driver_name,
+                            node_name=self.settings.node_name)
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Run until cancelled. ``task_status.started()`` fires once the kubelet may register us."""
+        s = self.settings
+        for directory in (s.plugin_dir, s.registrar_dir):  # sockets and checkpoint: root only
+            directory.mkdir(mode=0o750, parents=True, exist_ok=True)
+            directory.chmod(0o750)
+        profiles = self.load()
+        inventories = await discover_all(self.loaded, self.ctx, s.discovery_timeout)
+        boot_id = await anyio.to_thread.run_sync(read_boot_id, s.boot_id_file)
+        self.state = DeviceState(
+            driver_name=s.driver_name, node_name=s.node_name,
+            profiles={n: p for n, p in profiles.items() if n in inventories},
+            inventories=inventories, profile_ctx=self.ctx, cdi=CdiStore(s.cdi_root),
+            plugin_dir=s.plugin_dir, boot_id=boot_id, claim_source=self.claim_source(),
+        )
+        await self.state.recover()
+        self._update_health(inventories)
+        self.publisher = self.make_publisher()
+        async with (
+            serve_unix([*dra.services(self.state), HealthService(self.health)], s.dra_socket),
+            serve_unix([RegistrationServer(s.driver_name, str(s.dra_socket.absolute()), self.registration)],
+                       s.registration_socket),
+            anyio.create_task_group() as tg,
+        ):
+            log.info("serving the kubelet", extra={"registration_socket": str(s.registration_socket),
+                                                   "dra_socket": str(s.dra_socket), "node": s.node_name,
+                                                   "driver": s.driver_name})
+            await tg.start(self._publish_loop)
+            task_status.started()
+            tg.start_soon(self._rediscover_loop)
+
+    def _update_health(self, inventories: Mapping[str, Inventory]) -> None:
+        self.health.update({d.name: True for inv in inventories.values() for d in inv.devices})
+
+    async def _publish_loop(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        assert self.state is not None
+        runner = getattr(self.publisher, "run", None)
+        if runner is not None:  # the API publisher keeps its own reconcile loop
+            await runner(merged(self.state.inventories), task_status=task_status)
+            return
+        await self.publisher.publish(merged(self.state.inventories))
+        task_status.started()
+
+    async def _rediscover_loop(self) -> None:
+        assert self.state is not None
+        while True:
+            await anyio.sleep(self.settings.rediscover_interval)
+            inventories = await discover_all(self.loaded, self.ctx, self.settings.discovery_timeout)
+            if inventories != self.state.inventories:
+                log.info("inventory changed; republishing")
+                self.state.set_inventories(inventories)
+                self._update_health(inventories)
+                await self._republish()
+
+    async def _republish(self) -> None:
+        assert self.state is not None
+        update = getattr(self.publisher, "update", None)
+        if update is not None:
+            update(merged(self.state.inventories))
+        else:
+            await self.publisher.publish(merged(self.state.inventories))
+
+
+async def _run_until_signal(daemon: Daemon) -> None:
+    async with anyio.create_task_group() as tg:
+        async def watch_signals() -> None:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for signum in signals:
+                    log.info("stopping", extra={"signal": signal.Signals(signum).name})
+                    tg.cancel_scope.cancel()
+                    return
+
+        tg.start_soon(watch_signals)
+        await daemon.run()
+
+
+def main(settings: Settings) -> int:
+    """Run the daemon in the foreground; return the process exit code."""
+    setup_logging(settings.log_level, settings.log_format)
+    code = 0
+    try:
+        anyio.run(_run_until_signal, Daemon(settings), backend="asyncio")
+    except* (CheckpointCorrupt, RuntimeError) as group:
+        for exc in group.exceptions:
+            log.error("refusing to start: %s", exc)
+        code = 1
+    except* OSError as group:
+        for exc in group.exceptions:
+            log.error("stopped: %s", exc)
+        code = 1
+    return code
+
+if __name__ == "__main__":
+    sys.exit(main(Settings(node_name=sys.argv[1])))

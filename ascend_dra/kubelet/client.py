@@ -1,0 +1,129 @@
+"""``ascend-dra call``: act as the kubelet against a running daemon, for operators and demos.
+
+``register`` calls ``GetInfo`` then ``NotifyRegistrationStatus`` (as the kubelet's plugin
+watcher does, kubelet-dra-protocol.md §1.2); ``prepare``/``unprepare NAMESPACE/NAME`` read the
+claim's uid from the standalone claim file and call the DRA service; ``health`` prints the first
+health message. Output is JSON (what came back) plus, for prepare, the CDI spec written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+import yaml
+from grpclib.client import Channel
+
+from ascend_dra.cdi import naming
+from ascend_dra.kubelet._gen.k8s.io.kubelet.pkg.apis.dra import v1, v1beta1
+from ascend_dra.kubelet._gen.pluginregistration import InfoRequest, RegistrationStatus, RegistrationStub
+from ascend_dra.kubelet._gen.v1alpha1 import DraResourceHealthStub, NodeWatchResourcesRequest
+
+__all__ = ("main", "open_channel")
+
+_TIMEOUT_S = 45.0  # the kubelet's per-call timeout for Prepare/Unprepare (§4.1)
+
+
+@contextlib.asynccontextmanager
+async def open_channel(path: Path) -> AsyncIterator[Channel]:
+    """A grpclib channel to a unix socket, closed on exit."""
+    channel = Channel(path=str(path))
+    try:
+        yield channel
+    finally:
+        channel.close()
+
+
+def _paths(args: argparse.Namespace) -> tuple[Path, Path]:
+    if args.standalone is not None:
+        registrar, plugins = args.standalone / "plugins_registry", args.standalone / "plugins"
+    else:
+        registrar, plugins = args.kubelet_registrar_directory_path, args.kubelet_plugins_directory_path
+    return registrar / f"{args.driver_name}-reg.sock", plugins / args.driver_name / "dra.sock"
+
+
+def _claim_uid(args: argparse.Namespace, namespace: str, name: str) -> str:
+    if args.standalone is None:
+        raise SystemExit("ascend-dra call: prepare/unprepare read the claim uid from --standalone DIR/claims")
+    path = args.standalone / "claims" / namespace / f"{name}.yaml"
+    try:
+        obj = yaml.safe_load(path.read_text())
+        return str(obj["metadata"]["uid"])
+    except FileNotFoundError:
+        raise SystemExit(f"ascend-dra call: claim file {path} does not exist") from None
+    except (KeyError, TypeError, yaml.YAMLError):
+        raise SystemExit(f"ascend-dra call: {path} has no metadata.uid") from None
+
+
+def _print(obj: Any) -> None:
+    sys.stdout.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+async def _register(reg_socket: Path) -> int:
+    async with open_channel(reg_socket) as channel:
+        stub = RegistrationStub(channel)
+        info = await stub.get_info(InfoRequest(), timeout=1.0)
+        _print({"getInfo": info.to_dict()})
+        await stub.notify_registration_status(RegistrationStatus(plugin_registered=True), timeout=5.0)
+        _print({"notifyRegistrationStatus": "ok"})
+    return 0
+
+
+async def _prepare(args: argparse.Namespace, dra_socket: Path, namespace: str, name: str, uid: str) -> int:
+    api = v1 if args.api == "v1" else v1beta1
+    claim = api.Claim(namespace=namespace, name=name, uid=uid)
+    async with open_channel(dra_socket) as channel:
+        stub = api.DraPluginStub(channel)
+        if args.action == "prepare":
+            reply = await stub.node_prepare_resources(api.NodePrepareResourcesRequest(claims=[claim]),
+                                                      timeout=_TIMEOUT_S)
+        else:
+            reply = await stub.node_unprepare_resources(api.NodeUnprepareResourcesRequest(claims=[claim]),
+                                                        timeout=_TIMEOUT_S)
+    entry = reply.claims.get(uid)
+    _print({"claims": {k: v.to_dict() for k, v in reply.claims.items()}})
+    if entry is None or entry.error:
+        return 1
+    if args.action == "prepare" and args.standalone is not None:
+        cdi_root = args.standalone / "cdi"
+        for device in entry.devices:
+            for cdi_id in device.cdi_device_ids:
+                kind, _, dev = cdi_id.partition("=")
+                if dev != naming.COMMON_DEVICE:
+                    spec = cdi_root / naming.claim_spec_file(kind, uid)
+                    sys.stdout.write(f"--- CDI spec {spec}\n{spec.read_text()}")
+                    break
+            break
+    return 0
+
+
+async def _health(dra_socket: Path) -> int:
+    async with open_channel(dra_socket) as channel:
+        stub = DraResourceHealthStub(channel)
+        async for message in stub.node_watch_resources(NodeWatchResourcesRequest(), timeout=15.0):
+            _print(message.to_dict())
+            break
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run one ``ascend-dra call`` action; return the exit code (1 when the daemon reported an error)."""
+    reg_socket, dra_socket = _paths(args)
+    for socket in (reg_socket, dra_socket):
+        if not socket.exists():
+            raise SystemExit(f"ascend-dra call: {socket} does not exist; is `ascend-dra run` serving there?")
+    if args.action == "register":
+        return anyio.run(_register, reg_socket)
+    if args.action == "health":
+        return anyio.run(_health, dra_socket)
+    if not args.claim or "/" not in args.claim:
+        raise SystemExit(f"ascend-dra call {args.action}: give the claim as NAMESPACE/NAME")
+    namespace, name = args.claim.split("/", 1)
+    uid = _claim_uid(args, namespace, name)
+    return anyio.run(_prepare, args, dra_socket, namespace, name, uid)

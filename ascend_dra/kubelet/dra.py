@@ -1,0 +1,121 @@
+"""The DRA node service, ``v1.DRAPlugin`` and ``v1beta1.DRAPlugin``, over one implementation.
+
+Thin on purpose (STYLE §1): translate the request into :class:`~ascend_dra.state.ClaimRef`
+values, call :class:`~ascend_dra.state.DeviceState`, and build one response entry per requested
+claim UID: devices on success, ``error`` on failure (kubelet-dra-protocol.md §3, §4.3).
+``request_names`` carry base request names; ``share_id`` is set only in v1 (kubelet 1.35).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import Protocol
+
+from ascend_dra.kubelet._gen.k8s.io.kubelet.pkg.apis.dra import v1, v1beta1
+from ascend_dra.model import PreparedDevice
+from ascend_dra.state import ClaimRef
+
+__all__ = ("DraV1Service", "DraV1beta1Service", "services")
+
+log = logging.getLogger(__name__)
+
+
+class _State(Protocol):
+    async def prepare(self, refs: Sequence[ClaimRef]) -> dict[str, list[PreparedDevice] | Exception]: ...
+    async def unprepare(self, refs: Sequence[ClaimRef]) -> dict[str, Exception | None]: ...
+
+
+class _Observer(Protocol):
+    def observe(self, operation: str, seconds: float, errors: int, claims: int) -> None: ...
+
+
+def _refs(claims: Sequence[v1.Claim] | Sequence[v1beta1.Claim]) -> list[ClaimRef]:
+    return [ClaimRef(namespace=c.namespace, name=c.name, uid=c.uid) for c in claims]
+
+
+async def _prepare(state: _State, claims, observer: _Observer | None) -> dict[str, list[PreparedDevice] | Exception]:
+    started = time.perf_counter()
+    results = await state.prepare(_refs(claims))
+    errors = 0
+    for uid, result in results.items():
+        if isinstance(result, Exception):
+            errors += 1
+            log.warning("prepare failed", extra={"claim_uid": uid, "error": str(result)})
+    if observer is not None:
+        observer.observe("prepare", time.perf_counter() - started, errors, len(results))
+    return results
+
+
+async def _unprepare(state: _State, claims, observer: _Observer | None) -> dict[str, Exception | None]:
+    started = time.perf_counter()
+    results = await state.unprepare(_refs(claims))
+    errors = sum(1 for r in results.values() if r is not None)
+    if observer is not None:
+        observer.observe("unprepare", time.perf_counter() - started, errors, len(results))
+    return results
+
+
+class DraV1Service(v1.DraPluginBase):
+    """``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin`` (kubelet 1.34+)."""
+
+    def __init__(self, state: _State, observer: _Observer | None = None) -> None:
+        self.state = state
+        self.observer = observer
+
+    async def node_prepare_resources(self, message: v1.NodePrepareResourcesRequest) -> v1.NodePrepareResourcesResponse:
+        results = await _prepare(self.state, message.claims, self.observer)
+        return v1.NodePrepareResourcesResponse(claims={
+            uid: v1.NodePrepareResourceResponse(error=str(r)) if isinstance(r, Exception)
+            else v1.NodePrepareResourceResponse(devices=[
+                v1.Device(request_names=list(d.request_names), pool_name=d.pool_name, device_name=d.device_name,
+                          cdi_device_ids=list(d.cdi_device_ids), share_id=d.share_id)
+                for d in r
+            ])
+            for uid, r in results.items()
+        })
+
+    async def node_unprepare_resources(
+        self, message: v1.NodeUnprepareResourcesRequest
+    ) -> v1.NodeUnprepareResourcesResponse:
+        results = await _unprepare(self.state, message.claims, self.observer)
+        return v1.NodeUnprepareResourcesResponse(claims={
+            uid: v1.NodeUnprepareResourceResponse(error="" if r is None else str(r)) for uid, r in results.items()
+        })
+
+
+class DraV1beta1Service(v1beta1.DraPluginBase):
+    """``k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin``: the same answers without ``share_id``."""
+
+    def __init__(self, state: _State, observer: _Observer | None = None) -> None:
+        self.state = state
+        self.observer = observer
+
+    async def node_prepare_resources(
+        self, message: v1beta1.NodePrepareResourcesRequest
+    ) -> v1beta1.NodePrepareResourcesResponse:
+        results = await _prepare(self.state, message.claims, self.observer)
+        return v1beta1.NodePrepareResourcesResponse(claims={
+            uid: v1beta1.NodePrepareResourceResponse(error=str(r)) if isinstance(r, Exception)
+            else v1beta1.NodePrepareResourceResponse(devices=[
+                v1beta1.Device(request_names=list(d.request_names), pool_name=d.pool_name,
+                               device_name=d.device_name, cdi_device_ids=list(d.cdi_device_ids))
+                for d in r
+            ])
+            for uid, r in results.items()
+        })
+
+    async def node_unprepare_resources(
+        self, message: v1beta1.NodeUnprepareResourcesRequest
+    ) -> v1beta1.NodeUnprepareResourcesResponse:
+        results = await _unprepare(self.state, message.claims, self.observer)
+        return v1beta1.NodeUnprepareResourcesResponse(claims={
+            uid: v1beta1.NodeUnprepareResourceResponse(error="" if r is None else str(r))
+            for uid, r in results.items()
+        })
+
+
+def services(state: _State, observer: _Observer | None = None) -> list[object]:
+    """Both DRA service versions, ready for one grpclib server."""
+    return [DraV1Service(state, observer), DraV1beta1Service(state, observer)]

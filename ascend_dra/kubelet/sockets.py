@@ -1,0 +1,61 @@
+"""Unix-socket servers for the kubelet: stale-socket replacement, permissions, clean removal.
+
+Source: the Go helper's ``endpoint.go`` (remove a stale socket before listening, remove the
+socket on close), kubelet-dra-protocol.md §1.1. Our sockets are mode 0600 and their directories
+0750: only root (the kubelet) may connect.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from grpclib.server import Server
+
+__all__ = ("UNIX_PATH_MAX", "serve_unix")
+
+#: ``sun_path`` is 108 bytes on Linux, including the terminating NUL.
+UNIX_PATH_MAX = 107
+
+
+def _prepare_path(path: Path) -> None:
+    if len(os.fsencode(path)) > UNIX_PATH_MAX:
+        raise ValueError(f"socket path {path} is longer than {UNIX_PATH_MAX} bytes (a unix socket limit); "
+                         "use a shorter directory")
+    path.parent.mkdir(mode=0o750, parents=True, exist_ok=True)
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISSOCK(mode):
+        path.unlink()  # a stale socket from a crash: nobody can be listening, we own this path
+    else:
+        raise FileExistsError(f"{path} exists and is not a socket; refusing to replace it")
+
+
+@contextlib.asynccontextmanager
+async def serve_unix(handlers: Sequence[Any], path: Path) -> AsyncIterator[Server]:
+    """Serve grpclib ``handlers`` on a unix socket at ``path`` until the context exits.
+
+    :raises ValueError: the path is too long for a unix socket.
+    :raises FileExistsError: a non-socket file is in the way.
+    """
+    _prepare_path(path)
+    server = Server(list(handlers))
+    old_umask = os.umask(0o177)  # the socket is created 0600 atomically, never briefly wider
+    try:
+        await server.start(path=os.fspath(path))
+    finally:
+        os.umask(old_umask)
+    try:
+        yield server
+    finally:
+        server.close()
+        with contextlib.suppress(Exception):
+            await server.wait_closed()
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()

@@ -1,0 +1,138 @@
+"""ResourceSlice objects for one node-local pool, as plain ``resource.k8s.io/v1`` JSON dicts.
+
+Pure functions shared by the publisher (cluster and standalone), ``ascend-dra discover`` and the
+tests. Source: ``resource.k8s.io/v1`` types and validation (shared reference
+kubelet-dra-protocol.md §6.2, §7.1): one pool per node named after the node, at most 128 devices
+per slice (64 when any device has taints or consumes counters), shared counters in slices of
+their own (Kubernetes 1.35: a slice holds devices or sharedCounters, not both; at most 8 counter
+sets per slice).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ascend_dra.model import Capacity, CounterSet, Device, Inventory, Version
+
+__all__ = (
+    "MAX_COUNTER_SETS_PER_SLICE",
+    "MAX_DEVICES_PER_SLICE",
+    "MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS",
+    "build_slices",
+    "device_to_api",
+    "slice_generate_name",
+)
+
+MAX_DEVICES_PER_SLICE = 128
+MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS = 64
+MAX_COUNTER_SETS_PER_SLICE = 8
+
+
+def _attribute(value: object) -> dict[str, Any]:
+    if isinstance(value, bool):
+        return {"bool": value}
+    if isinstance(value, int):
+        return {"int": value}
+    if isinstance(value, Version):
+        return {"version": str(value)}
+    if isinstance(value, str):
+        return {"string": value}
+    raise TypeError(f"attribute value {value!r} is not bool, int, str or Version")
+
+
+def _capacity(capacity: Capacity) -> dict[str, Any]:
+    out: dict[str, Any] = {"value": capacity.value}
+    policy = capacity.request_policy
+    if policy is not None:
+        api: dict[str, Any] = {"default": policy.default}
+        if policy.valid_values:
+            api["validValues"] = list(policy.valid_values)
+        if policy.valid_range_min is not None:
+            rng = {"min": policy.valid_range_min}
+            if policy.valid_range_max is not None:
+                rng["max"] = policy.valid_range_max
+            if policy.valid_range_step is not None:
+                rng["step"] = policy.valid_range_step
+            api["validRange"] = rng
+        out["requestPolicy"] = api
+    return out
+
+
+def device_to_api(device: Device) -> dict[str, Any]:
+    """Return ``device`` as a ``resource.k8s.io/v1`` ``Device`` JSON object."""
+    out: dict[str, Any] = {"name": device.name}
+    if device.attributes:
+        out["attributes"] = {k: _attribute(v) for k, v in sorted(device.attributes.items())}
+    if device.capacities:
+        out["capacity"] = {k: _capacity(v) for k, v in sorted(device.capacities.items())}
+    if device.allow_multiple_allocations:
+        out["allowMultipleAllocations"] = True
+    if device.consumes_counters:
+        out["consumesCounters"] = [
+            {"counterSet": c.counter_set, "counters": {k: {"value": v} for k, v in sorted(c.counters.items())}}
+            for c in device.consumes_counters
+        ]
+    if device.taints:
+        out["taints"] = [
+            {"key": t.key, "effect": t.effect, **({"value": t.value} if t.value else {})} for t in device.taints
+        ]
+    return out
+
+
+def _counter_set_to_api(counter_set: CounterSet) -> dict[str, Any]:
+    return {"name": counter_set.name, "counters": {k: {"value": v} for k, v in sorted(counter_set.counters.items())}}
+
+
+def _chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def slice_generate_name(node_name: str, driver_name: str) -> str:
+    """``metadata.generateName`` as the Go helper 0.34/0.35 sets it: ``<node>-<driver>-``.
+
+    The API server truncates the base to 58 characters and appends 5 random ones.
+    """
+    return f"{node_name}-{driver_name}-"
+
+
+def build_slices(
+    inventory: Inventory,
+    *,
+    driver_name: str,
+    node_name: str,
+    pool_generation: int = 1,
+    owner: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Return the ResourceSlice objects that publish ``inventory`` as the node's pool.
+
+    :param inventory: all devices and counter sets of the node (every profile merged).
+    :param owner: ``{"name": <node>, "uid": <node uid>}`` for the owner reference, or None.
+    :return: ``[ResourceSlice dict, ...]``; always at least one slice (an empty pool is published
+        as one slice without devices, so the scheduler knows the pool is empty).
+    """
+    advanced = any(d.taints or d.consumes_counters for d in inventory.devices)
+    per_slice = MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS if advanced else MAX_DEVICES_PER_SLICE
+    devices = sorted(inventory.devices, key=lambda d: d.name)
+    specs: list[dict[str, Any]] = [
+        {"devices": [device_to_api(d) for d in chunk]} for chunk in _chunks(devices, per_slice)
+    ]
+    for chunk in _chunks(sorted(inventory.counter_sets, key=lambda c: c.name), MAX_COUNTER_SETS_PER_SLICE):
+        specs.append({"sharedCounters": [_counter_set_to_api(c) for c in chunk]})
+    if not specs:
+        specs.append({"devices": []})
+    metadata: dict[str, Any] = {"generateName": slice_generate_name(node_name, driver_name)}
+    if owner is not None:
+        metadata["ownerReferences"] = [
+            {"apiVersion": "v1", "kind": "Node", "name": owner["name"], "uid": owner["uid"], "controller": True}
+        ]
+    pool = {"name": node_name, "generation": pool_generation, "resourceSliceCount": len(specs)}
+    return [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": dict(metadata),
+            "spec": {"driver": driver_name, "nodeName": node_name, "pool": dict(pool), **spec},
+        }
+        for spec in specs
+    ]

@@ -1,0 +1,523 @@
+"""DeviceState: Prepare and Unprepare, config resolution, and the double-allocation guard (DESIGN §6).
+
+A Prepare of a batch of claims runs in this order, each step durable before the next:
+
+1. fetch every claim from the claim source (outside the lock, as the Go helper does);
+2. under the state lock, plan each claim: find its devices, resolve and decode its opaque
+   configs, compute its container edits (pure), and check that no device is double-booked;
+3. write the checkpoint with the new claims as ``PrepareStarted``;
+4. run profile side effects, then write each claim's CDI spec;
+5. write the checkpoint with those claims as ``PrepareCompleted``.
+
+A crash anywhere leaves ``PrepareStarted`` records (rolled back on restart or on a retried
+Prepare) or ``PrepareCompleted`` ones (answered again from the checkpoint). One claim's error is
+reported in its own entry and never fails the others.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import attrs
+
+from ascend_dra import checkpoint as ckpt
+from ascend_dra.cdi import naming
+from ascend_dra.cdi.spec import CdiDevice, ContainerEdits, Spec
+from ascend_dra.cdi.store import CdiStore
+from ascend_dra.checkpoint import ClaimRecord, DeviceRecord
+from ascend_dra.claims import ClaimError, ClaimSource, check_claim_ref
+from ascend_dra.faults import crash_point
+from ascend_dra.model import (
+    AllocatedDevice,
+    ClaimAllocation,
+    Device,
+    Inventory,
+    OpaqueConfig,
+    PreparedDevice,
+    parse_quantity,
+)
+from ascend_dra.profiles.base import ApplyContext, ConfigError, Profile, ProfileContext, decode_config
+
+__all__ = ("ClaimRef", "DeviceState", "PrepareError", "resolve_configs")
+
+log = logging.getLogger(__name__)
+
+
+class PrepareError(Exception):
+    """Raised for one claim when it cannot be prepared; the message goes to the kubelet as is."""
+
+
+@attrs.frozen
+class ClaimRef:
+    """A claim as the kubelet names it in ``NodePrepareResourcesRequest.claims[]``."""
+
+    namespace: str
+    name: str
+    uid: str
+
+
+@attrs.frozen
+class _Plan:
+    """What Prepare will do for one claim, computed without side effects."""
+
+    claim: ClaimAllocation
+    devices: tuple[DeviceRecord, ...]
+    specs: Mapping[str, Spec]  # file name -> spec
+    groups: Mapping[str, tuple[AllocatedDevice, ...]]  # profile name -> its devices (for side effects)
+
+
+def resolve_configs(
+    claim: ClaimAllocation,
+    result: AllocatedDevice,
+    kinds: Mapping[str, type],
+    other_kinds: frozenset[str] = frozenset(),
+) -> OpaqueConfig | None:
+    """Return the opaque config that applies to ``result``, or None for the profile's default.
+
+    Precedence (as in the reference driver, kubelet-dra-protocol.md §7.3): configs from the
+    DeviceClass (``FromClass``) lose to configs from the claim (``FromClaim``); within one
+    source a later entry wins. A config applies when its ``requests`` is empty or names the
+    result's request, or its base request for ``req/sub`` results. Configs whose ``kind`` is in
+    ``other_kinds`` (another loaded profile's) are not considered for this device.
+    """
+    chosen = None
+    ordered = sorted(claim.configs, key=lambda c: (c.source == "FromClaim", c.index))
+    for config in ordered:
+        if config.requests and result.request not in config.requests and result.base_request not in config.requests:
+            continue
+        kind = config.parameters.get("kind") if isinstance(config.parameters, Mapping) else None
+        if kind not in kinds and kind in other_kinds:
+            continue
+        chosen = config
+    return chosen
+
+
+class DeviceState:
+    """The node's prepared claims and the operations on them.
+
+    :param profiles: profile name -> loaded profile.
+    :param inventories: profile name -> its last discovered inventory.
+    :param plugin_dir: the plugin data directory (holds ``checkpoint.json``).
+    :param boot_id: the current boot id (``/proc/sys/kernel/random/boot_id``).
+    """
+
+    def __init__(
+        self,
+        *,
+        driver_name: str,
+        node_name: str,
+        profiles: Mapping[str, Profile],
+        inventories: Mapping[str, Inventory],
+        profile_ctx: ProfileContext,
+        cdi: CdiStore,
+        plugin_dir: Path,
+        boot_id: str,
+        claim_source: ClaimSource,
+    ) -> None:
+        self.driver_name = driver_name
+        self.node_name = node_name
+        self.profiles = dict(profiles)
+        self.profile_ctx = profile_ctx
+        self.cdi = cdi
+        self.checkpoint_path = ckpt.checkpoint_path(plugin_dir)
+        self.boot_id = boot_id
+        self.claim_source = claim_source
+        self._lock = anyio.Lock()
+        self._records: dict[str, ClaimRecord] = {}
+        self._device_profile: dict[str, str] = {}
+        self._devices: dict[str, Device] = {}
+        self.inventories: dict[str, Inventory] = {}
+        self.set_inventories(inventories)
+        # Every loaded profile's config kinds: another profile's kind is skipped for a device,
+        # while a kind nobody knows is an error naming the allowed kinds.
+        self._all_kinds = frozenset(k for p in self.profiles.values() for k in p.config_types)
+
+    # -- inventory ------------------------------------------------------------------------------
+
+    def set_inventories(self, inventories: Mapping[str, Inventory]) -> None:
+        """Replace the known devices (after a rediscovery). Prepared claims are not touched."""
+        self.inventories = dict(inventories)
+        self._device_profile = {d.name: p for p, inv in inventories.items() for d in inv.devices}
+        self._devices = {d.name: d for inv in inventories.values() for d in inv.devices}
+
+    def cdi_kind(self, profile_name: str) -> str:
+        return naming.kind(self.driver_name, self.profiles[profile_name].cdi_class)
+
+    @property
+    def prepared_claims(self) -> Mapping[str, ClaimRecord]:
+        """Claim records by UID (read-only view for health and metrics)."""
+        return self._records
+
+    # -- start-up -------------------------------------------------------------------------------
+
+    async def recover(self) -> None:
+        """Load the checkpoint, roll back ``PrepareStarted`` claims, remove orphan CDI specs, write
+        the common specs.
+
+        :raises checkpoint.CheckpointCorrupt: the daemon must not start over an unreadable checkpoint.
+        """
+        data = await anyio.to_thread.run_sync(ckpt.load, self.checkpoint_path)
+        self._records = dict(data.claims)
+        await anyio.to_thread.run_sync(self.cdi.ensure_root)
+        changed = False
+        for record in list(self._records.values()):
+            if record.state == ckpt.PREPARE_STARTED:
+                log.warning("rolling back a claim whose Prepare was interrupted",
+                            extra={"claim_uid": record.uid, "claim": f"{record.namespace}/{record.name}"})
+                await self._rollback(record)
+                del self._records[record.uid]
+                changed = True
+        if data.boot_id and data.boot_id != self.boot_id:
+            log.info("node rebooted since the last checkpoint; CDI specs are re-created as the kubelet "
+                     "prepares claims again", extra={"old_boot_id": data.boot_id, "boot_id": self.boot_id})
+        kinds = [self.cdi_kind(p) for p in self.profiles]
+        live = {name for r in self._records.values() for name in r.cdi_specs}
+        orphans = await anyio.to_thread.run_sync(self.cdi.claim_specs, kinds)
+        for uid, files in orphans.items():
+            for file in files:
+                if file not in live:
+                    log.info("removing orphan CDI spec", extra={"file": file, "claim_uid": uid})
+                    await anyio.to_thread.run_sync(self.cdi.remove, file)
+        for profile_name in self.profiles:
+            await anyio.to_thread.run_sync(self._write_common_spec, profile_name)
+        if changed or data.boot_id != self.boot_id:
+            await self._save()
+
+    def _write_common_spec(self, profile_name: str) -> None:
+        kind = self.cdi_kind(profile_name)
+        edits = ContainerEdits(env=(f"ASCEND_DRA_NODE_NAME={self.node_name}",
+                                    f"ASCEND_DRA_DRIVER_NAME={self.driver_name}"))
+        self.cdi.write(naming.common_spec_file(kind), Spec(kind, (CdiDevice(naming.COMMON_DEVICE, edits),)))
+
+    # -- Prepare --------------------------------------------------------------------------------
+
+    async def prepare(self, refs: Sequence[ClaimRef]) -> dict[str, list[PreparedDevice] | Exception]:
+        """Prepare a batch of claims; return ``{claim uid: devices or the claim's error}``.
+
+        Never raises for one claim's problem; every requested uid gets an entry.
+        """
+        results: dict[str, list[PreparedDevice] | Exception] = {}
+        fetched: dict[str, ClaimAllocation] = {}
+
+        async def fetch(ref: ClaimRef) -> None:
+            try:
+                check_claim_ref(ref.namespace, ref.name, ref.uid)
+                if ref.uid in self._records and self._records[ref.uid].state == ckpt.PREPARE_COMPLETED:
+                    return  # answered from the checkpoint; no need to read the claim again
+                fetched[ref.uid] = await self.claim_source.get(ref.namespace, ref.name, ref.uid)
+            except (ClaimError, PrepareError) as exc:
+                results[ref.uid] = exc
+            except Exception as exc:  # an API server hiccup fails this claim only
+                log.exception("fetching a claim failed", extra={"claim_uid": ref.uid})
+                results[ref.uid] = PrepareError(f"fetching ResourceClaim {ref.namespace}/{ref.name}: {exc}")
+
+        async with anyio.create_task_group() as tg:
+            for ref in refs:
+                tg.start_soon(fetch, ref)
+
+        async with self._lock:
+            plans: list[_Plan] = []
+            taken: dict[str, list[DeviceRecord]] = self._holders()
+            for ref in refs:
+                if ref.uid in results:
+                    continue
+                record = self._records.get(ref.uid)
+                if record is not None and record.state == ckpt.PREPARE_COMPLETED:
+                    results[ref.uid] = await self._replay(record)
+                    continue
+                if record is not None:  # PrepareStarted by an earlier, failed or crashed attempt
+                    await self._rollback(record)
+                    del self._records[ref.uid]
+                    taken = self._holders()
+                try:
+                    plan = self._plan(fetched[ref.uid], taken)
+                except (PrepareError, ConfigError, ClaimError) as exc:
+                    results[ref.uid] = exc if not isinstance(exc, ConfigError) else PrepareError(
+                        f"ResourceClaim {ref.namespace}/{ref.name}: invalid opaque config: {exc}")
+                    continue
+                for device in plan.devices:
+                    taken.setdefault(device.device, []).append(device)
+                plans.append(plan)
+            if plans:
+                await self._prepare_plans(plans, results)
+        return results
+
+    async def _prepare_plans(self, plans: list[_Plan], results: dict[str, Any]) -> None:
+        for plan in plans:
+            c = plan.claim
+            self._records[c.uid] = ClaimRecord(c.uid, c.namespace, c.name, ckpt.PREPARE_STARTED, self.boot_id,
+                                               plan.devices, tuple(plan.specs))
+        crash_point("prepare:before-started-write")
+        try:
+            await self._save()
+        except OSError as exc:
+            for plan in plans:
+                del self._records[plan.claim.uid]
+                results[plan.claim.uid] = PrepareError(f"writing the checkpoint: {exc}")
+            return
+        crash_point("prepare:after-started-write")
+        done = []
+        for plan in plans:
+            c = plan.claim
+            try:
+                side_effects = await self._run_side_effects(plan)
+                if side_effects:
+                    self._records[c.uid] = attrs.evolve(self._records[c.uid], side_effects=side_effects)
+                    await self._save()
+                crash_point("prepare:after-side-effects")
+                await anyio.to_thread.run_sync(self._write_specs, plan.specs)
+                crash_point("prepare:after-cdi-write")
+            except Exception as exc:
+                log.warning("prepare failed; rolling back", extra={"claim_uid": c.uid, "error": str(exc)})
+                results[c.uid] = PrepareError(f"ResourceClaim {c.namespace}/{c.name}: {_describe(exc)}")
+                await self._rollback(self._records[c.uid])
+                del self._records[c.uid]
+                continue
+            self._records[c.uid] = attrs.evolve(self._records[c.uid], state=ckpt.PREPARE_COMPLETED)
+            done.append(plan)
+        try:
+            await self._save()
+        except OSError as exc:
+            # The specs exist but the checkpoint still says PrepareStarted: report the failure;
+            # the kubelet retries, and the retry rolls back and prepares again.
+            for plan in done:
+                self._records[plan.claim.uid] = attrs.evolve(self._records[plan.claim.uid],
+                                                             state=ckpt.PREPARE_STARTED)
+                results[plan.claim.uid] = PrepareError(f"writing the checkpoint: {exc}")
+            return
+        crash_point("prepare:after-completed-write")
+        for plan in done:
+            results[plan.claim.uid] = self._prepared_devices(self._records[plan.claim.uid])
+
+    async def _replay(self, record: ClaimRecord) -> list[PreparedDevice] | Exception:
+        """Answer a Prepare for a completed claim again; re-create its CDI spec (and side effects
+        after a reboot) when they are gone."""
+        rebooted = record.boot_id != self.boot_id
+        missing = [f for f in record.cdi_specs if not self.cdi.path(f).exists()]
+        if rebooted or missing:
+            try:
+                claim = await self.claim_source.get(record.namespace, record.name, record.uid)
+                plan = self._plan(claim, {k: v for k, v in self._holders(exclude=record.uid).items()})
+                side_effects = await self._run_side_effects(plan) if rebooted else record.side_effects
+                await anyio.to_thread.run_sync(self._write_specs, plan.specs)
+                self._records[record.uid] = attrs.evolve(record, boot_id=self.boot_id, side_effects=side_effects)
+                await self._save()
+                log.info("re-created the CDI spec of a prepared claim", extra={"claim_uid": record.uid,
+                                                                               "rebooted": rebooted})
+            except Exception as exc:
+                return PrepareError(f"ResourceClaim {record.namespace}/{record.name}: re-creating its CDI spec: "
+                                    f"{_describe(exc)}")
+        return self._prepared_devices(self._records[record.uid])
+
+    def _prepared_devices(self, record: ClaimRecord) -> list[PreparedDevice]:
+        return [
+            PreparedDevice((d.request.split("/", 1)[0],), d.pool, d.device, d.cdi_device_ids, d.share_id)
+            for d in record.devices
+        ]
+
+    def _holders(self, exclude: str | None = None) -> dict[str, list[DeviceRecord]]:
+        holders: dict[str, list[DeviceRecord]] = defaultdict(list)
+        for uid, record in self._records.items():
+            if uid != exclude:
+                for device in record.devices:
+                    holders[device.device].append(device)
+        return holders
+
+    def _plan(self, claim: ClaimAllocation, taken: Mapping[str, list[DeviceRecord]]) -> _Plan:
+        """Compute devices, configs and CDI specs for ``claim``; pure apart from reading state.
+
+        :raises PrepareError: unknown device, double allocation, capacity overflow, bad edits.
+        :raises ConfigError: an opaque config that does not decode or validate.
+        """
+        ref = f"ResourceClaim {claim.namespace}/{claim.name}"
+        if not claim.results:
+            raise PrepareError(f"{ref} has no allocation results for driver {self.driver_name}")
+        groups: dict[str, list[AllocatedDevice]] = defaultdict(list)
+        seen: dict[str, list[AllocatedDevice]] = defaultdict(list)
+        for result in claim.results:
+            device = self._devices.get(result.device)
+            if result.pool != self.node_name or device is None:
+                raise PrepareError(f"{ref}: device {result.pool}/{result.device} was never published by "
+                                   f"{self.driver_name} on node {self.node_name}")
+            self._check_free(ref, claim.uid, result, device, taken, seen[result.device])
+            seen[result.device].append(result)
+            groups[self._device_profile[result.device]].append(result)
+
+        decoded: dict[int, Any] = {}
+        specs: dict[str, Spec] = {}
+        records: list[DeviceRecord] = []
+        for profile_name, results in groups.items():
+            profile = self.profiles[profile_name]
+            kind = self.cdi_kind(profile_name)
+            by_config: dict[int, list[AllocatedDevice]] = defaultdict(list)
+            for result in results:
+                config = resolve_configs(claim, result, profile.config_types, self._all_kinds)
+                key = -1 if config is None else config.index
+                if config is not None and key not in decoded:
+                    decoded[key] = self._decode(config, profile, profile_name)
+                by_config[key].append(result)
+            ctx = ApplyContext(self.profile_ctx, self.inventories[profile_name], claim.uid, claim.namespace, claim.name)
+            edits: dict[tuple[str, str | None], ContainerEdits] = {}
+            for key, members in by_config.items():
+                config = profile.default_config() if key == -1 else decoded[key]
+                applied = profile.apply_config(config, members, ctx)
+                for member in members:
+                    if member.device not in applied:
+                        raise PrepareError(f"{ref}: profile {profile_name} returned no container edits for "
+                                           f"device {member.device}")
+                    edits[(member.device, member.share_id)] = applied[member.device]
+            cdi_devices = []
+            for result in results:
+                name = naming.claim_device_name(claim.uid, result.device, result.share_id)
+                cdi_devices.append(CdiDevice(name, edits[(result.device, result.share_id)]))
+                records.append(DeviceRecord(
+                    request=result.request, pool=result.pool, device=result.device,
+                    cdi_device_ids=(naming.qualified_name(kind, naming.COMMON_DEVICE),
+                                    naming.qualified_name(kind, name)),
+                    share_id=result.share_id, consumed_capacity=dict(result.consumed_capacity),
+                ))
+            spec = Spec(kind, tuple(cdi_devices))
+            try:
+                spec.validate()
+            except ValueError as exc:
+                raise PrepareError(f"{ref}: profile {profile_name} produced {exc}") from None
+            specs[naming.claim_spec_file(kind, claim.uid)] = spec
+        return _Plan(claim, tuple(records), specs, {p: tuple(r) for p, r in groups.items()})
+
+    def _decode(self, config: OpaqueConfig, profile: Profile, profile_name: str) -> Any:
+        where = f"status.allocation.devices.config[{config.index}].opaque"
+        kind = config.parameters.get("kind") if isinstance(config.parameters, Mapping) else None
+        if kind not in profile.config_types and kind in self._all_kinds:
+            raise ConfigError.at(f"{where}.parameters.kind",
+                                 f"{kind!r} is not a config kind of profile {profile_name}")
+        try:
+            return decode_config(config.parameters, profile.config_types, self.driver_name, profile)
+        except ConfigError as exc:
+            raise ConfigError([(f"{where}.{path}", message) for path, message in exc.problems]) from None
+
+    def _check_free(
+        self,
+        ref: str,
+        uid: str,
+        result: AllocatedDevice,
+        device: Device,
+        taken: Mapping[str, list[DeviceRecord]],
+        same_claim: list[AllocatedDevice],
+    ) -> None:
+        """The double-allocation guard (DESIGN §6).
+
+        :raises PrepareError: the device is held by another claim (or twice by this one) and does
+            not allow multiple allocations, or the shares' consumed capacities exceed the device's.
+        """
+        holders = taken.get(result.device, [])
+        if not device.allow_multiple_allocations:
+            if holders:
+                owner = next((r for r in self._records.values() if any(d in r.devices for d in holders)), None)
+                who = f"ResourceClaim {owner.namespace}/{owner.name} (uid {owner.uid})" if owner else "another claim"
+                raise PrepareError(f"{ref}: device {result.device} is already prepared for {who} and does not "
+                                   "allow multiple allocations")
+            if same_claim:
+                raise PrepareError(f"{ref}: device {result.device} is allocated twice in this claim and does not "
+                                   "allow multiple allocations")
+            return
+        for name, capacity in device.capacities.items():
+            used = sum((parse_quantity(h.consumed_capacity[name]) for h in holders if name in h.consumed_capacity),
+                       start=parse_quantity(0))
+            used += sum((parse_quantity(r.consumed_capacity[name]) for r in same_claim if name in r.consumed_capacity),
+                        start=parse_quantity(0))
+            wanted = parse_quantity(result.consumed_capacity.get(name, "0"))
+            if used + wanted > parse_quantity(capacity.value):
+                raise PrepareError(f"{ref}: device {result.device} capacity {name}: {result.consumed_capacity.get(name)} "
+                                   f"requested but only {parse_quantity(capacity.value) - used} of {capacity.value} "
+                                   "is free")
+
+    async def _run_side_effects(self, plan: _Plan) -> dict[str, Any]:
+        done: dict[str, Any] = {}
+        for profile_name, devices in plan.groups.items():
+            hook = getattr(self.profiles[profile_name], "prepare_side_effects", None)
+            if hook is not None:
+                c = plan.claim
+                ctx = ApplyContext(self.profile_ctx, self.inventories[profile_name], c.uid, c.namespace, c.name)
+                done[profile_name] = await hook(c, devices, ctx)
+        return done
+
+    def _write_specs(self, specs: Mapping[str, Spec]) -> None:
+        for file, spec in specs.items():
+            self.cdi.write(file, spec)
+
+    # -- Unprepare ------------------------------------------------------------------------------
+
+    async def unprepare(self, refs: Sequence[ClaimRef]) -> dict[str, Exception | None]:
+        """Unprepare a batch of claims; return ``{claim uid: None or the claim's error}``.
+
+        A claim we do not know succeeds (its stray CDI specs, if any, are removed).
+        """
+        results: dict[str, Exception | None] = {}
+        async with self._lock:
+            changed = False
+            for ref in refs:
+                try:
+                    check_claim_ref(ref.namespace, ref.name, ref.uid)
+                except ClaimError as exc:
+                    results[ref.uid] = exc
+                    continue
+                record = self._records.get(ref.uid)
+                try:
+                    crash_point("unprepare:before-cdi-remove")
+                    if record is None:
+                        await self._remove_stray_specs(ref.uid)
+                    else:
+                        await self._rollback(record)
+                        del self._records[ref.uid]
+                        changed = True
+                    crash_point("unprepare:after-cdi-remove")
+                    results[ref.uid] = None
+                except Exception as exc:
+                    log.warning("unprepare failed", extra={"claim_uid": ref.uid, "error": str(exc)})
+                    results[ref.uid] = PrepareError(f"ResourceClaim {ref.namespace}/{ref.name}: {_describe(exc)}")
+            if changed:
+                try:
+                    await self._save()
+                except OSError as exc:
+                    for uid, error in results.items():
+                        if error is None:
+                            results[uid] = PrepareError(f"writing the checkpoint: {exc}")
+                    # Keep memory and disk in step: reload what is durable.
+                    data = await anyio.to_thread.run_sync(ckpt.load, self.checkpoint_path)
+                    self._records = dict(data.claims)
+                    return results
+                crash_point("unprepare:after-checkpoint-write")
+        return results
+
+    async def _remove_stray_specs(self, uid: str) -> None:
+        for profile_name in self.profiles:
+            file = naming.claim_spec_file(self.cdi_kind(profile_name), uid)
+            await anyio.to_thread.run_sync(self.cdi.remove, file)
+
+    async def _rollback(self, record: ClaimRecord) -> None:
+        """Undo a claim's node side effects and remove its CDI specs (idempotent)."""
+        for profile_name, side_effects in record.side_effects.items():
+            profile = self.profiles.get(profile_name)
+            hook = getattr(profile, "unprepare_side_effects", None)
+            if hook is None:
+                raise PrepareError(f"profile {profile_name} is not loaded; cannot undo its side effects")
+            ctx = ApplyContext(self.profile_ctx, self.inventories.get(profile_name, Inventory()), record.uid,
+                               record.namespace, record.name)
+            await hook(side_effects, ctx)
+        for file in record.cdi_specs:
+            await anyio.to_thread.run_sync(self.cdi.remove, file)
+
+    async def _save(self) -> None:
+        data = ckpt.CheckpointData(boot_id=self.boot_id, claims=dict(self._records))
+        await anyio.to_thread.run_sync(ckpt.save, self.checkpoint_path, data)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror} ({exc.filename})" if exc.filename else exc.strerror
+    return str(exc)
