@@ -50,7 +50,12 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
 
 
 def remove_durably(path: Path) -> bool:
-    """Unlink ``path`` and fsync its directory; return False if it did not exist."""
+    """Unlink ``path`` and fsync its directory; return False if it did not exist.
+
+    :raises OSError: the file exists but cannot be removed (e.g. a read-only file system).
+    """
+    if not os.path.lexists(path):  # unlink on a read-only mount fails with EROFS even for no file
+        return False
     try:
         path.unlink()
     except FileNotFoundError:

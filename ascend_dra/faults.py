@@ -19,9 +19,9 @@ POINTS = (
     "prepare:after-side-effects",
     "prepare:after-cdi-write",
     "prepare:after-completed-write",
-    "unprepare:before-cdi-remove",
-    "unprepare:after-cdi-remove",
+    "unprepare:before-checkpoint-write",
     "unprepare:after-checkpoint-write",
+    "unprepare:after-cdi-remove",
 )
 
 _ARMED = frozenset(filter(None, os.environ.get("ASCEND_DRA_CRASH_AT", "").split(",")))

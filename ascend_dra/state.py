@@ -275,8 +275,13 @@ class DeviceState:
             except Exception as exc:
                 log.warning("prepare failed; rolling back", extra={"claim_uid": c.uid, "error": str(exc)})
                 results[c.uid] = PrepareError(f"ResourceClaim {c.namespace}/{c.name}: {_describe(exc)}")
-                await self._rollback(self._records[c.uid])
-                del self._records[c.uid]
+                try:
+                    await self._rollback(self._records[c.uid])
+                    del self._records[c.uid]
+                except Exception as rollback_exc:
+                    # The record stays PrepareStarted: the next Prepare of this claim, or the next
+                    # start-up, rolls it back again.
+                    log.error("rollback failed; will retry", extra={"claim_uid": c.uid, "error": str(rollback_exc)})
                 continue
             self._records[c.uid] = attrs.evolve(self._records[c.uid], state=ckpt.PREPARE_COMPLETED)
             done.append(plan)
@@ -430,11 +435,11 @@ class DeviceState:
                        start=parse_quantity(0))
             used += sum((parse_quantity(r.consumed_capacity[name]) for r in same_claim if name in r.consumed_capacity),
                         start=parse_quantity(0))
-            wanted = parse_quantity(result.consumed_capacity.get(name, "0"))
-            if used + wanted > parse_quantity(capacity.value):
-                raise PrepareError(f"{ref}: device {result.device} capacity {name}: {result.consumed_capacity.get(name)} "
-                                   f"requested but only {parse_quantity(capacity.value) - used} of {capacity.value} "
-                                   "is free")
+            asked = result.consumed_capacity.get(name, "0")
+            total = parse_quantity(capacity.value)
+            if used + parse_quantity(asked) > total:
+                raise PrepareError(f"{ref}: device {result.device} capacity {name}: {asked} requested but only "
+                                   f"{total - used} of {capacity.value} is free")
 
     async def _run_side_effects(self, plan: _Plan) -> dict[str, Any]:
         done: dict[str, Any] = {}
@@ -455,43 +460,59 @@ class DeviceState:
     async def unprepare(self, refs: Sequence[ClaimRef]) -> dict[str, Exception | None]:
         """Unprepare a batch of claims; return ``{claim uid: None or the claim's error}``.
 
-        A claim we do not know succeeds (its stray CDI specs, if any, are removed).
+        A claim we do not know succeeds (its stray CDI specs, if any, are removed). The checkpoint
+        is written first: a claim without node side effects loses its record (a crash then leaves
+        at most an orphan spec, removed at start-up); a claim with side effects goes back to
+        ``PrepareStarted`` (a crash then leaves a record that start-up rolls back).
         """
         results: dict[str, Exception | None] = {}
         async with self._lock:
-            changed = False
+            targets: list[ClaimRecord] = []
             for ref in refs:
                 try:
                     check_claim_ref(ref.namespace, ref.name, ref.uid)
-                except ClaimError as exc:
-                    results[ref.uid] = exc
-                    continue
-                record = self._records.get(ref.uid)
-                try:
-                    crash_point("unprepare:before-cdi-remove")
+                    record = self._records.get(ref.uid)
                     if record is None:
                         await self._remove_stray_specs(ref.uid)
                     else:
-                        await self._rollback(record)
-                        del self._records[ref.uid]
-                        changed = True
-                    crash_point("unprepare:after-cdi-remove")
+                        targets.append(record)
                     results[ref.uid] = None
                 except Exception as exc:
-                    log.warning("unprepare failed", extra={"claim_uid": ref.uid, "error": str(exc)})
-                    results[ref.uid] = PrepareError(f"ResourceClaim {ref.namespace}/{ref.name}: {_describe(exc)}")
-            if changed:
+                    results[ref.uid] = exc if isinstance(exc, ClaimError) else PrepareError(
+                        f"ResourceClaim {ref.namespace}/{ref.name}: {_describe(exc)}")
+            if not targets:
+                return results
+            for record in targets:
+                if record.side_effects:
+                    self._records[record.uid] = attrs.evolve(record, state=ckpt.PREPARE_STARTED)
+                else:
+                    del self._records[record.uid]
+            crash_point("unprepare:before-checkpoint-write")
+            try:
+                await self._save()
+            except OSError as exc:
+                for record in targets:
+                    self._records[record.uid] = record
+                    results[record.uid] = PrepareError(f"writing the checkpoint: {exc}")
+                return results
+            crash_point("unprepare:after-checkpoint-write")
+            undone = []
+            for record in targets:
+                try:
+                    await self._rollback(record)
+                    undone.append(record)
+                except Exception as exc:
+                    log.warning("unprepare failed", extra={"claim_uid": record.uid, "error": str(exc)})
+                    results[record.uid] = PrepareError(
+                        f"ResourceClaim {record.namespace}/{record.name}: {_describe(exc)}")
+            crash_point("unprepare:after-cdi-remove")
+            if any(r.side_effects for r in undone):
+                for record in undone:
+                    self._records.pop(record.uid, None)
                 try:
                     await self._save()
-                except OSError as exc:
-                    for uid, error in results.items():
-                        if error is None:
-                            results[uid] = PrepareError(f"writing the checkpoint: {exc}")
-                    # Keep memory and disk in step: reload what is durable.
-                    data = await anyio.to_thread.run_sync(ckpt.load, self.checkpoint_path)
-                    self._records = dict(data.claims)
-                    return results
-                crash_point("unprepare:after-checkpoint-write")
+                except OSError as exc:  # the records stay PrepareStarted on disk: start-up rolls back again
+                    log.warning("writing the checkpoint after unprepare failed", extra={"error": str(exc)})
         return results
 
     async def _remove_stray_specs(self, uid: str) -> None:

@@ -37,7 +37,12 @@ def _refs(claims: Sequence[v1.Claim] | Sequence[v1beta1.Claim]) -> list[ClaimRef
 
 async def _prepare(state: _State, claims, observer: _Observer | None) -> dict[str, list[PreparedDevice] | Exception]:
     started = time.perf_counter()
-    results = await state.prepare(_refs(claims))
+    refs = _refs(claims)
+    try:
+        results = await state.prepare(refs)
+    except Exception as exc:  # a bug must not turn into a gRPC error that hides which claims failed
+        log.exception("prepare raised")
+        results = {ref.uid: RuntimeError(f"internal error in ascend-dra: {exc}") for ref in refs}
     errors = 0
     for uid, result in results.items():
         if isinstance(result, Exception):
@@ -50,7 +55,12 @@ async def _prepare(state: _State, claims, observer: _Observer | None) -> dict[st
 
 async def _unprepare(state: _State, claims, observer: _Observer | None) -> dict[str, Exception | None]:
     started = time.perf_counter()
-    results = await state.unprepare(_refs(claims))
+    refs = _refs(claims)
+    try:
+        results = await state.unprepare(refs)
+    except Exception as exc:
+        log.exception("unprepare raised")
+        results = {ref.uid: RuntimeError(f"internal error in ascend-dra: {exc}") for ref in refs}
     errors = sum(1 for r in results.values() if r is not None)
     if observer is not None:
         observer.observe("unprepare", time.perf_counter() - started, errors, len(results))

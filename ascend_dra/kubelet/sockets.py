@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import anyio
 from grpclib.server import Server
 
 __all__ = ("UNIX_PATH_MAX", "serve_unix")
@@ -54,8 +55,9 @@ async def serve_unix(handlers: Sequence[Any], path: Path) -> AsyncIterator[Serve
     try:
         yield server
     finally:
-        server.close()
-        with contextlib.suppress(Exception):
-            await server.wait_closed()
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
+        # Runs while the daemon is being cancelled: shield it, but bound it (STYLE §2).
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+            server.close()
+            await anyio.Path(path).unlink(missing_ok=True)
+            with contextlib.suppress(Exception):
+                await server.wait_closed()

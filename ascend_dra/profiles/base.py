@@ -154,10 +154,57 @@ def _make_converter() -> cattrs.Converter:
 
     def factory(cls: type) -> Any:
         renames = {f.name: override(rename=_camel(f.name)) for f in attrs.fields(cls) if "_" in f.name}
-        return make_dict_structure_fn(cls, converter, _cattrs_forbid_extra_keys=True, **renames)
+        inner = make_dict_structure_fn(cls, converter, _cattrs_forbid_extra_keys=True, **renames)
+
+        def structure(value: Any, _: type) -> Any:
+            if not isinstance(value, Mapping):
+                raise TypeError(f"must be a JSON object, got {_json_type(value)}")
+            return inner(value, cls)
+
+        return structure
 
     converter.register_structure_hook_factory(attrs.has, factory)
+    # JSON types are taken as they are: "false" is not a bool, "3" and 3.7 are not ints.
+    for target, accepted in ((bool, (bool,)), (int, (int,)), (float, (int, float)), (str, (str,))):
+        # A predicate, not a type: a type hook would also catch StrEnum/IntEnum subclasses.
+        converter.register_structure_hook_func(lambda t, target=target: t is target, _strict(target, accepted))
     return converter
+
+
+def _json_type(value: object) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if value is None:
+        return "null"
+    return "an object" if isinstance(value, Mapping) else type(value).__name__
+
+
+_JSON_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+
+
+def _strict(target: type, accepted: tuple[type, ...]) -> Any:
+    def structure(value: Any, _: type) -> Any:
+        if (isinstance(value, bool) and target is not bool) or not isinstance(value, accepted):
+            raise TypeError(f"must be {_JSON_NAMES[target]}, got {_json_type(value)} {_json_text(value)}")
+        return target(value)
+
+    return structure
+
+
+def _json_text(value: object) -> str:
+    """``value`` as JSON text, for messages that quote what the user wrote."""
+    import json
+
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
 
 
 #: The strict converter for user configs: camelCase keys, unknown keys rejected.
@@ -226,6 +273,8 @@ def _format_exception(exc: BaseException, type_: type | None) -> str:
         return f"unknown field(s) {unknown}; allowed fields: {allowed}"
     if isinstance(exc, KeyError):
         return "required field missing"
+    if isinstance(exc, TypeError) and str(exc).startswith("must be"):
+        return str(exc)
     if isinstance(exc, ValueError) and isinstance(type_, type) and issubclass(type_, enum.Enum):
         allowed = ", ".join(str(m.value) for m in type_)
         return f"{exc.args[0].split(' is not a valid')[0]} is not one of {allowed}"

@@ -1,0 +1,168 @@
+"""``ascend-dra discover``: what this node has, as a table or as the ResourceSlices the daemon would publish.
+
+Each profile's discovery runs exactly as in the daemon (same :class:`ProfileContext`, same chain),
+bounded by a deadline and isolated: a profile that fails is reported, the others are shown.
+The YAML and JSON outputs are the ``resource.k8s.io/v1`` ResourceSlice objects of
+:func:`ascend_dra.publish.build_slices` for the merged inventory (pool = node name, generation 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import anyio
+import orjson
+import yaml
+
+from ascend_dra.model import Device, Inventory
+from ascend_dra.profiles.base import ProfileContext
+from ascend_dra.profiles.checks import inventory_problems
+from ascend_dra.publish import build_slices
+
+__all__ = ("DEFAULT_TIMEOUT_S", "OUTPUTS", "discover_profiles", "main", "render", "run")
+
+#: Output formats of :func:`run`.
+OUTPUTS = ("table", "yaml", "json")
+#: Seconds one profile's discovery may take (the daemon's ``--discovery-timeout`` default).
+DEFAULT_TIMEOUT_S = 30.0
+_COLUMNS = ("PROFILE", "DEVICE", "CHIP", "MEMORY", "NUMA", "TOPOLOGY", "TIER")
+
+
+async def discover_profiles(
+    profiles: Sequence[Any], ctx: ProfileContext, *, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> tuple[dict[str, Inventory], dict[str, str]]:
+    """Discover every profile, one at a time, each within ``timeout_s`` seconds.
+
+    :param profiles: objects with ``name`` and ``async discover(ctx)`` (the profile contract).
+    :return: ``(profile name -> Inventory, profile name -> error message)``; a profile whose
+        discovery raised, timed out or returned devices the API server would reject is in the second.
+    """
+    inventories: dict[str, Inventory] = {}
+    errors: dict[str, str] = {}
+    for profile in profiles:
+        name = str(getattr(profile, "name", type(profile).__name__))
+        try:
+            with anyio.fail_after(timeout_s):
+                inventory = await profile.discover(ctx)
+        except TimeoutError:
+            errors[name] = f"discovery did not finish within {timeout_s:g} s"
+            continue
+        except Exception as exc:
+            errors[name] = f"discovery failed: {type(exc).__name__}: {exc}"
+            continue
+        if not isinstance(inventory, Inventory):
+            errors[name] = f"discovery returned a {type(inventory).__name__}, not an Inventory"
+            continue
+        problems = inventory_problems(inventory)
+        if problems:
+            errors[name] = "devices the API server would reject: " + "; ".join(problems)
+            continue
+        inventories[name] = inventory
+    return inventories, errors
+
+
+def _merged(inventories: Mapping[str, Inventory], errors: dict[str, str]) -> tuple[Inventory, dict[str, str]]:
+    """All devices in one inventory (a name already taken by an earlier profile is skipped and
+    reported in ``errors``); also returns device name -> the profile that owns it."""
+    owner: dict[str, str] = {}
+    devices: list[Device] = []
+    counter_sets = []
+    for name, inventory in inventories.items():
+        for device in inventory.devices:
+            if device.name in owner:
+                errors.setdefault(name, "")
+                errors[name] = (errors[name] + "; " if errors[name] else "") + (
+                    f"device {device.name} skipped: profile {owner[device.name]} already has it")
+                continue
+            owner[device.name] = name
+            devices.append(device)
+        counter_sets.extend(inventory.counter_sets)
+    sources = sorted({i.source for i in inventories.values() if i.source})
+    return Inventory(devices=tuple(devices), counter_sets=tuple(counter_sets), source=",".join(sources)), owner
+
+
+def _cell(value: object) -> str:
+    return "-" if value is None or value == "" else str(value)
+
+
+def _table(inventories: Mapping[str, Inventory], errors: Mapping[str, str], owner: Mapping[str, str]) -> str:
+    rows = [_COLUMNS]
+    empty = []
+    for name, inventory in inventories.items():
+        if not inventory.devices:
+            empty.append(f"{name}: no devices (tier {inventory.source or 'unknown'})")
+        for device in inventory.devices:
+            if owner.get(device.name) != name:
+                continue
+            attributes = device.attributes
+            memory = device.capacities.get("memory")
+            rows.append((
+                name, device.name,
+                _cell(attributes.get("chipName") or attributes.get("chipFamily")),
+                _cell(memory.value if memory else None),
+                _cell(attributes.get("numaNode")),
+                _cell(attributes.get("topologyGroup")),
+                _cell(inventory.source),
+            ))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    if len(rows) == 1:
+        lines.append("(no devices)")
+    lines.extend(empty)
+    lines.extend(f"{name}: {message}" for name, message in errors.items())
+    return "\n".join(lines) + "\n"
+
+
+def render(inventories: Mapping[str, Inventory], errors: Mapping[str, str], ctx: ProfileContext,
+           output: str) -> str:
+    """Render discovered inventories.
+
+    :param output: ``table`` (one row per device: profile, device, chip, memory, NUMA node,
+        topology group, discovery tier; then one line per failed profile), ``yaml`` (the
+        ResourceSlices as a multi-document stream, failures as ``#`` comments on top) or ``json``
+        (a ``v1`` ``List`` of the ResourceSlices; failures are not in it).
+    :raises ValueError: if ``output`` is not one of :data:`OUTPUTS`.
+    """
+    if output not in OUTPUTS:
+        raise ValueError(f"discover: output {output!r} is not one of {', '.join(OUTPUTS)}")
+    errors = dict(errors)
+    merged, owner = _merged(inventories, errors)
+    if output == "table":
+        return _table(inventories, errors, owner)
+    slices = build_slices(merged, driver_name=ctx.driver_name, node_name=ctx.node_name)
+    if output == "json":
+        document = {"apiVersion": "v1", "kind": "List", "items": slices}
+        return orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n"
+    comments = "".join(f"# {name}: {message}\n" for name, message in errors.items())
+    return comments + yaml.safe_dump_all(slices, sort_keys=False)
+
+
+async def run(profiles: Sequence[Any], ctx: ProfileContext, output: str, *,
+              timeout_s: float = DEFAULT_TIMEOUT_S, load_errors: Mapping[str, str] | None = None) -> str:
+    """Discover with ``profiles`` and return the text to print (see :func:`render` for the formats).
+
+    :param profiles: profile objects (``name``, ``async discover(ctx)``), in the order to show them.
+    :param load_errors: profile name -> why it could not be loaded; shown like discovery failures.
+    :raises ValueError: if ``output`` is not one of :data:`OUTPUTS` (checked before discovering).
+    """
+    if output not in OUTPUTS:
+        raise ValueError(f"discover: output {output!r} is not one of {', '.join(OUTPUTS)}")
+    inventories, errors = await discover_profiles(profiles, ctx, timeout_s=timeout_s)
+    return render(inventories, {**(load_errors or {}), **errors}, ctx, output)
+
+
+async def main(args: argparse.Namespace) -> str:
+    """``ascend-dra discover`` from parsed CLI flags (``--profiles``, ``--output``, ``--node-name``,
+    ``--driver-name``, ``--fake-devices``, ``--npu-smi``, ``--dev-root``, ``--sys-root``)."""
+    from ascend_dra.profiles.registry import load_profiles
+
+    ctx = ProfileContext(
+        node_name=args.node_name, driver_name=args.driver_name, fake_devices=args.fake_devices,
+        dev_root=args.dev_root, sys_root=args.sys_root, npu_smi=args.npu_smi,
+    )
+    loaded = load_profiles(list(args.profiles), log=False)
+    profiles = [entry.profile for entry in loaded if entry.profile is not None]
+    load_errors = {entry.name: str(entry.error) for entry in loaded if entry.profile is None}
+    return await run(profiles, ctx, args.output, load_errors=load_errors)

@@ -1,0 +1,166 @@
+"""What ``npu-310P`` and ``npu-910`` share: a whole-chip Ascend profile over the discovery chain.
+
+One device per chip (a 310P Duo card and a 910C's two dies give two devices), named
+``npu-<logicID>-<chipID>``. Each profile keeps the chips of its families and adds its own
+attributes (:meth:`AscendChipProfile.extra_attributes`).
+
+Container edits per allocated device (reference ascend.md §5-§8):
+
+* device nodes ``/dev/davinci<physicalID>`` and the shared nodes that exist on the node
+  (:mod:`.host`); on the simulated tier the chip's node is backed by ``/dev/null``;
+* read-only mounts of the driver (``lib64``, ``version.info``) and, unless ``mountTools: false``,
+  ``/usr/local/dcmi`` and ``/usr/local/bin/npu-smi`` -- each only if it exists on the node;
+* ``ASCEND_VISIBLE_DEVICES`` = the **physical IDs** of every device of the same request, sorted and
+  comma-joined (the Ascend Docker Runtime reads physical IDs, reference ascend.md §5 "Which consumer
+  needs which ID" and §8), so all devices a container receives together agree on it;
+* CANN logging from :class:`NpuConfig`.
+
+Profile options (``ProfileContext.options``, keys ``<profile>.<key>`` or ``<key>``):
+``simulate`` = ``never`` (default) | ``fallback`` | ``always`` (:class:`SimulateMode`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import anyio
+
+from ascend_dra.model import AttributeValue
+from ascend_dra.profiles.ascend import host
+from ascend_dra.profiles.ascend.attributes import chip_attributes, chip_capacities, device_name
+from ascend_dra.profiles.ascend.chip import NpuChip
+from ascend_dra.profiles.ascend.chips import ChipFamily, ChipModel
+from ascend_dra.profiles.ascend.config import (
+    LOG_LEVEL_ENV,
+    LOG_TO_STDOUT_ENV,
+    NpuConfig,
+    log_level_number,
+    validate_config,
+)
+from ascend_dra.profiles.ascend.discovery import TIER_SIMULATED, SimulateMode, discover_chips
+from ascend_dra.profiles.ascend.npusmi import DEFAULT_TIMEOUT_S
+from ascend_dra.profiles.base import (
+    AllocatedDevice,
+    ApplyContext,
+    ContainerEdits,
+    Device,
+    DeviceNode,
+    Inventory,
+    Mount,
+    ProfileContext,
+)
+
+__all__ = ("VISIBLE_DEVICES_ENV", "AscendChipProfile")
+
+#: Read by the Ascend Docker Runtime: physical IDs, comma-separated (reference ascend.md §8).
+VISIBLE_DEVICES_ENV = "ASCEND_VISIBLE_DEVICES"
+
+
+class AscendChipProfile:
+    """Base of the whole-chip Ascend profiles; subclasses set ``name``, ``families``, ``simulated_model``.
+
+    :param host_root: where the host's ``/`` is seen when probing driver paths (tests use a tree).
+    :param timeout_s: deadline of each npu-smi call, in seconds.
+    """
+
+    name: str
+    cdi_class = "npu"
+    config_types: Mapping[str, type] = {"NpuConfig": NpuConfig}
+    families: frozenset[ChipFamily]
+    simulated_model: ChipModel
+
+    def __init__(self, *, host_root: Path = Path("/"), timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        self.host_root = host_root
+        self.timeout_s = timeout_s
+        self.layout = host.HostLayout()
+
+    def default_config(self) -> NpuConfig:
+        """``NpuConfig()``: image's own log settings, tools mounted."""
+        return NpuConfig()
+
+    def simulate_mode(self, ctx: ProfileContext) -> SimulateMode:
+        """The ``simulate`` option for this profile.
+
+        :raises ValueError: naming the option and the allowed values.
+        """
+        key = f"{self.name}.simulate"
+        raw = ctx.options.get(key, ctx.options.get("simulate", SimulateMode.NEVER.value))
+        try:
+            return SimulateMode(raw)
+        except ValueError:
+            allowed = ", ".join(m.value for m in SimulateMode)
+            raise ValueError(f"profile option {key}: {raw!r} is not one of {allowed}") from None
+
+    async def discover(self, ctx: ProfileContext) -> Inventory:
+        """Run the discovery chain and publish this profile's chips.
+
+        :return: ``Inventory(devices, source=<tier>)``; devices sorted by logic ID.
+        :raises ValueError: if the ``simulate`` option is not an allowed value.
+        """
+        found = await discover_chips(
+            npu_smi=ctx.npu_smi, dev_root=ctx.dev_root, sys_root=ctx.sys_root, node_name=ctx.node_name,
+            simulate=self.simulate_mode(ctx), simulated_model=self.simulated_model,
+            simulated_count=ctx.fake_devices, timeout_s=self.timeout_s, profile=self.name,
+        )
+        self.layout = await anyio.to_thread.run_sync(host.probe, ctx.dev_root, self.host_root)
+        chips = [c for c in found.chips if c.family in self.families]
+        return Inventory(devices=tuple(self.device(c) for c in chips), source=found.source)
+
+    def extra_attributes(self, chip: NpuChip) -> Mapping[str, AttributeValue | None]:
+        """Family-specific attributes (None values are omitted). Overridden by each profile."""
+        return {}
+
+    def device(self, chip: NpuChip) -> Device:
+        """The published device for ``chip`` (see :mod:`.attributes`)."""
+        extra = {k: v for k, v in self.extra_attributes(chip).items() if v is not None}
+        return Device(name=device_name(chip), attributes=chip_attributes(chip, extra),
+                      capacities=chip_capacities(chip))
+
+    def validate(self, config: object) -> None:
+        """:raises ConfigError: see :func:`.config.validate_config`."""
+        validate_config(config)
+
+    def apply_config(
+        self, config: NpuConfig | None, devices: Sequence[AllocatedDevice], ctx: ApplyContext
+    ) -> Mapping[str, ContainerEdits]:
+        """``{device name: ContainerEdits}`` for ``devices`` (see the module docstring). Pure.
+
+        :param config: the decoded config, or None for :meth:`default_config`.
+        :raises ValueError: if a device is not in ``ctx.inventory`` or has no ``physicalID``.
+        """
+        config = config if config is not None else self.default_config()
+        physical: dict[str, int] = {}
+        for allocated in devices:
+            published = ctx.inventory.device(allocated.device)
+            value = published.attributes.get("physicalID") if published is not None else None
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ValueError(f"apply {self.name} config: device {allocated.device} is not in the "
+                                 "inventory or has no physicalID attribute")
+            physical[allocated.device] = value
+        by_request: dict[str, set[int]] = defaultdict(set)
+        for allocated in devices:
+            by_request[allocated.base_request].add(physical[allocated.device])
+        simulated = ctx.inventory.source == TIER_SIMULATED
+        shared = tuple(DeviceNode(path=p) for p in self.layout.device_nodes)
+        mounts = tuple(Mount(host_path=p, container_path=p) for p in self.layout.driver_mounts)
+        if config.mount_tools:
+            mounts += tuple(Mount(host_path=p, container_path=p) for p in self.layout.tool_mounts)
+        common_env: list[str] = []
+        level = log_level_number(config.log_level)
+        if level is not None:
+            common_env.append(f"{LOG_LEVEL_ENV}={level}")
+        if config.log_to_stdout:
+            common_env.append(f"{LOG_TO_STDOUT_ENV}=1")
+        edits: dict[str, ContainerEdits] = {}
+        for allocated in devices:
+            number = physical[allocated.device]
+            node = DeviceNode(path=f"/dev/davinci{number}", host_path="/dev/null" if simulated else None)
+            visible = ",".join(str(n) for n in sorted(by_request[allocated.base_request]))
+            edits[allocated.device] = ContainerEdits(
+                env=(f"{VISIBLE_DEVICES_ENV}={visible}", *common_env),
+                device_nodes=(node, *shared),
+                mounts=mounts,
+            )
+        return edits

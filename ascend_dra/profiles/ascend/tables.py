@@ -1,0 +1,617 @@
+"""Parsers for npu-smi's tabular outputs: ``npu-smi info`` (the box table), ``info -m``,
+``-t topo``, ``-t template-info``, ``-t info-vnpu`` and the ``-t`` list of ``info -h``.
+
+Column widths and header spacing differ between driver versions, so box tables are read by
+header names and ``|`` separators, never by offsets (reference ascend.md §4.2). Memory is in
+**MiB** (npu-smi labels it ``MB``); template memory in **GiB** (``mem_size >> 10``).
+A header or value we do not know raises :class:`NpuSmiParseError` naming the command and the
+line, so a newer layout is reported instead of being misread.
+Samples: ``tests/fixtures/npu-smi/`` (copied from the shared ``reference/npu-smi/``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+import attrs
+
+from ascend_dra.profiles.ascend import _text
+from ascend_dra.profiles.ascend.errors import NpuSmiParseError
+
+__all__ = (
+    "InfoChip",
+    "InfoProcess",
+    "InfoTable",
+    "MappingRow",
+    "Template",
+    "Topology",
+    "Vnpu",
+    "VnpuInfo",
+    "parse_help_types",
+    "parse_info",
+    "parse_mapping",
+    "parse_template_info",
+    "parse_topo",
+    "parse_vnpu_info",
+)
+
+_RULE = re.compile(r"^\s*[+|][-=+|]*[+|]\s*$")
+_HEADER = re.compile(r"npu-smi\s+(?P<tool>\S+)\s+Version:\s*(?P<driver>\S+)")
+# "used / total" (spaces optional, "NA" or "-" allowed) becomes one token before splitting a cell.
+_USED_TOTAL = re.compile(r"(\S+?)\s*/\s*(\S+)")
+
+
+def _is_rule(line: str) -> bool:
+    return bool(_RULE.match(line)) and any(c in line for c in "-=")
+
+
+def _cells(line: str) -> list[str]:
+    return [cell.strip() for cell in line.strip().strip("|").split("|")]
+
+
+def _tokens(cell: str) -> list[str]:
+    return _USED_TOTAL.sub(lambda m: f"{m.group(1)}/{m.group(2)}", cell).split()
+
+
+# -- npu-smi info ---------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class InfoChip:
+    """One chip of the ``npu-smi info`` table (two rows per chip).
+
+    :ivar npu_id: ``NPU`` column (the card ID that ``-i`` takes; not an index, e.g. 4, 215, 32768).
+    :ivar chip_id: ``Chip`` column (chip index inside the NPU).
+    :ivar device: the ``Device`` column on 310/310P (the logic ID **[U]**, reference ascend.md §5), else None.
+    :ivar phy_id: the ``Phy-ID`` column on 910_93 (the physical ID), else None.
+    :ivar bus_id: PCI address as printed (``0000:C1:00.0``), None when ``NA``.
+    :ivar memory_used_mib, memory_total_mib: ``Memory-Usage(MB)`` (DDR).
+    :ivar hbm_used_mib, hbm_total_mib: ``HBM-Usage(MB)`` (910 family only).
+    :ivar power_w: None when ``NA`` (310P) or ``-`` (second die of a 910_93).
+    """
+
+    npu_id: int
+    name: str
+    health: str
+    chip_id: int
+    device: int | None = None
+    phy_id: int | None = None
+    bus_id: str | None = None
+    power_w: float | None = None
+    temperature_c: int | None = None
+    hugepages_used: int | None = None
+    hugepages_total: int | None = None
+    aicore_percent: int | None = None
+    memory_used_mib: int | None = None
+    memory_total_mib: int | None = None
+    hbm_used_mib: int | None = None
+    hbm_total_mib: int | None = None
+
+
+@attrs.frozen
+class InfoProcess:
+    """One row of the process table under ``npu-smi info``. Memory in MiB."""
+
+    npu_id: int
+    chip_id: int
+    pid: int
+    name: str
+    memory_mib: int | None
+    pid_in_container: int | None = None
+
+
+@attrs.frozen
+class InfoTable:
+    """``npu-smi info``.
+
+    :ivar tool_version: ``npu-smi <version>`` in the title (anonymised ``xxx`` in some samples).
+    :ivar driver_version: ``Version: <version>`` in the title (the driver package, e.g. ``25.5.1``).
+    :ivar skipped: ``(line_no, line)`` of non-table lines that were ignored (log lines of an
+        in-container limiter before the table, an author's ``...`` elision).
+    """
+
+    tool_version: str | None
+    driver_version: str | None
+    chips: tuple[InfoChip, ...]
+    processes: tuple[InfoProcess, ...] = ()
+    skipped: tuple[tuple[int, str], ...] = ()
+
+
+# Column names of the two header rows -> (field, kind). Kinds: int, float, str, pair.
+_ROW1 = {
+    "NPU": ("npu_id", "int"), "Name": ("name", "str"), "Health": ("health", "str"),
+    "Power(W)": ("power_w", "float"), "Temp(C)": ("temperature_c", "int"),
+    "Hugepages-Usage(page)": ("hugepages", "pair"),
+}
+_ROW2 = {
+    "Chip": ("chip_id", "int"), "Device": ("device", "int"), "Phy-ID": ("phy_id", "int"),
+    "Bus-Id": ("bus_id", "str"), "AICore(%)": ("aicore_percent", "int"),
+    "Memory-Usage(MB)": ("memory", "pair"), "HBM-Usage(MB)": ("hbm", "pair"),
+}
+
+
+def parse_info(text: str, *, command: str = "npu-smi info") -> InfoTable:
+    """Parse the ``npu-smi info`` box table (and the process table under it, if any).
+
+    Layouts covered (samples in ``tests/fixtures/npu-smi/``): 310/310P ``Chip Device``
+    (``310P3_info.txt``, ``310_info_atlas800-3000_*``), 910 ``Chip`` with ``HBM-Usage``
+    (``910A_info_atlas800-9010_npu-smi-22.0.3.1.txt``, ``910B3_info.txt``), 910_93 ``Chip Phy-ID``
+    (``910C_A3_info_in_container_vcann-rt_anonymised.txt``), the 80-column 20.2.0 table without
+    hugepages, ``60156/ 65536``, separator typos, log lines before the table.
+
+    :return: chips in output order.
+    :raises NpuSmiParseError: on a title or header we do not know, a chip block that is not two
+        rows, a cell whose value count differs from its header, or a non-numeric value.
+    """
+    lines = text.splitlines()
+    tool = driver = None
+    columns: list[list[list[str]]] = []  # header rows -> cells -> column names
+    chips: list[InfoChip] = []
+    processes: list[InfoProcess] = []
+    skipped: list[tuple[int, str]] = []
+    state = "title"  # title -> header -> body; "processes" after a process header
+    block: list[tuple[int, str]] = []
+    process_columns: list[str] = []
+
+    def flush() -> None:
+        if not block:
+            return
+        if state == "body":
+            chips.append(_info_chip(command, columns, block))
+        block.clear()
+
+    for line_no, line in enumerate(lines, start=1):
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if _is_rule(stripped):
+            flush()
+            if state == "header" and "=" in stripped:
+                if len(columns) != 2:
+                    raise NpuSmiParseError(command, line_no, line, "expected two header rows before the '=' rule")
+                state = "body"
+            elif state == "process-header" and "=" in stripped:
+                state = "processes"
+            continue
+        if not stripped.startswith("|"):
+            skipped.append((line_no, line))
+            continue
+        match = _HEADER.search(stripped)
+        if match:
+            if state not in ("title", "body", "processes"):
+                raise NpuSmiParseError(command, line_no, line, "title line inside a table header")
+            tool, driver = _text.text_or_none(match.group("tool")), _text.text_or_none(match.group("driver"))
+            state, columns = "header", []
+            continue
+        cells = _cells(stripped)
+        if "Process id" in cells or any(c.startswith("Process id") for c in cells):
+            flush()
+            process_columns = cells
+            state = "process-header"
+            continue
+        if state == "header":
+            columns.append([cell.split() for cell in cells])
+            if len(columns) > 2:
+                raise NpuSmiParseError(command, line_no, line, "more than two header rows")
+            continue
+        if state == "body":
+            block.append((line_no, line))
+            if len(block) > 2:
+                raise NpuSmiParseError(command, line_no, line, "a chip takes two rows between separators")
+            continue
+        if state == "processes":
+            process = _info_process(command, process_columns, line_no, line)
+            if process is not None:
+                processes.append(process)
+            continue
+        raise NpuSmiParseError(command, line_no, line, "table row before the 'npu-smi ... Version:' title")
+    flush()
+    if state == "title":
+        raise NpuSmiParseError(command, 0, "", "no 'npu-smi ... Version:' table found")
+    if state == "header":
+        raise NpuSmiParseError(command, len(lines), lines[-1] if lines else "", "table header without rows")
+    return InfoTable(tool_version=tool, driver_version=driver, chips=tuple(chips), processes=tuple(processes),
+                     skipped=tuple(skipped))
+
+
+def _info_chip(command: str, columns: list[list[list[str]]], block: list[tuple[int, str]]) -> InfoChip:
+    if len(block) != 2:
+        line_no, line = block[0]
+        raise NpuSmiParseError(command, line_no, line, "a chip takes two rows between separators")
+    values: dict[str, object] = {}
+    for (line_no, line), header, known in zip(block, columns, (_ROW1, _ROW2), strict=True):
+        cells = _cells(line)
+        if len(cells) != len(header):
+            raise NpuSmiParseError(command, line_no, line, f"{len(cells)} cells, the header has {len(header)}")
+        for names, cell in zip(header, cells, strict=True):
+            tokens = _tokens(cell)
+            if len(tokens) != len(names):
+                raise NpuSmiParseError(command, line_no, line,
+                                       f"cell {cell!r} has {len(tokens)} values for columns {', '.join(names)}")
+            for name, token in zip(names, tokens, strict=True):
+                if name not in known:
+                    raise NpuSmiParseError(command, line_no, line, f"unknown column {name!r}")
+                field, kind = known[name]
+                if kind == "int":
+                    values[field] = _text.to_int(command, line_no, line, token, name)
+                elif kind == "float":
+                    values[field] = _text.to_float(command, line_no, line, token, name)
+                elif kind == "pair":
+                    used, total = _text.to_pair(command, line_no, line, token, name)
+                    prefix = {"hugepages": "hugepages", "memory": "memory", "hbm": "hbm"}[field]
+                    unit = "" if field == "hugepages" else "_mib"
+                    values[f"{prefix}_used{unit}"], values[f"{prefix}_total{unit}"] = used, total
+                else:
+                    values[field] = _text.text_or_none(token)
+    for required in ("npu_id", "chip_id", "name", "health"):
+        if values.get(required) is None:
+            line_no, line = block[0]
+            raise NpuSmiParseError(command, line_no, line, f"no value for {required}")
+    return InfoChip(**values)  # type: ignore[arg-type]
+
+
+def _info_process(command: str, columns: list[str], line_no: int, line: str) -> InfoProcess | None:
+    cells = _cells(line)
+    if len(cells) == 1 and cells[0].startswith("No running processes"):
+        return None
+    if len(cells) < 4:
+        raise NpuSmiParseError(command, line_no, line, "a process row has NPU/Chip, id, name and memory cells")
+    npu_chip = cells[0].split()
+    if len(npu_chip) != 2:
+        raise NpuSmiParseError(command, line_no, line, "the first cell must hold the NPU and chip IDs")
+    npu_id = _text.to_int(command, line_no, line, npu_chip[0], "NPU")
+    chip_id = _text.to_int(command, line_no, line, npu_chip[1], "Chip")
+    pid = _text.to_int(command, line_no, line, cells[1], "Process id")
+    if npu_id is None or chip_id is None or pid is None:
+        raise NpuSmiParseError(command, line_no, line, "NPU, chip and process IDs are required")
+    in_container = None
+    if len(cells) > 4:
+        in_container = _text.to_int(command, line_no, line, cells[4], "Process id in container")
+    return InfoProcess(npu_id=npu_id, chip_id=chip_id, pid=pid, name=cells[2],
+                       memory_mib=_text.to_int(command, line_no, line, cells[3], "Process memory(MB)"),
+                       pid_in_container=in_container)
+
+
+# -- npu-smi info -m ------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class MappingRow:
+    """One row of ``npu-smi info -m``.
+
+    :ivar logic_id: ``Chip Logic ID``; None on ``Mcu`` rows (printed ``-``).
+    :ivar chip_name: as printed (``Ascend 910B4``, ``MiniD`` for the 310, ``Mcu``).
+    :ivar physical_id: a chip physical-ID column, if this generation prints one (910_93 **[U]**).
+    """
+
+    npu_id: int
+    chip_id: int
+    logic_id: int | None
+    chip_name: str
+    physical_id: int | None = None
+
+    @property
+    def is_mcu(self) -> bool:
+        """True for the board's MCU row (not a chip)."""
+        return self.chip_name.lower() == "mcu"
+
+
+_MAPPING_COLUMNS = {
+    "NPU ID": "npu_id", "Chip ID": "chip_id", "Chip Logic ID": "logic_id",
+    "Chip Phy-ID": "physical_id", "Chip Physical ID": "physical_id", "Chip Name": "chip_name",
+}
+
+
+def parse_mapping(text: str, *, command: str = "npu-smi info -m") -> tuple[MappingRow, ...]:
+    """Parse ``npu-smi info -m`` (columns ``NPU ID``, ``Chip ID``, ``Chip Logic ID``, ``Chip Name``).
+
+    Samples: ``910A_info_-m_*.txt``, ``910B4_info_-m_8cards_with_Mcu.txt`` (Mcu rows, right padding),
+    ``310_info_-m_atlas800-3000_MiniD_Mcu.txt``.
+
+    :raises NpuSmiParseError: on an unknown column (a newer generation), a row with too few
+        values, or a non-numeric ID.
+    """
+    header: list[str] | None = None
+    rows: list[MappingRow] = []
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        if header is None:
+            header = re.split(r"\s{2,}|\t", line.strip())
+            unknown = [name for name in header if name not in _MAPPING_COLUMNS]
+            if unknown or header[-1] != "Chip Name" or "NPU ID" not in header or "Chip ID" not in header:
+                raise NpuSmiParseError(command, line_no, line,
+                                       f"unknown header (columns {', '.join(unknown) or 'out of order'})")
+            continue
+        parts = line.split(None, len(header) - 1)
+        if len(parts) != len(header):
+            raise NpuSmiParseError(command, line_no, line, f"expected {len(header)} columns")
+        values: dict[str, object] = {}
+        for name, value in zip(header, parts, strict=True):
+            field = _MAPPING_COLUMNS[name]
+            values[field] = value.strip() if field == "chip_name" else _text.to_int(command, line_no, line, value, name)
+        if values["npu_id"] is None or values["chip_id"] is None:
+            raise NpuSmiParseError(command, line_no, line, "NPU ID and Chip ID are required")
+        rows.append(MappingRow(**values))  # type: ignore[arg-type]
+    if header is None:
+        raise NpuSmiParseError(command, 0, "", "empty output")
+    return tuple(rows)
+
+
+# -- npu-smi info -t topo -------------------------------------------------------------------------
+
+#: Link kinds printed by ``-t topo`` (its legend, and the npu-smi source; reference ascend.md §4.1).
+LINK_KINDS = frozenset({"X", "HCCS", "HCCS_SW", "SIO", "PIX", "PXB", "PHB", "SYS", "NA"})
+
+
+@attrs.frozen
+class Topology:
+    """``npu-smi info -t topo``: the link matrix between NPUs.
+
+    :ivar ids: the numbers of the ``NPU<k>`` headers, in order (taken to be logic IDs **[U]**;
+        every published sample has NPU IDs = logic IDs 0..n-1).
+    :ivar links: ``links[i][j]`` is the link kind between ``ids[i]`` and ``ids[j]`` (``X`` on the diagonal).
+    :ivar cpu_affinity: per NPU, the ``CPU Affinity`` list as printed (``144-167``), None when absent.
+    """
+
+    ids: tuple[int, ...]
+    links: tuple[tuple[str, ...], ...]
+    cpu_affinity: tuple[str | None, ...]
+
+    def link(self, a: int, b: int) -> str:
+        """The link kind between NPU ``a`` and NPU ``b`` (IDs as in ``ids``)."""
+        return self.links[self.ids.index(a)][self.ids.index(b)]
+
+
+def parse_topo(text: str, *, command: str = "npu-smi info -t topo") -> Topology:
+    """Parse the ``npu-smi info -t topo`` matrix (the legend under it is ignored).
+
+    Sample: ``910B3_info_-t_topo.txt`` (8 NPUs, all HCCS, CPU affinity per NPU).
+
+    :raises NpuSmiParseError: on a missing header, a row for an unknown NPU, a row of the wrong
+        length, an unknown link kind, or a matrix that is not square.
+    """
+    ids: list[int] | None = None
+    has_affinity = False
+    rows: dict[int, tuple[tuple[str, ...], str | None]] = {}
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if stripped.startswith("Legend"):
+            break
+        if ids is None:
+            has_affinity = stripped.endswith("CPU Affinity")
+            names = stripped.removesuffix("CPU Affinity").split()
+            if not names or not all(re.fullmatch(r"NPU\d+", n) for n in names):
+                raise NpuSmiParseError(command, line_no, line, "expected a header of NPU<k> columns")
+            ids = [int(n[3:]) for n in names]
+            continue
+        parts = stripped.split()
+        if not re.fullmatch(r"NPU\d+", parts[0]) or int(parts[0][3:]) not in ids:
+            raise NpuSmiParseError(command, line_no, line, "row does not start with a known NPU<k>")
+        want = len(ids) + (1 if has_affinity else 0)
+        values = parts[1:]
+        if len(values) != want:
+            raise NpuSmiParseError(command, line_no, line, f"expected {want} values")
+        links = tuple(values[: len(ids)])
+        for link in links:
+            if link not in LINK_KINDS:
+                raise NpuSmiParseError(command, line_no, line,
+                                       f"unknown link kind {link!r} (known: {', '.join(sorted(LINK_KINDS))})")
+        affinity = _text.text_or_none(values[-1]) if has_affinity else None
+        rows[int(parts[0][3:])] = (links, affinity)
+    if ids is None:
+        raise NpuSmiParseError(command, 0, "", "empty output")
+    if sorted(rows) != sorted(ids):
+        raise NpuSmiParseError(command, 0, "", f"matrix has rows for {sorted(rows)} but columns for {ids}")
+    return Topology(
+        ids=tuple(ids),
+        links=tuple(rows[i][0] for i in ids),
+        cpu_affinity=tuple(rows[i][1] for i in ids),
+    )
+
+
+# -- npu-smi info -t template-info ----------------------------------------------------------------
+
+
+@attrs.frozen
+class Template:
+    """One hard-vNPU template of ``-t template-info``. Memory in **GiB**; engine counts; None for ``NA``."""
+
+    name: str
+    aicore: int | None
+    memory_gib: int | None
+    aicpu: int | None
+    vpc: int | None
+    venc: int | None
+    jpegd: int | None
+    pngd: int | None
+    vdec: int | None
+    jpege: int | None
+
+
+_TEMPLATE_ROW1 = ["Name", "AICORE", "Memory", "AICPU", "VPC", "VENC", "JPEGD"]
+_TEMPLATE_ROW2 = ["GB", "PNGD", "VDEC", "JPEGE"]
+
+
+def parse_template_info(text: str, *, command: str = "npu-smi info -t template-info") -> tuple[Template, ...]:
+    """Parse ``npu-smi info -t template-info`` (two rows per template; header rule ``|===|`` or ``+===+``).
+
+    Samples: ``310P3_info_-t_template-info_drv22.0.4.txt`` (7 templates),
+    ``910B4_A2-inference_info_-t_template-info.txt`` (4 templates).
+
+    :raises NpuSmiParseError: on an unknown header, a template with one row, or a bad number.
+    """
+    header: list[list[str]] = []
+    templates: list[Template] = []
+    pending: tuple[int, str, list[str]] | None = None
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if not stripped or _is_rule(stripped):
+            continue
+        inner = stripped.strip("|").strip()
+        if inner.startswith("NPU instance template info"):
+            continue
+        words = inner.split()
+        if len(header) < 2 and (words[:1] == ["Name"] or words[:1] == ["GB"]):
+            header.append(words)
+            expected = _TEMPLATE_ROW1 if len(header) == 1 else _TEMPLATE_ROW2
+            if words != expected:
+                raise NpuSmiParseError(command, line_no, line, f"unknown header; expected {' '.join(expected)}")
+            continue
+        if len(header) != 2:
+            raise NpuSmiParseError(command, line_no, line, "template row before the header")
+        if pending is None:
+            if len(words) != 7:
+                raise NpuSmiParseError(command, line_no, line, "a template's first row has 7 values")
+            pending = (line_no, line, words)
+            continue
+        if len(words) != 3:
+            raise NpuSmiParseError(command, line_no, line, "a template's second row has 3 values (PNGD VDEC JPEGE)")
+        first_no, first_line, first = pending
+        pending = None
+
+        def num(value: str, what: str, n: int, text_line: str) -> int | None:
+            return _text.to_int(command, n, text_line, value, what)
+
+        templates.append(Template(
+            name=first[0],
+            aicore=num(first[1], "AICORE", first_no, first_line),
+            memory_gib=num(first[2], "Memory", first_no, first_line),
+            aicpu=num(first[3], "AICPU", first_no, first_line),
+            vpc=num(first[4], "VPC", first_no, first_line),
+            venc=num(first[5], "VENC", first_no, first_line),
+            jpegd=num(first[6], "JPEGD", first_no, first_line),
+            pngd=num(words[0], "PNGD", line_no, line),
+            vdec=num(words[1], "VDEC", line_no, line),
+            jpege=num(words[2], "JPEGE", line_no, line),
+        ))
+    if pending is not None:
+        raise NpuSmiParseError(command, pending[0], pending[1], "template without its second row")
+    if len(header) != 2:
+        raise NpuSmiParseError(command, 0, "", "no template-info header found")
+    return tuple(templates)
+
+
+# -- npu-smi info -t info-vnpu -i N -c C ----------------------------------------------------------
+
+
+@attrs.frozen
+class Vnpu:
+    """One hard vNPU. ``container_id`` ``000000000000`` / ``status`` 0 = created, not bound;
+    ``ffffffffffff`` / 1 = in use (reference ascend.md §3)."""
+
+    vnpu_id: int
+    vgroup_id: int
+    container_id: str
+    status: int
+    template_name: str
+
+
+@attrs.frozen
+class VnpuInfo:
+    """``npu-smi info -t info-vnpu``.
+
+    :ivar resources: column (``AICORE``, ``Memory`` in GiB, ``AICPU``, ``VPC``, ``VENC``, ``VDEC``,
+        ``JPEGD``, ``JPEGE``, ``PNGD``) -> ``(free, total)``; a side is None when printed ``NA``.
+        Empty when the output has no resource table (a fragment).
+    """
+
+    resources: Mapping[str, tuple[int | None, int | None]]
+    total: int
+    vnpus: tuple[Vnpu, ...]
+
+
+_VNPU_TOTAL = re.compile(r"^Total number of vnpu:\s*(\S+)$")
+_VNPU_HEADER = ["Vnpu ID", "Vgroup ID", "Container ID", "Status", "Template Name"]
+
+
+def parse_vnpu_info(text: str, *, command: str = "npu-smi info -t info-vnpu -i <N> -c <C>") -> VnpuInfo:
+    """Parse ``npu-smi info -t info-vnpu -i N -c C``.
+
+    Samples: ``910B4_A2-inference_info_-t_info-vnpu_empty_and_2vnpus.txt``,
+    ``910B4-1_64G_info_-t_info-vnpu_empty_and_2vnpus.txt`` (no row header when there are no vNPUs),
+    ``310P3_info_-t_info-vnpu_fragment_drv22.0.4.txt`` (vNPU list only).
+
+    :raises NpuSmiParseError: on an unknown resource column, a bad ``free/total`` value, a missing
+        ``Total number of vnpu``, or a vNPU count that differs from the rows printed (a cut-off output).
+    """
+    columns: list[str] | None = None
+    resources: dict[str, tuple[int | None, int | None]] = {}
+    total: int | None = None
+    total_at: tuple[int, str] = (0, "")
+    vnpus: list[Vnpu] = []
+    in_list = False
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if not stripped or _is_rule(stripped):
+            continue
+        inner = stripped.strip("|").strip()
+        if inner.startswith(("NPU resource static info", "Format:")) or inner == "GB":
+            continue
+        if inner.startswith("AICORE"):
+            columns = inner.split()
+            if columns != ["AICORE", "Memory", "AICPU", "VPC", "VENC", "VDEC", "JPEGD", "JPEGE", "PNGD"]:
+                raise NpuSmiParseError(command, line_no, line, "unknown resource columns")
+            continue
+        match = _VNPU_TOTAL.match(inner)
+        if match:
+            total = _text.to_int(command, line_no, line, match.group(1), "Total number of vnpu")
+            total_at = (line_no, line)
+            continue
+        cells = _cells(stripped)
+        if cells == _VNPU_HEADER:
+            in_list = True
+            continue
+        if columns is not None and not resources and total is None:
+            values = inner.split()
+            if len(values) != len(columns):
+                raise NpuSmiParseError(command, line_no, line, f"expected {len(columns)} free/total values")
+            for name, value in zip(columns, values, strict=True):
+                resources[name] = _text.to_pair(command, line_no, line, value, name)
+            continue
+        if in_list and len(cells) == 5:
+            vnpu_id = _text.to_int(command, line_no, line, cells[0], "Vnpu ID")
+            vgroup_id = _text.to_int(command, line_no, line, cells[1], "Vgroup ID")
+            status = _text.to_int(command, line_no, line, cells[3], "Status")
+            if vnpu_id is None or vgroup_id is None or status is None:
+                raise NpuSmiParseError(command, line_no, line, "Vnpu ID, Vgroup ID and Status are required")
+            vnpus.append(Vnpu(vnpu_id=vnpu_id, vgroup_id=vgroup_id, container_id=cells[2], status=status,
+                              template_name=cells[4]))
+            continue
+        raise NpuSmiParseError(command, line_no, line, "unexpected line")
+    if total is None:
+        raise NpuSmiParseError(command, 0, "", "missing 'Total number of vnpu'")
+    if total != len(vnpus):
+        raise NpuSmiParseError(command, *total_at, f"says {total} vNPUs but {len(vnpus)} rows are printed")
+    return VnpuInfo(resources=resources, total=total, vnpus=tuple(vnpus))
+
+
+# -- npu-smi info -h ------------------------------------------------------------------------------
+
+
+def parse_help_types(text: str, *, command: str = "npu-smi info -h") -> tuple[str, ...]:
+    """Return the ``-t`` types that ``npu-smi info -h`` lists (to know whether ``topo`` exists).
+
+    Sample: ``npu-smi_info_-h_23.0.rc2.txt``.
+
+    :raises NpuSmiParseError: when no ``type:`` list is found.
+    """
+    collected: list[str] = []
+    collecting = False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("type:"):
+            collecting = True
+            stripped = stripped[len("type:"):]
+        elif collecting and (not stripped or stripped.endswith(":") or stripped.startswith("-")):
+            break
+        if collecting:
+            collected.extend(t.strip().rstrip(".") for t in stripped.split(",") if t.strip().rstrip("."))
+            if stripped.endswith("."):
+                break
+    if not collected:
+        raise NpuSmiParseError(command, 0, "", "no 'type:' list found")
+    return tuple(collected)

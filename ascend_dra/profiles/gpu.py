@@ -1,0 +1,341 @@
+"""The ``gpu`` profile: NVIDIA GPUs through NVML, or simulated GPUs when there is no driver.
+
+Devices are ``gpu-<index>`` with the attributes the NVIDIA and example DRA drivers publish
+(shared reference dra-drivers.md §2.1, §2.2): ``type`` = ``"gpu"``, ``uuid`` (``GPU-<uuid>``),
+``index``, ``minor`` (of ``/dev/nvidia<minor>``), ``productName``, ``architecture``,
+``driverVersion`` and ``cudaComputeCapability`` (both :class:`~ascend_dra.model.Version`), and
+the capacity ``memory`` (bytes of device memory, a Quantity such as ``"40Gi"``).
+
+Discovery is a chain of two tiers (``Inventory.source``): ``nvml`` when the ``pynvml`` module
+(optional extra ``nvml`` = ``nvidia-ml-py``) imports and ``nvmlInit`` succeeds, else
+``simulated`` (``ProfileContext.fake_devices`` GPUs modelled on an A100-SXM4-40GB, UUIDs derived
+from the node name and index). Every NVML call runs in a worker thread.
+
+Opaque config ``kind: GpuConfig`` (apiVersion ``<driver-name>/v1alpha1``) selects how the
+workloads that share a GPU are scheduled, as in the example driver's ``GpuConfig``:
+time slicing with an interval (the default), or space partitioning into N partitions.
+The choice reaches the container as env (``GPU_SHARING_STRATEGY``, ``GPU_TIMESLICE_INTERVAL``,
+``GPU_PARTITION_COUNT``); nothing on the node is reconfigured.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import re
+import uuid
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import anyio
+import attrs
+
+from ascend_dra.profiles.base import (
+    AllocatedDevice,
+    ApplyContext,
+    Capacity,
+    ConfigError,
+    ContainerEdits,
+    Device,
+    DeviceNode,
+    Inventory,
+    ProfileContext,
+    Version,
+)
+
+__all__ = (
+    "MAX_PARTITION_COUNT",
+    "GpuConfig",
+    "GpuProfile",
+    "GpuSharing",
+    "SharingStrategy",
+    "SpacePartitioningConfig",
+    "TimeSliceInterval",
+    "TimeSlicingConfig",
+    "bytes_quantity",
+    "factory",
+    "semver",
+)
+
+logger = logging.getLogger(__name__)
+
+#: uuid5 namespace of simulated GPUs (fixed, so UUIDs are reproducible and differ per node).
+_UUID_NAMESPACE = uuid.UUID("0b7f5c1e-93a4-4d2b-8f61-5d0c2e7a9b34")
+#: Simulated GPUs are modelled on the NVIDIA A100-SXM4-40GB (compute capability 8.0, Ampere).
+SIMULATED_PRODUCT = "Simulated NVIDIA A100-SXM4-40GB"
+SIMULATED_ARCHITECTURE = "Ampere"
+SIMULATED_COMPUTE_CAPABILITY = Version("8.0.0")
+SIMULATED_DRIVER_VERSION = Version("550.54.15")
+SIMULATED_MEMORY_BYTES = 40 * 2**30
+#: At most 7 partitions, the most GPU instances a MIG-capable GPU offers (A100, H100).
+MAX_PARTITION_COUNT = 7
+
+
+# -- allowed values -------------------------------------------------------------------------------
+
+
+class SharingStrategy(enum.StrEnum):
+    """``GpuConfig.sharing.strategy``: how workloads sharing one GPU are kept apart."""
+
+    TIME_SLICING = "TimeSlicing"
+    SPACE_PARTITIONING = "SpacePartitioning"
+
+
+class TimeSliceInterval(enum.StrEnum):
+    """``GpuConfig.sharing.timeSlicingConfig.interval``: the length of a time slice.
+
+    The names of the example driver and of ``nvidia-smi compute-policy --set-timeslice``
+    (default, short, medium, long).
+    """
+
+    DEFAULT = "Default"
+    SHORT = "Short"
+    MEDIUM = "Medium"
+    LONG = "Long"
+
+
+# -- config kinds ---------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class TimeSlicingConfig:
+    """``sharing.timeSlicingConfig``: ``interval`` (default ``Default``)."""
+
+    interval: TimeSliceInterval = TimeSliceInterval.DEFAULT
+
+
+@attrs.frozen
+class SpacePartitioningConfig:
+    """``sharing.spacePartitioningConfig``: ``partitionCount``, 1..:data:`MAX_PARTITION_COUNT` (default 1)."""
+
+    partition_count: int = 1
+
+
+@attrs.frozen
+class GpuSharing:
+    """``sharing``: a strategy and at most the sub-config that belongs to it.
+
+    A missing sub-config means its defaults; the sub-config of the other strategy is an error
+    (reported by :meth:`GpuProfile.validate`).
+    """
+
+    strategy: SharingStrategy = SharingStrategy.TIME_SLICING
+    time_slicing_config: TimeSlicingConfig | None = None
+    space_partitioning_config: SpacePartitioningConfig | None = None
+
+
+@attrs.frozen
+class GpuConfig:
+    """Opaque config ``kind: GpuConfig`` (apiVersion ``<driver-name>/v1alpha1``).
+
+    Example parameters::
+
+        {"apiVersion": "gpu.example.com/v1alpha1", "kind": "GpuConfig",
+         "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}}}
+
+    The default, ``GpuConfig()``, is time slicing with interval ``Default``.
+    """
+
+    sharing: GpuSharing = attrs.Factory(GpuSharing)
+
+
+# -- the profile ----------------------------------------------------------------------------------
+
+
+class GpuProfile:
+    """NVIDIA GPUs (NVML) or simulated GPUs; see the module docstring."""
+
+    name = "gpu"
+    cdi_class = "gpu"
+    config_types: Mapping[str, type] = {"GpuConfig": GpuConfig}
+
+    def default_config(self) -> GpuConfig:
+        """Time slicing with interval ``Default``."""
+        return GpuConfig()
+
+    async def discover(self, ctx: ProfileContext) -> Inventory:
+        """Return the node's GPUs from NVML, or ``ctx.fake_devices`` simulated ones.
+
+        Falls back to simulation, with an INFO log line giving the reason, when ``pynvml`` is
+        not installed or NVML cannot initialise (no driver). An NVML error after a successful
+        ``nvmlInit`` is raised: a node with a driver whose GPUs cannot be read is broken, and
+        publishing simulated GPUs there would mislead the scheduler.
+
+        :returns: an :class:`Inventory` with ``source`` ``"nvml"`` or ``"simulated"``.
+        """
+        try:
+            import pynvml  # optional extra "nvml" (nvidia-ml-py)
+        except ImportError:
+            return _simulated(ctx, "the pynvml module (extra 'nvml', package nvidia-ml-py) is not installed")
+        try:
+            await anyio.to_thread.run_sync(pynvml.nvmlInit, abandon_on_cancel=True)
+        except pynvml.NVMLError as exc:
+            return _simulated(ctx, f"NVML could not initialise: {exc}")
+        try:
+            devices = await anyio.to_thread.run_sync(_nvml_devices, pynvml, abandon_on_cancel=True)
+        finally:
+            await anyio.to_thread.run_sync(_shutdown, pynvml, abandon_on_cancel=True)
+        logger.info("gpu discovery", extra={"profile": self.name, "tier": "nvml", "devices": len(devices)})
+        return Inventory(devices=tuple(devices), source="nvml")
+
+    def validate(self, config: GpuConfig) -> None:
+        """Check that the sharing sub-config matches the strategy and the partition count is in range.
+
+        :raises ConfigError: one problem per fault, e.g.
+            ``sharing.timeSlicingConfig: not allowed with strategy SpacePartitioning (use
+            spacePartitioningConfig)``.
+        """
+        sharing = config.sharing
+        problems = []
+        if sharing.strategy is SharingStrategy.TIME_SLICING and sharing.space_partitioning_config is not None:
+            problems.append(("sharing.spacePartitioningConfig",
+                             "not allowed with strategy TimeSlicing (use timeSlicingConfig)"))
+        if sharing.strategy is SharingStrategy.SPACE_PARTITIONING and sharing.time_slicing_config is not None:
+            problems.append(("sharing.timeSlicingConfig",
+                             "not allowed with strategy SpacePartitioning (use spacePartitioningConfig)"))
+        partitioning = sharing.space_partitioning_config
+        if partitioning is not None and not 1 <= partitioning.partition_count <= MAX_PARTITION_COUNT:
+            problems.append(("sharing.spacePartitioningConfig.partitionCount",
+                             f"{partitioning.partition_count} is out of range 1..{MAX_PARTITION_COUNT} "
+                             "(partitions per GPU)"))
+        if problems:
+            raise ConfigError(problems)
+
+    def apply_config(
+        self, config: GpuConfig, devices: Sequence[AllocatedDevice], ctx: ApplyContext
+    ) -> Mapping[str, ContainerEdits]:
+        """Per device: its ``/dev/nvidia<minor>`` node, ``NVIDIA_VISIBLE_DEVICES`` and the sharing env.
+
+        ``NVIDIA_VISIBLE_DEVICES`` lists the UUIDs of every device of the same base request, by
+        index, so the devices one container receives agree on it. Simulated devices get their
+        node from ``/dev/null``; NVML devices also get ``/dev/nvidiactl``, which CUDA opens first.
+
+        :returns: ``{device name: ContainerEdits}`` for every device in ``devices``.
+        """
+        known = {d.name: d for d in ctx.inventory.devices}
+        by_request: dict[str, list[Device]] = defaultdict(list)
+        for allocated in devices:
+            by_request[allocated.base_request].append(known[allocated.device])
+        sharing_env = _sharing_env(config.sharing)
+        simulated = ctx.inventory.source != "nvml"
+        edits = {}
+        for allocated in devices:
+            device = known[allocated.device]
+            request_devices = sorted(by_request[allocated.base_request], key=lambda d: int(d.attributes["index"]))
+            visible = ",".join(str(d.attributes["uuid"]) for d in request_devices)
+            node_path = f"/dev/nvidia{device.attributes['minor']}"
+            if simulated:
+                nodes = (DeviceNode(path=node_path, host_path="/dev/null"),)
+            else:
+                nodes = (DeviceNode(path=node_path), DeviceNode(path="/dev/nvidiactl"))
+            edits[allocated.device] = ContainerEdits(
+                env=(f"NVIDIA_VISIBLE_DEVICES={visible}", *sharing_env),
+                device_nodes=nodes,
+            )
+        return edits
+
+
+def _sharing_env(sharing: GpuSharing) -> tuple[str, ...]:
+    if sharing.strategy is SharingStrategy.SPACE_PARTITIONING:
+        partitioning = sharing.space_partitioning_config or SpacePartitioningConfig()
+        return (f"GPU_SHARING_STRATEGY={sharing.strategy}", f"GPU_PARTITION_COUNT={partitioning.partition_count}")
+    slicing = sharing.time_slicing_config or TimeSlicingConfig()
+    return (f"GPU_SHARING_STRATEGY={sharing.strategy}", f"GPU_TIMESLICE_INTERVAL={slicing.interval}")
+
+
+# -- discovery ------------------------------------------------------------------------------------
+
+
+def _simulated(ctx: ProfileContext, reason: str) -> Inventory:
+    logger.info("gpu discovery falls back to simulated GPUs",
+                extra={"profile": "gpu", "tier": "simulated", "reason": reason, "devices": ctx.fake_devices})
+    return Inventory(devices=tuple(_simulated_device(ctx.node_name, i) for i in range(ctx.fake_devices)),
+                     source="simulated")
+
+
+def _simulated_device(node_name: str, index: int) -> Device:
+    return Device(
+        name=f"gpu-{index}",
+        attributes={
+            "type": "gpu",
+            "uuid": f"GPU-{uuid.uuid5(_UUID_NAMESPACE, f'{node_name}/{index}')}",
+            "index": index,
+            "minor": index,
+            "productName": SIMULATED_PRODUCT,
+            "architecture": SIMULATED_ARCHITECTURE,
+            "driverVersion": SIMULATED_DRIVER_VERSION,
+            "cudaComputeCapability": SIMULATED_COMPUTE_CAPABILITY,
+        },
+        capacities={"memory": Capacity(bytes_quantity(SIMULATED_MEMORY_BYTES))},
+    )
+
+
+#: ``nvmlDeviceGetArchitecture`` values (``NVML_DEVICE_ARCH_*`` in nvml.h) -> architecture names.
+_ARCHITECTURES = {2: "Kepler", 3: "Maxwell", 4: "Pascal", 5: "Volta", 6: "Turing", 7: "Ampere",
+                  8: "Ada", 9: "Hopper", 10: "Blackwell"}
+
+
+def semver(text: str) -> Version:
+    """Turn an NVIDIA version string into semver 2.0.0: ``"535.104.05"`` -> ``"535.104.5"``, ``"8.0"`` -> ``"8.0.0"``.
+
+    :raises ValueError: if ``text`` does not start with a number.
+    """
+    parts = re.findall(r"\d+", text.strip())
+    if not parts or not text.strip()[:1].isdigit():
+        raise ValueError(f"{text!r} is not a dotted version number")
+    numbers = [str(int(p)) for p in parts[:3]]
+    return Version(".".join(numbers + ["0"] * (3 - len(numbers))))
+
+
+def bytes_quantity(memory_bytes: int) -> str:
+    """Write a byte count as a Quantity with the largest exact binary suffix: 42949672960 -> ``"40Gi"``."""
+    for suffix, factor in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if memory_bytes and memory_bytes % factor == 0:
+            return f"{memory_bytes // factor}{suffix}"
+    return str(memory_bytes)
+
+
+def _text(value: Any) -> str:
+    # nvidia-ml-py returns bytes before 11.515 and str after.
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _nvml_devices(pynvml: Any) -> list[Device]:
+    """Read every GPU through NVML (blocking; runs in a worker thread, after ``nvmlInit``)."""
+    driver_version = semver(_text(pynvml.nvmlSystemGetDriverVersion()))
+    devices = []
+    for index in range(pynvml.nvmlDeviceGetCount()):
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        major, minor_cc = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+        try:
+            architecture = _ARCHITECTURES.get(pynvml.nvmlDeviceGetArchitecture(handle), "Unknown")
+        except pynvml.NVMLError:
+            architecture = "Unknown"
+        devices.append(Device(
+            name=f"gpu-{index}",
+            attributes={
+                "type": "gpu",
+                "uuid": _text(pynvml.nvmlDeviceGetUUID(handle)),
+                "index": index,
+                "minor": int(pynvml.nvmlDeviceGetMinorNumber(handle)),
+                "productName": _text(pynvml.nvmlDeviceGetName(handle))[:64],
+                "architecture": architecture,
+                "driverVersion": driver_version,
+                "cudaComputeCapability": Version(f"{int(major)}.{int(minor_cc)}.0"),
+            },
+            capacities={"memory": Capacity(bytes_quantity(int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)))},
+        ))
+    return devices
+
+
+def _shutdown(pynvml: Any) -> None:
+    try:
+        pynvml.nvmlShutdown()
+    except pynvml.NVMLError:
+        logger.debug("nvmlShutdown failed", exc_info=True)
+
+
+def factory() -> GpuProfile:
+    """Entry point ``gpu`` of group ``ascend_dra.profiles``."""
+    return GpuProfile()

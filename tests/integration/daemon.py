@@ -1,0 +1,157 @@
+"""A real daemon process in standalone mode, and a grpcio (C-core) client playing the kubelet."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import grpc
+
+from tests.kubelet_pb.dra.v1 import api_pb2 as v1_pb2
+from tests.kubelet_pb.dra.v1 import api_pb2_grpc as v1_grpc
+from tests.kubelet_pb.dra.v1beta1 import api_pb2 as v1beta1_pb2
+from tests.kubelet_pb.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
+from tests.kubelet_pb.dra_health.v1alpha1 import api_pb2 as health_pb2
+from tests.kubelet_pb.dra_health.v1alpha1 import api_pb2_grpc as health_grpc
+from tests.kubelet_pb.pluginregistration import api_pb2 as reg_pb2
+from tests.kubelet_pb.pluginregistration import api_pb2_grpc as reg_grpc
+
+DRIVER = "ascend.project-hami.io"
+
+
+class DaemonProcess:
+    """``ascend-dra run --standalone DIR`` as a child process."""
+
+    def __init__(self, root: Path, *, node: str = "node-1", profiles: str = "fake", fake_devices: int = 4,
+                 env: dict[str, str] | None = None, extra_args: Sequence[str] = ()) -> None:
+        self.root = root
+        self.node = node
+        self.profiles = profiles
+        self.fake_devices = fake_devices
+        self.env = env or {}
+        self.extra_args = list(extra_args)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.boot_id_file = root / "boot_id"
+        if not self.boot_id_file.exists():
+            self.boot_id_file.parent.mkdir(parents=True, exist_ok=True)
+            self.boot_id_file.write_text("boot-1\n")
+        self.log_path = root / "daemon.log"
+
+    @property
+    def registration_socket(self) -> Path:
+        return self.root / "plugins_registry" / f"{DRIVER}-reg.sock"
+
+    @property
+    def dra_socket(self) -> Path:
+        return self.root / "plugins" / DRIVER / "dra.sock"
+
+    @property
+    def cdi_dir(self) -> Path:
+        return self.root / "cdi"
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.root / "plugins" / DRIVER / "checkpoint.json"
+
+    def start(self, *, wait: bool = True, extra_env: dict[str, str] | None = None) -> DaemonProcess:
+        env = {**os.environ, **self.env, **(extra_env or {})}
+        args = [sys.executable, "-m", "ascend_dra.cli", "run", "--profiles", self.profiles, "--standalone",
+                str(self.root), "--node-name", self.node, "--fake-devices", str(self.fake_devices),
+                "--boot-id-file", str(self.boot_id_file), *self.extra_args]
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(args, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        if wait:
+            self.wait_serving()
+        return self
+
+    def wait_serving(self, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"daemon exited with {self.proc.returncode}:\n{self.log_text()}")
+            if _accepts(self.registration_socket) and any((self.root / "resourceslices").glob("*.yaml")):
+                return
+            time.sleep(0.05)
+        raise TimeoutError(f"daemon not serving after {timeout} s:\n{self.log_text()}")
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def wait_exit(self, timeout: float = 20.0) -> int:
+        assert self.proc is not None
+        code = self.proc.wait(timeout)
+        self.log.close()
+        return code
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.wait_exit()
+
+    def stop(self) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            if self.proc is not None and not self.log.closed:
+                self.log.close()
+            return None if self.proc is None else self.proc.returncode
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.wait_exit(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.wait_exit()
+
+
+class Kubelet:
+    """grpcio stubs on the daemon's sockets, one channel per socket (as the kubelet keeps one)."""
+
+    def __init__(self, daemon: DaemonProcess) -> None:
+        self.reg_channel = grpc.insecure_channel(f"unix://{daemon.registration_socket}")
+        self.dra_channel = grpc.insecure_channel(f"unix://{daemon.dra_socket}")
+        self.registration = reg_grpc.RegistrationStub(self.reg_channel)
+        self.v1 = v1_grpc.DRAPluginStub(self.dra_channel)
+        self.v1beta1 = v1beta1_grpc.DRAPluginStub(self.dra_channel)
+        self.health = health_grpc.DRAResourceHealthStub(self.dra_channel)
+
+    def close(self) -> None:
+        self.reg_channel.close()
+        self.dra_channel.close()
+
+    def get_info(self) -> reg_pb2.PluginInfo:
+        return self.registration.GetInfo(reg_pb2.InfoRequest(), timeout=1)
+
+    def prepare(self, *claims: dict, api: str = "v1"):
+        pb, stub = (v1_pb2, self.v1) if api == "v1" else (v1beta1_pb2, self.v1beta1)
+        request = pb.NodePrepareResourcesRequest(claims=[_claim(pb, c) for c in claims])
+        return stub.NodePrepareResources(request, timeout=45)
+
+    def unprepare(self, *claims: dict, api: str = "v1"):
+        pb, stub = (v1_pb2, self.v1) if api == "v1" else (v1beta1_pb2, self.v1beta1)
+        request = pb.NodeUnprepareResourcesRequest(claims=[_claim(pb, c) for c in claims])
+        return stub.NodeUnprepareResources(request, timeout=45)
+
+    def first_health(self):
+        stream = self.health.NodeWatchResources(health_pb2.NodeWatchResourcesRequest(), timeout=10)
+        message = next(stream)
+        stream.cancel()
+        return message
+
+
+def _accepts(path: Path) -> bool:
+    """Whether a server listens on the unix socket (a stale socket file left by kill -9 refuses)."""
+    with socket.socket(socket.AF_UNIX) as sock:
+        try:
+            sock.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
+def _claim(pb, obj: dict):
+    meta = obj["metadata"]
+    return pb.Claim(namespace=meta["namespace"], name=meta["name"], uid=meta["uid"])

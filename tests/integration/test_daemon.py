@@ -1,0 +1,366 @@
+"""The daemon over real unix sockets, with grpcio (C-core) playing the kubelet, on a real filesystem."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import uuid
+
+import grpc
+import pytest
+import yaml
+
+from tests.claimfiles import claim_object, fake_config, write_claim
+from tests.integration.daemon import DRIVER, DaemonProcess, Kubelet
+
+KIND = f"k8s.{DRIVER}/npu"
+
+
+def spec_path(daemon: DaemonProcess, uid: str):
+    return daemon.cdi_dir / f"k8s.{DRIVER}-npu_{uid}.yaml"
+
+
+@pytest.fixture
+def daemon(short_tmp):
+    d = DaemonProcess(short_tmp / "sa").start()
+    yield d
+    d.stop()
+
+
+@pytest.fixture
+def kubelet(daemon):
+    k = Kubelet(daemon)
+    yield k
+    k.close()
+
+
+def test_registration_answers_like_the_go_helper_and_keeps_the_status(daemon, kubelet):
+    info = kubelet.get_info()
+    assert info.type == "DRAPlugin"
+    assert info.name == DRIVER
+    assert info.endpoint == str(daemon.dra_socket)
+    assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin", "v1alpha1.DRAResourceHealth"]
+    from tests.kubelet_pb.pluginregistration import api_pb2 as reg_pb2
+
+    kubelet.registration.NotifyRegistrationStatus(reg_pb2.RegistrationStatus(plugin_registered=True), timeout=5)
+    with pytest.raises(grpc.RpcError) as failed:
+        kubelet.registration.NotifyRegistrationStatus(
+            reg_pb2.RegistrationStatus(plugin_registered=False, error="version skew"), timeout=5)
+    assert failed.value.code() == grpc.StatusCode.INTERNAL
+    assert "registration failed: version skew" in failed.value.details()
+    assert "the kubelet refused the registration" in daemon.log_text()
+
+
+def test_sockets_are_owner_only_and_their_directories_0750(daemon):
+    for sock in (daemon.registration_socket, daemon.dra_socket):
+        mode = sock.stat().st_mode
+        assert stat.S_ISSOCK(mode)
+        assert stat.S_IMODE(mode) == 0o600
+        assert stat.S_IMODE(sock.parent.stat().st_mode) == 0o750
+
+
+@pytest.mark.parametrize("api", ["v1", "v1beta1"])
+def test_prepare_writes_cdi_spec_and_unprepare_removes_it(daemon, kubelet, api):
+    claim = write_claim(daemon.root, claim_object("c1", node="node-1", results=[("npu", "npu-1-0")],
+                                                   configs=[fake_config(requests=["npu"], aicoreLimit=25)]))
+    uid = claim["metadata"]["uid"]
+    reply = kubelet.prepare(claim, api=api)
+    assert list(reply.claims) == [uid]
+    entry = reply.claims[uid]
+    assert entry.error == ""
+    [device] = entry.devices
+    assert list(device.request_names) == ["npu"]
+    assert (device.pool_name, device.device_name) == ("node-1", "npu-1-0")
+    assert list(device.cdi_device_ids) == [f"{KIND}=common", f"{KIND}={uid}-npu-1-0"]
+    spec = yaml.safe_load(spec_path(daemon, uid).read_text())
+    assert spec["cdiVersion"] == "0.5.0"  # hostPath and a digit-leading name need 0.5.0
+    assert spec["kind"] == KIND
+    [cdi_device] = spec["devices"]
+    assert cdi_device["name"] == f"{uid}-npu-1-0"
+    assert cdi_device["containerEdits"]["env"] == [
+        "ASCEND_VISIBLE_DEVICES=1", "FAKE_NPU_AICORE_LIMIT=25", "ASCEND_GLOBAL_LOG_LEVEL=1"]
+    assert cdi_device["containerEdits"]["deviceNodes"] == [{"path": "/dev/davinci1", "hostPath": "/dev/null"}]
+    common = yaml.safe_load((daemon.cdi_dir / f"k8s.{DRIVER}-npu_common.yaml").read_text())
+    assert common["devices"][0]["containerEdits"]["env"] == ["ASCEND_DRA_NODE_NAME=node-1",
+                                                             f"ASCEND_DRA_DRIVER_NAME={DRIVER}"]
+
+    reply = kubelet.unprepare(claim, api=api)
+    assert reply.claims[uid].error == ""
+    assert not spec_path(daemon, uid).exists()
+
+
+def test_prepare_and_unprepare_are_idempotent(daemon, kubelet):
+    claim = write_claim(daemon.root, claim_object("idem", results=[("npu", "npu-0-0")]))
+    uid = claim["metadata"]["uid"]
+    first = kubelet.prepare(claim)
+    second = kubelet.prepare(claim)
+    assert first == second
+    assert first.claims[uid].error == ""
+    records = yaml.safe_load(daemon.checkpoint.read_text())["data"]["claims"]
+    assert list(records) == [uid]
+    assert records[uid]["state"] == "PrepareCompleted"
+    for _ in range(2):
+        assert kubelet.unprepare(claim).claims[uid].error == ""
+    unknown = claim_object("never-prepared")
+    assert kubelet.unprepare(unknown).claims[unknown["metadata"]["uid"]].error == ""
+
+
+def test_a_second_claim_on_an_exclusive_device_is_refused(daemon, kubelet):
+    first = write_claim(daemon.root, claim_object("first", results=[("npu", "npu-2-0")]))
+    second = write_claim(daemon.root, claim_object("second", results=[("npu", "npu-2-0")]))
+    assert kubelet.prepare(first).claims[first["metadata"]["uid"]].error == ""
+    error = kubelet.prepare(second).claims[second["metadata"]["uid"]].error
+    assert error == (f"ResourceClaim default/second: device npu-2-0 is already prepared for ResourceClaim "
+                     f"default/first (uid {first['metadata']['uid']}) and does not allow multiple allocations")
+    assert not spec_path(daemon, second["metadata"]["uid"]).exists()
+    kubelet.unprepare(first)
+    assert kubelet.prepare(second).claims[second["metadata"]["uid"]].error == ""
+
+
+def test_subrequest_results_report_the_base_request_and_take_its_config(daemon, kubelet):
+    claim = write_claim(daemon.root, claim_object(
+        "sub", results=[("npu/small", "npu-3-0")], configs=[fake_config(requests=["npu"], aicoreLimit=10)]))
+    uid = claim["metadata"]["uid"]
+    [device] = kubelet.prepare(claim).claims[uid].devices
+    assert list(device.request_names) == ["npu"]
+    spec = yaml.safe_load(spec_path(daemon, uid).read_text())
+    assert "FAKE_NPU_AICORE_LIMIT=10" in spec["devices"][0]["containerEdits"]["env"]
+
+
+def test_claim_config_wins_over_class_config(daemon, kubelet):
+    claim = write_claim(daemon.root, claim_object("prec", results=[("npu", "npu-0-0")], configs=[
+        fake_config(source="FromClaim", aicoreLimit=30),
+        fake_config(source="FromClass", aicoreLimit=90, logLevel="debug"),
+    ]))
+    uid = claim["metadata"]["uid"]
+    assert kubelet.prepare(claim).claims[uid].error == ""
+    env = yaml.safe_load(spec_path(daemon, uid).read_text())["devices"][0]["containerEdits"]["env"]
+    assert "FAKE_NPU_AICORE_LIMIT=30" in env
+    assert "ASCEND_GLOBAL_LOG_LEVEL=1" in env  # the claim's config is taken whole, not merged
+
+
+def test_one_bad_claim_never_harms_the_others(daemon, kubelet):
+    good = write_claim(daemon.root, claim_object("good", results=[("npu", "npu-0-0")]))
+    missing = claim_object("missing-file")
+    unallocated = write_claim(daemon.root, claim_object("unallocated", allocated=False))
+    unknown_device = write_claim(daemon.root, claim_object("unknown-device", results=[("npu", "npu-99-0")]))
+    other_pool = write_claim(daemon.root, claim_object("other-pool", node="node-2", results=[("npu", "npu-1-0")]))
+    bad_kind = write_claim(daemon.root, claim_object("bad-kind", results=[("npu", "npu-1-0")], configs=[
+        {"source": "FromClaim", "requests": [], "opaque": {"driver": DRIVER, "parameters": {
+            "apiVersion": f"{DRIVER}/v1alpha1", "kind": "TurboConfig"}}}]))
+    unknown_field = write_claim(daemon.root, claim_object("unknown-field", results=[("npu", "npu-1-0")],
+                                                          configs=[fake_config(turbo=True)]))
+    out_of_range = write_claim(daemon.root, claim_object("out-of-range", results=[("npu", "npu-1-0")],
+                                                         configs=[fake_config(aicoreLimit=101)]))
+    other_driver = write_claim(daemon.root, claim_object("other-driver", driver="gpu.example.com"))
+    unsafe = claim_object("unsafe", uid="../../etc/passwd")
+    replaced = write_claim(daemon.root, claim_object("replaced"))
+    replaced_ref = {**replaced, "metadata": {**replaced["metadata"], "uid": str(uuid.uuid4())}}
+    unparsable = claim_object("unparsable")
+    path = daemon.root / "claims" / "default" / "unparsable.yaml"
+    path.write_text("metadata: [unclosed\n")
+
+    claims = [good, missing, unallocated, unknown_device, other_pool, bad_kind, unknown_field, out_of_range,
+              other_driver, unsafe, replaced_ref, unparsable]
+    reply = kubelet.prepare(*claims)
+    errors = {c["metadata"]["name"]: reply.claims[c["metadata"]["uid"]].error for c in claims}
+    assert set(reply.claims) == {c["metadata"]["uid"] for c in claims}
+    assert errors["good"] == ""
+    root = daemon.root
+    assert errors["missing-file"] == (f"ResourceClaim default/missing-file: claim file "
+                                      f"{root}/claims/default/missing-file.yaml does not exist")
+    assert errors["unallocated"] == "ResourceClaim default/unallocated is not allocated (status.allocation is empty)"
+    assert errors["unknown-device"] == ("ResourceClaim default/unknown-device: device node-1/npu-99-0 was never "
+                                        f"published by {DRIVER} on node node-1")
+    assert errors["other-pool"] == ("ResourceClaim default/other-pool: device node-2/npu-1-0 was never "
+                                    f"published by {DRIVER} on node node-1")
+    assert errors["bad-kind"] == ("ResourceClaim default/bad-kind: invalid opaque config: "
+                                  "status.allocation.devices.config[0].opaque.parameters.kind: "
+                                  "'TurboConfig' is not one of FakeConfig")
+    assert errors["unknown-field"] == ("ResourceClaim default/unknown-field: invalid opaque config: "
+                                       "status.allocation.devices.config[0].opaque.parameters: unknown field(s) "
+                                       "turbo; allowed fields: aicoreLimit, logLevel")
+    assert errors["out-of-range"] == ("ResourceClaim default/out-of-range: invalid opaque config: "
+                                      "status.allocation.devices.config[0].opaque.parameters.aicoreLimit: "
+                                      "101 is outside the allowed range 1..100 (percent)")
+    assert errors["other-driver"] == f"ResourceClaim default/other-driver has no allocation results for driver {DRIVER}"
+    assert errors["unsafe"] == ("claim uid '../../etc/passwd' must be letters, digits, '-', '_' or '.' "
+                                "(no '/', '..' or NUL), at most 253 characters")
+    assert errors["replaced"] == (f"ResourceClaim default/replaced: uid {replaced_ref['metadata']['uid']} was "
+                                  f"requested but the claim has uid {replaced['metadata']['uid']} (it got replaced)")
+    assert errors["unparsable"].startswith(f"ResourceClaim default/unparsable: {path} is not valid YAML")
+    assert sorted(p.name for p in daemon.cdi_dir.iterdir()) == sorted(
+        [f"k8s.{DRIVER}-npu_common.yaml", spec_path(daemon, good["metadata"]["uid"]).name])
+
+
+@pytest.mark.parametrize("bad", ["a/b", "..", "x\x00y", "u" * 254], ids=["slash", "dotdot", "nul", "too-long"])
+def test_unsafe_uids_never_reach_a_path(daemon, kubelet, bad):
+    claim = claim_object("unsafe", uid=bad)
+    assert "must be letters, digits" in kubelet.prepare(claim).claims[bad].error
+    assert "must be letters, digits" in kubelet.unprepare(claim).claims[bad].error
+
+
+def test_unsafe_names_and_namespaces_are_refused(daemon, kubelet):
+    long_name = claim_object("n" * 254)
+    bad_ns = claim_object("ok", namespace="../etc")
+    reply = kubelet.prepare(long_name, bad_ns)
+    assert "is not a DNS subdomain" in reply.claims[long_name["metadata"]["uid"]].error
+    assert "is not a DNS label" in reply.claims[bad_ns["metadata"]["uid"]].error
+
+
+def test_share_id_reaches_v1_only(daemon, kubelet):
+    share = str(uuid.uuid4())
+    claim = write_claim(daemon.root, claim_object("shared", results=[
+        {"request": "npu", "driver": DRIVER, "pool": "node-1", "device": "npu-0-0", "shareID": share}]))
+    uid = claim["metadata"]["uid"]
+    [device] = kubelet.prepare(claim, api="v1").claims[uid].devices
+    assert device.HasField("share_id") and device.share_id == share
+    assert list(device.cdi_device_ids)[1] == f"{KIND}={uid}-npu-0-0-{share}"
+    [beta] = kubelet.prepare(claim, api="v1beta1").claims[uid].devices
+    assert beta.device_name == "npu-0-0"
+
+
+def test_health_stream_lists_every_device(daemon, kubelet):
+    message = kubelet.first_health()
+    assert [(d.device.pool_name, d.device.device_name, d.health) for d in message.devices] == [
+        ("node-1", f"npu-{i}-0", 1) for i in range(4)]
+    assert all(d.health_check_timeout_seconds == 30 for d in message.devices)
+
+
+def test_stale_socket_from_a_crash_is_replaced(short_tmp):
+    d = DaemonProcess(short_tmp / "sa")
+    d.registration_socket.parent.mkdir(parents=True)
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(str(d.registration_socket))
+    stale.close()  # the file stays, nobody listens: what a kill -9 leaves
+    d.start()
+    try:
+        k = Kubelet(d)
+        assert k.get_info().name == DRIVER
+        k.close()
+    finally:
+        d.stop()
+    assert not d.registration_socket.exists() and not d.dra_socket.exists()
+
+
+def test_orphan_claim_specs_are_removed_at_start(short_tmp):
+    d = DaemonProcess(short_tmp / "sa")
+    d.cdi_dir.mkdir(parents=True)
+    orphan = d.cdi_dir / f"k8s.{DRIVER}-npu_0a1b2c3d-0000-4000-8000-000000000000.yaml"
+    orphan.write_text("cdiVersion: 0.5.0\nkind: k8s.x/npu\ndevices: []\n")
+    foreign = d.cdi_dir / "k8s.other.example.com-gpu_0a1b2c3d.yaml"
+    foreign.write_text("cdiVersion: 0.5.0\n")
+    d.start()
+    d.stop()
+    assert not orphan.exists()
+    assert foreign.exists()  # another driver's spec is not ours to remove
+
+
+def test_truncated_checkpoint_stops_start_up_and_is_kept(short_tmp):
+    d = DaemonProcess(short_tmp / "sa").start()
+    claim = write_claim(d.root, claim_object("kept"))
+    k = Kubelet(d)
+    k.prepare(claim)
+    k.close()
+    d.stop()
+    blob = d.checkpoint.read_bytes()
+    d.checkpoint.write_bytes(blob[: len(blob) // 2])
+    d.start(wait=False)
+    assert d.wait_exit() == 1
+    log = d.log_text()
+    assert f"checkpoint {d.checkpoint} is unreadable: not valid JSON" in log
+    assert "move it away" in log
+    assert d.checkpoint.read_bytes() == blob[: len(blob) // 2]
+
+
+def test_bit_flipped_checkpoint_fails_its_checksum(short_tmp):
+    d = DaemonProcess(short_tmp / "sa").start()
+    claim = write_claim(d.root, claim_object("flipped"))
+    k = Kubelet(d)
+    k.prepare(claim)
+    k.close()
+    d.stop()
+    text = d.checkpoint.read_text().replace('"PrepareCompleted"', '"PrepareCompletes"')
+    d.checkpoint.write_text(text)
+    d.start(wait=False)
+    assert d.wait_exit() == 1
+    assert "checksum mismatch" in d.log_text()
+
+
+def test_reboot_recreates_cdi_specs_when_the_kubelet_prepares_again(short_tmp):
+    d = DaemonProcess(short_tmp / "sa").start()
+    claim = write_claim(d.root, claim_object("survivor", results=[("npu", "npu-2-0")]))
+    uid = claim["metadata"]["uid"]
+    k = Kubelet(d)
+    before = k.prepare(claim)
+    k.close()
+    d.stop()
+    # A reboot: a new boot id, and /var/run/cdi (tmpfs) is empty.
+    d.boot_id_file.write_text("boot-2\n")
+    for f in d.cdi_dir.iterdir():
+        f.unlink()
+    d.start()
+    assert (d.cdi_dir / f"k8s.{DRIVER}-npu_common.yaml").exists()
+    k = Kubelet(d)
+    after = k.prepare(claim)
+    k.close()
+    assert after == before
+    assert spec_path(d, uid).exists()
+    data = yaml.safe_load(d.checkpoint.read_text())["data"]
+    assert data["boot_id"] == "boot-2"
+    assert data["claims"][uid]["boot_id"] == "boot-2"
+    d.stop()
+
+
+def _mount_tmpfs(path, size="64k"):
+    path.mkdir(parents=True, exist_ok=True)
+    if os.system(f"mount -t tmpfs -o size={size} tmpfs {path}") != 0:
+        pytest.fail("mounting a tmpfs failed; these tests need root (CI runs as root)")
+
+
+@pytest.fixture
+def small_cdi(short_tmp):
+    root = short_tmp / "sa"
+    _mount_tmpfs(root / "cdi")
+    yield root
+    os.system(f"umount {root / 'cdi'}")
+
+
+def test_full_cdi_disk_fails_that_claim_and_the_daemon_lives(small_cdi):
+    d = DaemonProcess(small_cdi).start()
+    k = Kubelet(d)
+    filler = d.cdi_dir / "filler.bin"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(fd, b"\0" * 1024):
+            pass
+    except OSError as exc:
+        assert exc.errno == 28  # ENOSPC: the CDI file system is full now
+    finally:
+        os.close(fd)
+    claim = write_claim(d.root, claim_object("no-space"))
+    uid = claim["metadata"]["uid"]
+    error = k.prepare(claim).claims[uid].error
+    assert error.startswith("ResourceClaim default/no-space: No space left on device")
+    assert k.get_info().name == DRIVER
+    assert uid not in yaml.safe_load(d.checkpoint.read_text())["data"]["claims"]
+    filler.unlink()
+    assert k.prepare(claim).claims[uid].error == ""
+    k.close()
+    d.stop()
+
+
+def test_read_only_cdi_dir_fails_that_claim_and_the_daemon_lives(small_cdi):
+    d = DaemonProcess(small_cdi).start()
+    k = Kubelet(d)
+    assert os.system(f"mount -o remount,ro {d.cdi_dir}") == 0
+    claim = write_claim(d.root, claim_object("read-only"))
+    uid = claim["metadata"]["uid"]
+    assert k.prepare(claim).claims[uid].error.startswith(
+        "ResourceClaim default/read-only: Read-only file system")
+    assert k.get_info().name == DRIVER
+    os.system(f"mount -o remount,rw {d.cdi_dir}")
+    assert k.prepare(claim).claims[uid].error == ""
+    k.close()
+    d.stop()

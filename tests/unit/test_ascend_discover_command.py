@@ -1,0 +1,74 @@
+"""``ascend-dra discover`` output: the table, the ResourceSlice YAML and JSON, failing profiles."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+import yaml
+
+from ascend_dra.commands.discover import run
+from ascend_dra.profiles.ascend.npu310p import Npu310PProfile
+from ascend_dra.profiles.ascend.npu910 import Npu910Profile
+from tests.unit.test_ascend_discovery import ANSWERS_910A, tree_910a
+from tests.unit.test_ascend_profiles import context, lab_310p3
+from tests.unit.test_ascend_support import fake_npu_smi
+
+pytestmark = pytest.mark.anyio
+
+
+class Broken:
+    name = "broken"
+
+    async def discover(self, ctx: object) -> object:
+        raise RuntimeError("no driver")
+
+
+async def test_table_for_the_lab_host(tmp_path: Path) -> None:
+    text = await run([Npu310PProfile(), Npu910Profile(), Broken()], lab_310p3(tmp_path), "table")
+    assert text == (
+        "PROFILE   DEVICE   CHIP   MEMORY   NUMA  TOPOLOGY  TIER\n"
+        "npu-310P  npu-0-0  310P3  21525Mi  0     -         npu-smi\n"
+        "npu-310P  npu-1-0  310P3  21525Mi  1     -         npu-smi\n"
+        "npu-910: no devices (tier npu-smi)\n"
+        "broken: discovery failed: RuntimeError: no driver\n"
+    )
+
+
+async def test_table_with_topology_groups(tmp_path: Path) -> None:
+    dev, sys_root = tree_910a(tmp_path)
+    ctx = context(tmp_path, fake_npu_smi(tmp_path, ANSWERS_910A), dev, sys_root)
+    lines = (await run([Npu910Profile()], ctx, "table")).splitlines()
+    assert lines[0] == "PROFILE  DEVICE   CHIP  MEMORY   NUMA  TOPOLOGY  TIER"
+    assert lines[1] == "npu-910  npu-0-0  910A  32768Mi  0     hccs-0    npu-smi"
+    assert len(lines) == 9
+
+
+async def test_yaml_is_the_resource_slices(tmp_path: Path) -> None:
+    text = await run([Npu310PProfile(), Broken()], lab_310p3(tmp_path), "yaml")
+    assert text.startswith("# broken: discovery failed: RuntimeError: no driver\n")
+    (resource_slice,) = list(yaml.safe_load_all(text))
+    assert resource_slice["apiVersion"] == "resource.k8s.io/v1"
+    assert resource_slice["kind"] == "ResourceSlice"
+    spec = resource_slice["spec"]
+    assert (spec["driver"], spec["nodeName"], spec["pool"]) == (
+        "ascend.project-hami.io", "node-a", {"name": "node-a", "generation": 1, "resourceSliceCount": 1})
+    first = spec["devices"][0]
+    assert first["name"] == "npu-0-0"
+    assert first["capacity"] == {"aicore": {"value": "8"}, "memory": {"value": "21525Mi"}}
+    assert first["attributes"]["driverVersion"] == {"version": "25.5.1"}
+    assert first["attributes"]["physicalID"] == {"int": 0}
+    assert first["attributes"]["chipName"] == {"string": "310P3"}
+    assert [d["attributes"]["physicalID"] for d in spec["devices"]] == [{"int": 0}, {"int": 2}]
+
+
+async def test_json_is_a_list_of_resource_slices(tmp_path: Path) -> None:
+    document = orjson.loads(await run([Npu310PProfile()], lab_310p3(tmp_path), "json"))
+    assert (document["apiVersion"], document["kind"], len(document["items"])) == ("v1", "List", 1)
+    assert [d["name"] for d in document["items"][0]["spec"]["devices"]] == ["npu-0-0", "npu-1-0"]
+
+
+async def test_unknown_output_is_refused_before_discovery(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="discover: output 'xml' is not one of table, yaml, json"):
+        await run([Broken()], lab_310p3(tmp_path), "xml")
