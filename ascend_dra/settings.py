@@ -53,6 +53,11 @@ class Settings:
     log_format: str = "text"
 
     def __attrs_post_init__(self) -> None:
+        # Paths end up in CDI specs and PluginInfo.endpoint, which must be absolute.
+        for name in ("standalone", "cdi_root", "registrar_dir", "plugins_dir"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, Path(value).absolute())
         if self.standalone is not None:
             root = self.standalone
             object.__setattr__(self, "registrar_dir", root / "plugins_registry")

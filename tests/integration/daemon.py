@@ -29,7 +29,10 @@ class DaemonProcess:
     """``ascend-dra run --standalone DIR`` as a child process."""
 
     def __init__(self, root: Path, *, node: str = "node-1", profiles: str = "fake", fake_devices: int = 4,
-                 env: dict[str, str] | None = None, extra_args: Sequence[str] = ()) -> None:
+                 env: dict[str, str] | None = None, extra_args: Sequence[str] = (),
+                 cwd: Path | None = None) -> None:
+        """``root`` is the standalone DIR; with ``cwd`` it is passed relative to ``cwd``."""
+        self.cwd = cwd
         self.root = root
         self.node = node
         self.profiles = profiles
@@ -61,11 +64,12 @@ class DaemonProcess:
 
     def start(self, *, wait: bool = True, extra_env: dict[str, str] | None = None) -> DaemonProcess:
         env = {**os.environ, **self.env, **(extra_env or {})}
+        standalone = self.root.relative_to(self.cwd) if self.cwd else self.root
         args = [sys.executable, "-m", "ascend_dra.cli", "run", "--profiles", self.profiles, "--standalone",
-                str(self.root), "--node-name", self.node, "--fake-devices", str(self.fake_devices),
+                str(standalone), "--node-name", self.node, "--fake-devices", str(self.fake_devices),
                 "--boot-id-file", str(self.boot_id_file), *self.extra_args]
         self.log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(args, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(args, env=env, stdout=self.log, stderr=subprocess.STDOUT, cwd=self.cwd)
         if wait:
             self.wait_serving()
         return self

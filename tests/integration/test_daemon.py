@@ -364,3 +364,18 @@ def test_read_only_cdi_dir_fails_that_claim_and_the_daemon_lives(small_cdi):
     assert k.prepare(claim).claims[uid].error == ""
     k.close()
     d.stop()
+
+
+def test_a_relative_standalone_dir_gives_absolute_paths_in_specs_and_plugin_info(short_tmp):
+    d = DaemonProcess(short_tmp / "rel", cwd=short_tmp).start()
+    k = Kubelet(d)
+    try:
+        assert k.get_info().endpoint == str(d.dra_socket)
+        claim = write_claim(d.root, claim_object("rel"))
+        assert k.prepare(claim).claims[claim["metadata"]["uid"]].error == ""
+        spec = yaml.safe_load(spec_path(d, claim["metadata"]["uid"]).read_text())
+        mount = spec["devices"][0]["containerEdits"]["mounts"][0]
+        assert mount["hostPath"] == f"{d.root}/plugins/{DRIVER}/profiles/fake-driver"
+    finally:
+        k.close()
+        d.stop()

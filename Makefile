@@ -1,0 +1,63 @@
+# ascend-dra developer commands. `make test` is what CI runs (.ci/run).
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+CLUSTER_DIR ?= .cluster
+
+.PHONY: venv test test-unit test-integration test-cluster test-plugins proto proto-check lint demo \
+        cluster-bins cluster-up cluster-down bench clean
+
+# The venv is (re)built when pyproject.toml changes; the stamp records the last install.
+$(VENV)/.installed: pyproject.toml plugins/example-profile/pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test,gen,dev]' -e plugins/example-profile
+	touch $@
+
+venv: $(VENV)/.installed
+
+test: venv proto-check lint cluster-bins
+	$(PY) -m pytest tests -q
+	$(PY) -m pytest plugins/example-profile/tests -q
+
+test-unit: venv
+	$(PY) -m pytest tests/unit -q
+
+test-integration: venv
+	$(PY) -m pytest tests/integration -q
+
+test-cluster: venv cluster-bins
+	$(PY) -m pytest tests/cluster -q
+
+proto: venv
+	PYTHON=$(PY) hack/gen-proto.sh
+
+# Fails when the checked-in generated code differs from what the .proto files generate.
+proto-check: proto
+	git diff --exit-code --stat -- ascend_dra/kubelet/_gen tests/kubelet_pb
+	test -z "$$(git status --porcelain -- ascend_dra/kubelet/_gen tests/kubelet_pb)"
+
+lint: venv
+	$(VENV)/bin/ruff check ascend_dra tests plugins bench
+
+demo: venv
+	PY=$(PY) hack/demo.sh
+
+# Control-plane binaries (kube-apiserver, kube-scheduler, kube-controller-manager, etcd) are
+# built from their Go modules into ~/.cache/ascend-dra, only when missing (~7 min cold).
+cluster-bins:
+	tests/cluster/build.sh
+
+cluster-up: venv cluster-bins
+	$(PY) tests/cluster/controlplane.py up --dir $(CLUSTER_DIR)
+	@echo "export ASCEND_DRA_KUBECONFIG=$(CURDIR)/$(CLUSTER_DIR)/kubeconfig   # tests reuse this cluster"
+
+cluster-down:
+	$(PY) tests/cluster/controlplane.py down --dir $(CLUSTER_DIR)
+
+bench: venv
+	$(PY) bench/bench_prepare.py
+	$(PY) bench/bench_discovery.py
+
+clean:
+	rm -rf $(VENV) demo .cluster
