@@ -30,9 +30,11 @@ class DaemonProcess:
 
     def __init__(self, root: Path, *, node: str = "node-1", profiles: str = "fake", fake_devices: int = 4,
                  env: dict[str, str] | None = None, extra_args: Sequence[str] = (),
-                 cwd: Path | None = None) -> None:
-        """``root`` is the standalone DIR; with ``cwd`` it is passed relative to ``cwd``."""
+                 cwd: Path | None = None, kubeconfig: Path | None = None) -> None:
+        """``root`` is the standalone DIR; with ``cwd`` it is passed relative to ``cwd``. With
+        ``kubeconfig`` the daemon runs in cluster mode and ``root`` holds its sockets and CDI dir."""
         self.cwd = cwd
+        self.kubeconfig = kubeconfig
         self.root = root
         self.node = node
         self.profiles = profiles
@@ -64,9 +66,15 @@ class DaemonProcess:
 
     def start(self, *, wait: bool = True, extra_env: dict[str, str] | None = None) -> DaemonProcess:
         env = {**os.environ, **self.env, **(extra_env or {})}
-        standalone = self.root.relative_to(self.cwd) if self.cwd else self.root
-        args = [sys.executable, "-m", "ascend_dra.cli", "run", "--profiles", self.profiles, "--standalone",
-                str(standalone), "--node-name", self.node, "--fake-devices", str(self.fake_devices),
+        if self.kubeconfig is None:
+            standalone = self.root.relative_to(self.cwd) if self.cwd else self.root
+            mode = ["--standalone", str(standalone)]
+        else:
+            mode = ["--kubeconfig", str(self.kubeconfig), "--cdi-root", str(self.cdi_dir),
+                    "--kubelet-registrar-directory-path", str(self.root / "plugins_registry"),
+                    "--kubelet-plugins-directory-path", str(self.root / "plugins")]
+        args = [sys.executable, "-m", "ascend_dra.cli", "run", "--profiles", self.profiles, *mode,
+                "--node-name", self.node, "--fake-devices", str(self.fake_devices),
                 "--boot-id-file", str(self.boot_id_file), *self.extra_args]
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(args, env=env, stdout=self.log, stderr=subprocess.STDOUT, cwd=self.cwd)
@@ -79,7 +87,8 @@ class DaemonProcess:
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"daemon exited with {self.proc.returncode}:\n{self.log_text()}")
-            if _accepts(self.registration_socket) and any((self.root / "resourceslices").glob("*.yaml")):
+            published = self.kubeconfig is not None or any((self.root / "resourceslices").glob("*.yaml"))
+            if _accepts(self.registration_socket) and published:
                 return
             time.sleep(0.05)
         raise TimeoutError(f"daemon not serving after {timeout} s:\n{self.log_text()}")

@@ -14,11 +14,15 @@ ALLOWED = "(Ki, Mi, Gi, Ti, Pi, Ei, k, M, G, T, P, E, m)"
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
+        # BUG (model.py): the suffix class `[kMGTPE]i?` has a lower-case k only, so "1Ki" -- the
+        # kibibyte every Kubernetes object uses -- is rejected as "invalid quantity".
         pytest.param("1Ki", Decimal(1024), id="Ki"),
         pytest.param("1Mi", Decimal(2**20), id="Mi"),
         pytest.param("16Gi", Decimal(17179869184), id="Gi"),
         pytest.param("2Ti", Decimal(2 * 2**40), id="Ti"),
         pytest.param("1Pi", Decimal(2**50), id="Pi"),
+        # BUG (model.py): "Ei" starts with "E", so it takes the exponent branch and raises
+        # "invalid literal for int() with base 10: 'i'".
         pytest.param("1Ei", Decimal(2**60), id="Ei"),
         pytest.param("1.5Gi", Decimal(1610612736), id="fractional-binary"),
         pytest.param("1k", Decimal(1000), id="k"),

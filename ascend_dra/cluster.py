@@ -1,0 +1,379 @@
+"""Cluster mode: claims from the API server and the ResourceSlice reconciler.
+
+kubernetes-asyncio is imported here only, and this module only when the daemon runs in cluster
+mode, after the kubelet sockets are up (its import costs ~0.4 s and ~60 MB, toolchain.md §5).
+Objects travel as plain ``resource.k8s.io/v1`` JSON dicts (the same shapes as standalone mode),
+through ``ApiClient.call_api``; the typed API is used only for the watch.
+
+Publishing follows the Go helper's ResourceSlice controller (kubelet-dra-protocol.md §6.2): one
+pool named after the node, owner reference to the Node, ``generateName`` ``<node>-<driver>-``;
+on every change the pool generation rises, obsolete slices are deleted first, then matched
+slices updated, then new ones created. A watch on our slices triggers a re-sync, so slices that
+someone else deleted (the kubelet wipes a node's slices when it starts) come back within seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+from anyio.abc import TaskStatus
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_jitter
+
+from ascend_dra.claims import ClaimError, check_claim_ref, parse_claim
+from ascend_dra.model import ClaimAllocation, Inventory
+from ascend_dra.slices import build_slices
+
+__all__ = ("ApiClaimSource", "ApiPublisher", "DroppedFieldsError", "open_api")
+
+log = logging.getLogger(__name__)
+
+RESOURCE_V1 = "/apis/resource.k8s.io/v1"
+
+
+class ApiError(Exception):
+    """Raised by :class:`KubeApi` for a non-2xx answer; ``status`` is the HTTP status (0: no answer)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        self.status = status
+        super().__init__(f"HTTP {status}: {message}" if status else message)
+
+
+class DroppedFieldsError(Exception):
+    """Raised by the publisher when the API server stored a slice without fields we sent.
+
+    The API server drops fields of disabled feature gates without an error (§8); ``gates`` names
+    the gates that must be enabled on kube-apiserver (and the scheduler, and the kubelet).
+    """
+
+    def __init__(self, fields: list[str], gates: list[str]) -> None:
+        self.fields = fields
+        self.gates = gates
+        super().__init__(f"the API server dropped ResourceSlice fields {', '.join(fields)}: enable the feature "
+                         f"gate(s) {', '.join(gates)} on kube-apiserver, kube-scheduler and the kubelet")
+
+
+class KubeApi:
+    """Raw JSON calls on a kubernetes-asyncio ``ApiClient`` (created inside the running loop)."""
+
+    def __init__(self, api_client: Any) -> None:
+        self.client = api_client
+
+    async def call(self, method: str, path: str, *, query: list[tuple[str, str]] | None = None,
+                   body: Any = None) -> Any:
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        try:
+            return await self.client.call_api(
+                path, method, query_params=query or [], body=body,
+                header_params={"Accept": "application/json", "Content-Type": "application/json"},
+                response_types_map={200: "object", 201: "object", 202: "object"},
+                auth_settings=["BearerToken"], _return_http_data_only=True, _request_timeout=30,
+            )
+        except ApiException as exc:
+            raise ApiError(exc.status or 0, _api_message(exc)) from None
+        except (OSError, TimeoutError) as exc:
+            raise ApiError(0, f"{method} {path}: {exc or type(exc).__name__}") from None
+        except Exception as exc:  # aiohttp.ClientError and friends: the server is not answering
+            if type(exc).__module__.startswith("aiohttp"):
+                raise ApiError(0, f"{method} {path}: {exc or type(exc).__name__}") from None
+            raise
+
+
+def _api_message(exc: Any) -> str:
+    import orjson
+
+    try:
+        return str(orjson.loads(exc.body).get("message") or exc.reason)
+    except Exception:
+        return str(exc.reason)
+
+
+async def open_api(kubeconfig: str | None) -> Any:
+    """Return a kubernetes-asyncio ``ApiClient`` for ``kubeconfig`` (a path), or the in-cluster config.
+
+    Must be called inside the running event loop (aiohttp). The caller closes it.
+    """
+    from kubernetes_asyncio import client, config
+
+    cfg = client.Configuration()
+    if kubeconfig:
+        await config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+    else:
+        config.load_incluster_config(client_configuration=cfg)
+    return client.ApiClient(cfg)
+
+
+class ApiClaimSource:
+    """Fetches claims with ``GET resource.k8s.io/v1`` before Prepare, as the Go helper does (§6.1)."""
+
+    def __init__(self, kubeconfig: str | None, driver_name: str) -> None:
+        self.kubeconfig = kubeconfig
+        self.driver_name = driver_name
+        self._api: KubeApi | None = None
+        self._lock = anyio.Lock()
+
+    async def _get_api(self) -> KubeApi:
+        async with self._lock:
+            if self._api is None:
+                self._api = KubeApi(await open_api(self.kubeconfig))
+            return self._api
+
+    async def get(self, namespace: str, name: str, uid: str) -> ClaimAllocation:
+        """Return the allocated claim.
+
+        :raises ClaimError: not found, a different uid (replaced), not allocated, or not reserved
+            for any consumer; or the API server could not be asked.
+        """
+        check_claim_ref(namespace, name, uid)
+        ref = f"ResourceClaim {namespace}/{name}"
+        api = await self._get_api()
+        try:
+            obj = await api.call("GET", f"{RESOURCE_V1}/namespaces/{namespace}/resourceclaims/{name}")
+        except ApiError as exc:
+            if exc.status == 404:
+                raise ClaimError(f"{ref} does not exist") from None
+            raise ClaimError(f"{ref}: reading it from the API server failed: {exc}") from None
+        obj.setdefault("kind", "ResourceClaim")
+        claim = parse_claim(obj, self.driver_name)
+        if claim.uid != uid:
+            raise ClaimError(f"{ref}: uid {uid} was requested but the claim has uid {claim.uid} (it got replaced)")
+        if not claim.reserved_for:
+            raise ClaimError(f"{ref} is allocated but not reserved for any pod (status.reservedFor is empty)")
+        return claim
+
+    async def aclose(self) -> None:
+        if self._api is not None:
+            await self._api.client.close()
+
+
+_GATED_DEVICE_FIELDS = {
+    "taints": "DRADeviceTaints",
+    "allowMultipleAllocations": "DRAConsumableCapacity",
+    "consumesCounters": "DRAPartitionableDevices",
+}
+
+
+def dropped_fields(sent: Mapping[str, Any], stored: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """Compare a slice spec we sent with the one the API server stored.
+
+    :return: ``(field paths dropped, feature gates that would keep them)``.
+    """
+    fields: list[str] = []
+    gates: list[str] = []
+
+    def note(path: str, gate: str) -> None:
+        fields.append(path)
+        if gate not in gates:
+            gates.append(gate)
+
+    if sent.get("sharedCounters") and not stored.get("sharedCounters"):
+        note("spec.sharedCounters", "DRAPartitionableDevices")
+    stored_devices = {d.get("name"): d for d in stored.get("devices") or []}
+    for device in sent.get("devices") or []:
+        kept = stored_devices.get(device["name"], {})
+        for key, gate in _GATED_DEVICE_FIELDS.items():
+            if device.get(key) and not kept.get(key):
+                note(f"spec.devices[{device['name']}].{key}", gate)
+        for cap, value in (device.get("capacity") or {}).items():
+            if value.get("requestPolicy") and not (kept.get("capacity", {}).get(cap) or {}).get("requestPolicy"):
+                note(f"spec.devices[{device['name']}].capacity.{cap}.requestPolicy", "DRAConsumableCapacity")
+    return fields, gates
+
+
+def _content(spec: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What identifies a slice's content, ignoring the pool's generation and slice count."""
+    import orjson
+
+    rest = {k: v for k, v in spec.items() if k != "pool"}
+    return (orjson.dumps(rest, option=orjson.OPT_SORT_KEYS),)
+
+
+def _key(spec: Mapping[str, Any]) -> tuple[str, ...]:
+    """Match key: the device names (or counter-set names) a slice carries."""
+    names = [d["name"] for d in spec.get("devices") or []] + [f"counters:{c['name']}" for c in
+                                                                spec.get("sharedCounters") or []]
+    return tuple(sorted(names))
+
+
+class ApiPublisher:
+    """Keeps the node's pool in the API server equal to the inventory.
+
+    :ivar generation: the pool generation last written.
+    :ivar last_error: the last reconcile error (None after a successful sync), for health reporting.
+    :ivar syncs: how many reconciles wrote something.
+    """
+
+    def __init__(self, kubeconfig: str | None, *, driver_name: str, node_name: str,
+                 resync_interval: float = 60.0) -> None:
+        self.kubeconfig = kubeconfig
+        self.driver_name = driver_name
+        self.node_name = node_name
+        self.resync_interval = resync_interval
+        self.generation = 0
+        self.last_error: Exception | None = None
+        self.syncs = 0
+        self._inventory = Inventory()
+        self._wake = anyio.Event()
+        self._api: KubeApi | None = None
+        self._owner: dict[str, str] | None = None
+
+    def update(self, inventory: Inventory) -> None:
+        """Set the desired inventory; the reconcile loop publishes it promptly."""
+        self._inventory = inventory
+        self._wake.set()
+
+    async def run(self, inventory: Inventory, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Reconcile until cancelled. Reports started at once: Prepare of prepared claims must not
+        wait for an API server that is down."""
+        self._inventory = inventory
+        api_client = await open_api(self.kubeconfig)
+        self._api = KubeApi(api_client)
+        task_status.started()
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._watch)
+                while True:
+                    self._wake = anyio.Event()
+                    await self._sync_with_retry()
+                    with anyio.move_on_after(self.resync_interval):
+                        await self._wake.wait()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await api_client.close()
+
+    async def _sync_with_retry(self) -> None:
+        async for attempt in AsyncRetrying(
+            wait=wait_exponential_jitter(initial=0.5, max=30), retry=retry_if_exception_type(ApiError),
+            reraise=True,
+        ):
+            with attempt:
+                try:
+                    await self.sync()
+                    self.last_error = None
+                except ApiError as exc:
+                    self.last_error = exc
+                    log.warning("publishing ResourceSlices failed; retrying", extra={"error": str(exc)})
+                    raise
+                except DroppedFieldsError as exc:
+                    self.last_error = exc
+                    log.error("ResourceSlice fields were dropped by the API server", extra={"error": str(exc)})
+
+    async def _node_owner(self) -> dict[str, str]:
+        assert self._api is not None
+        if self._owner is None:
+            try:
+                node = await self._api.call("GET", f"/api/v1/nodes/{self.node_name}")
+            except ApiError as exc:
+                raise ApiError(exc.status, f"reading Node {self.node_name} for the owner reference: {exc}") from None
+            self._owner = {"name": self.node_name, "uid": node["metadata"]["uid"]}
+        return self._owner
+
+    async def list_slices(self) -> list[dict[str, Any]]:
+        """Our slices in the API server (field selector ``spec.driver`` + ``spec.nodeName``)."""
+        assert self._api is not None
+        selector = f"spec.driver={self.driver_name},spec.nodeName={self.node_name}"
+        reply = await self._api.call("GET", f"{RESOURCE_V1}/resourceslices", query=[("fieldSelector", selector)])
+        return [s for s in reply.get("items") or [] if s["spec"]["pool"]["name"] == self.node_name]
+
+    async def sync(self) -> bool:
+        """One reconcile; return True if anything was written.
+
+        :raises ApiError: the API server refused or did not answer (retried by the loop).
+        :raises DroppedFieldsError: the stored slices lack fields we sent (a feature gate is off).
+        """
+        assert self._api is not None
+        owner = await self._node_owner()
+        existing = await self.list_slices()
+        current = max((s["spec"]["pool"].get("generation", 0) for s in existing), default=0)
+        desired = build_slices(self._inventory, driver_name=self.driver_name, node_name=self.node_name,
+                               pool_generation=current, owner=owner)
+        up_to_date = (
+            len(existing) == len(desired)
+            and all(s["spec"]["pool"].get("generation") == current for s in existing)
+            and all(s["spec"]["pool"].get("resourceSliceCount") == len(desired) for s in existing)
+            and sorted(_content(s["spec"]) for s in existing) == sorted(_content(d["spec"]) for d in desired)
+        )
+        if up_to_date:
+            self.generation = current
+            return False
+        generation = current + 1
+        for obj in desired:
+            obj["spec"]["pool"]["generation"] = generation
+        pairs, obsolete, new = _match(existing, desired)
+        for old in obsolete:
+            await self._delete(old)
+        stored = []
+        for old, new_obj in pairs:
+            body = {**new_obj, "metadata": {**old["metadata"], "ownerReferences":
+                                            new_obj["metadata"].get("ownerReferences")}}
+            stored.append((new_obj, await self._api.call(
+                "PUT", f"{RESOURCE_V1}/resourceslices/{old['metadata']['name']}", body=body)))
+        for new_obj in new:
+            stored.append((new_obj, await self._api.call("POST", f"{RESOURCE_V1}/resourceslices", body=new_obj)))
+        self.generation = generation
+        self.syncs += 1
+        log.info("published ResourceSlices", extra={"generation": generation, "slices": len(desired),
+                                                     "devices": len(self._inventory.devices),
+                                                     "deleted": len(obsolete)})
+        fields: list[str] = []
+        gates: list[str] = []
+        for sent, got in stored:
+            more_fields, more_gates = dropped_fields(sent["spec"], got.get("spec") or {})
+            fields += more_fields
+            gates += [g for g in more_gates if g not in gates]
+        if fields:
+            raise DroppedFieldsError(fields, gates)
+        return True
+
+    async def _delete(self, obj: Mapping[str, Any]) -> None:
+        assert self._api is not None
+        meta = obj["metadata"]
+        body = {"apiVersion": "v1", "kind": "DeleteOptions",
+                "preconditions": {"uid": meta["uid"], "resourceVersion": meta["resourceVersion"]}}
+        try:
+            await self._api.call("DELETE", f"{RESOURCE_V1}/resourceslices/{meta['name']}", body=body)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+
+    async def _watch(self) -> None:
+        """Wake the reconcile loop on every change to our slices (someone deleting them, say)."""
+        from kubernetes_asyncio import client, watch
+
+        assert self._api is not None
+        api = client.ResourceV1Api(self._api.client)
+        selector = f"spec.driver={self.driver_name},spec.nodeName={self.node_name}"
+        while True:
+            try:
+                async with watch.Watch() as w:
+                    async for event in w.stream(api.list_resource_slice, field_selector=selector,
+                                                timeout_seconds=300):
+                        if event["type"] in ("DELETED", "MODIFIED", "ADDED"):
+                            self._wake.set()
+            except Exception as exc:  # the API server went away: back off, then watch again
+                log.debug("slice watch ended", extra={"error": str(exc)})
+                self._wake.set()
+                await anyio.sleep(1.0)
+
+
+def _match(existing: list[dict[str, Any]], desired: list[dict[str, Any]]
+           ) -> tuple[list[tuple[dict[str, Any], dict[str, Any]]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Pair existing slices with desired ones: same device-name set first, then one-to-one leftovers
+    if exactly one of each remains (as the Go helper). Returns (pairs, obsolete, new)."""
+    by_key: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for obj in existing:
+        by_key.setdefault(_key(obj["spec"]), []).append(obj)
+    pairs, new = [], []
+    for obj in desired:
+        candidates = by_key.get(_key(obj["spec"]))
+        if candidates:
+            pairs.append((candidates.pop(), obj))
+        else:
+            new.append(obj)
+    leftovers = [o for objs in by_key.values() for o in objs]
+    if len(leftovers) == 1 and len(new) == 1:
+        pairs.append((leftovers.pop(), new.pop()))
+    return pairs, leftovers, new

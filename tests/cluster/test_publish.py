@@ -1,0 +1,217 @@
+"""The daemon in cluster mode against the real kube-apiserver, kube-scheduler and controller-manager.
+
+The daemon runs as a process (fake profile); the test reads what the API server stored, lets the
+real scheduler allocate claims, and plays the kubelet over the daemon's unix sockets.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.parse
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.integration.daemon import DRIVER, DaemonProcess, Kubelet
+
+pytestmark = pytest.mark.cluster
+
+RES = "/apis/resource.k8s.io/v1"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def wait_until(probe: Callable[[], Any], what: str, within: float = 10.0) -> Any:
+    deadline = time.monotonic() + within
+    last = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(0.1)
+    pytest.fail(f"not {what} within {within} s; last: {last!r}")
+
+
+def ok(cp, method: str, path: str, body: Any = None) -> Any:
+    status, reply = cp.api(method, path, body)
+    assert 200 <= status < 300, f"{method} {path} -> {status}: {reply}"
+    return reply
+
+
+def our_slices(cp, node: str) -> list[dict[str, Any]]:
+    selector = urllib.parse.quote(f"spec.driver={DRIVER},spec.nodeName={node}")
+    return ok(cp, "GET", f"{RES}/resourceslices?fieldSelector={selector}")["items"]
+
+
+def delete_our_slices(cp, node: str) -> None:
+    selector = urllib.parse.quote(f"spec.driver={DRIVER},spec.nodeName={node}")
+    ok(cp, "DELETE", f"{RES}/resourceslices?fieldSelector={selector}")
+
+
+@pytest.fixture
+def cp(control_plane):
+    delete_our_slices(control_plane, control_plane.node_name)
+    yield control_plane
+    delete_our_slices(control_plane, control_plane.node_name)
+
+
+@pytest.fixture
+def start_daemon(cp, short_tmp):
+    started: list[DaemonProcess] = []
+
+    def start(fake_devices: int = 4) -> DaemonProcess:
+        d = DaemonProcess(short_tmp / "node", node=cp.node_name, kubeconfig=cp.kubeconfig,
+                          fake_devices=fake_devices).start()
+        started.append(d)
+        return d
+
+    yield start
+    for d in started:
+        d.stop()
+
+
+def test_published_slices_are_accepted_with_owner_attributes_and_capacities(cp, start_daemon):
+    start_daemon()
+    [obj] = wait_until(lambda: our_slices(cp, cp.node_name), "published")
+    node_uid = ok(cp, "GET", f"/api/v1/nodes/{cp.node_name}")["metadata"]["uid"]
+    assert obj["metadata"]["name"].startswith(f"{cp.node_name}-{DRIVER}-")
+    assert obj["metadata"]["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Node", "name": cp.node_name, "uid": node_uid, "controller": True}]
+    spec = obj["spec"]
+    assert (spec["driver"], spec["nodeName"]) == (DRIVER, cp.node_name)
+    assert spec["pool"] == {"name": cp.node_name, "generation": 1, "resourceSliceCount": 1}
+    assert [d["name"] for d in spec["devices"]] == [f"npu-{i}-0" for i in range(4)]
+    device = spec["devices"][2]
+    assert device["attributes"]["index"] == {"int": 2}
+    assert device["attributes"]["type"] == {"string": "npu"}
+    assert device["attributes"]["chipName"] == {"string": "910B3"}
+    assert len(device["attributes"]["uuid"]["string"]) == 36
+    assert device["capacity"] == {"cores": {"value": "100"}, "memory": {"value": "32Gi"}}
+
+
+def test_300_devices_make_3_slices_and_shrinking_removes_the_obsolete_ones(cp, start_daemon):
+    d = start_daemon(fake_devices=300)
+    slices = wait_until(lambda: (s := our_slices(cp, cp.node_name)) and len(s) == 3 and s, "3 slices")
+    assert sorted(len(s["spec"]["devices"]) for s in slices) == [44, 128, 128]
+    assert {(s["spec"]["pool"]["generation"], s["spec"]["pool"]["resourceSliceCount"]) for s in slices} == {(1, 3)}
+    d.stop()
+    start_daemon(fake_devices=10)
+    [shrunk] = wait_until(lambda: (s := our_slices(cp, cp.node_name)) and len(s) == 1 and s, "one slice left",
+                          within=15)
+    assert len(shrunk["spec"]["devices"]) == 10
+    assert shrunk["spec"]["pool"] == {"name": cp.node_name, "generation": 2, "resourceSliceCount": 1}
+
+
+def test_slices_deleted_behind_our_back_come_back_within_5_seconds(cp, start_daemon):
+    start_daemon()
+    wait_until(lambda: our_slices(cp, cp.node_name), "published")
+    delete_our_slices(cp, cp.node_name)  # what the kubelet does when it starts
+    [back] = wait_until(lambda: our_slices(cp, cp.node_name), "re-created", within=5)
+    assert len(back["spec"]["devices"]) == 4
+    assert back["spec"]["pool"]["generation"] == 1
+
+
+def test_the_publisher_converges_after_an_api_server_restart(cp, start_daemon):
+    d = start_daemon()
+    wait_until(lambda: our_slices(cp, cp.node_name), "published")
+    cp.restart_apiserver()
+    delete_our_slices(cp, cp.node_name)
+    wait_until(lambda: our_slices(cp, cp.node_name), "re-created after the restart", within=15)
+    assert d.proc is not None and d.proc.poll() is None
+
+
+def apply_examples(cp) -> None:
+    for doc in yaml.safe_load_all((EXAMPLES / "deviceclasses" / "fake.yaml").read_text()):
+        status, reply = cp.api("POST", f"{RES}/deviceclasses", doc)
+        assert status in (201, 409), reply
+
+
+def create_pod(cp, namespace: str, class_name: str, selector: str | None = None) -> tuple[str, str]:
+    name = f"p-{uuid.uuid4().hex[:8]}"
+    request: dict[str, Any] = {"name": "npu", "exactly": {"deviceClassName": class_name}}
+    if selector:
+        request["exactly"]["selectors"] = [{"cel": {"expression": selector}}]
+    ok(cp, "POST", f"{RES}/namespaces/{namespace}/resourceclaimtemplates", {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": name},
+        "spec": {"spec": {"devices": {"requests": [request], "config": [{"requests": ["npu"], "opaque": {
+            "driver": DRIVER, "parameters": {"apiVersion": f"{DRIVER}/v1alpha1", "kind": "FakeConfig",
+                                             "aicoreLimit": 40}}}]}}}})
+    ok(cp, "POST", f"/api/v1/namespaces/{namespace}/pods", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"resourceClaims": [{"name": "npu", "resourceClaimTemplateName": name}],
+                 "containers": [{"name": "main", "image": "busybox", "resources": {"claims": [{"name": "npu"}]}}]}})
+    return name, name
+
+
+def pod_claim(cp, namespace: str, pod: str) -> dict[str, Any] | None:
+    statuses = ok(cp, "GET", f"/api/v1/namespaces/{namespace}/pods/{pod}").get("status", {}).get(
+        "resourceClaimStatuses") or []
+    if not statuses or not statuses[0].get("resourceClaimName"):
+        return None
+    return ok(cp, "GET", f"{RES}/namespaces/{namespace}/resourceclaims/{statuses[0]['resourceClaimName']}")
+
+
+def test_scheduler_allocates_our_device_and_the_kubelet_prepares_it(cp, start_daemon):
+    d = start_daemon()
+    wait_until(lambda: our_slices(cp, cp.node_name), "published")
+    apply_examples(cp)
+    pod, _ = create_pod(cp, "default", "fake.ascend.project-hami.io")
+    bound = wait_until(lambda: ok(cp, "GET", f"/api/v1/namespaces/default/pods/{pod}")["spec"].get("nodeName"),
+                       "bound", within=30)
+    assert bound == cp.node_name
+    claim = wait_until(lambda: (c := pod_claim(cp, "default", pod)) and c.get("status", {}).get("allocation") and c,
+                       "allocated")
+    [result] = claim["status"]["allocation"]["devices"]["results"]
+    assert (result["driver"], result["pool"]) == (DRIVER, cp.node_name)
+    uid = claim["metadata"]["uid"]
+
+    k = Kubelet(d)
+    try:
+        reply = k.prepare(claim)
+        assert reply.claims[uid].error == ""
+        [device] = reply.claims[uid].devices
+        assert device.device_name == result["device"]
+        spec_file = d.cdi_dir / f"k8s.{DRIVER}-npu_{uid}.yaml"
+        spec = yaml.safe_load(spec_file.read_text())
+        assert spec["devices"][0]["name"] == f"{uid}-{result['device']}"
+        assert "FAKE_NPU_AICORE_LIMIT=40" in spec["devices"][0]["containerEdits"]["env"]
+
+        ok(cp, "DELETE", f"/api/v1/namespaces/default/pods/{pod}?gracePeriodSeconds=0")
+        assert k.unprepare(claim).claims[uid].error == ""
+        assert not spec_file.exists()
+    finally:
+        k.close()
+        cp.api("DELETE", f"/api/v1/namespaces/default/pods/{pod}?gracePeriodSeconds=0")
+        cp.api("DELETE", f"{RES}/namespaces/default/resourceclaimtemplates/{pod}")
+
+
+def test_a_claim_whose_selector_matches_nothing_stays_pending_and_nothing_is_prepared(cp, start_daemon):
+    d = start_daemon()
+    wait_until(lambda: our_slices(cp, cp.node_name), "published")
+    apply_examples(cp)
+    pod, _ = create_pod(cp, "default", "fake.ascend.project-hami.io",
+                        selector=f'device.attributes["{DRIVER}"].index == 99')
+    try:
+        claim = wait_until(lambda: pod_claim(cp, "default", pod), "claim created by the controller-manager")
+
+        def unschedulable() -> bool:
+            conditions = ok(cp, "GET", f"/api/v1/namespaces/default/pods/{pod}").get("status", {}).get(
+                "conditions") or []
+            return any(c["type"] == "PodScheduled" and c["status"] == "False" for c in conditions)
+
+        wait_until(unschedulable, "reported unschedulable by the scheduler", within=30)
+        claim = pod_claim(cp, "default", pod)
+        assert not claim.get("status", {}).get("allocation")
+        k = Kubelet(d)
+        reply = k.prepare(claim)
+        k.close()
+        name = claim["metadata"]["name"]
+        assert reply.claims[claim["metadata"]["uid"]].error == (
+            f"ResourceClaim default/{name} is not allocated (status.allocation is empty)")
+        assert sorted(p.name for p in d.cdi_dir.iterdir()) == [f"k8s.{DRIVER}-npu_common.yaml"]
+    finally:
+        cp.api("DELETE", f"/api/v1/namespaces/default/pods/{pod}?gracePeriodSeconds=0")
+        cp.api("DELETE", f"{RES}/namespaces/default/resourceclaimtemplates/{pod}")

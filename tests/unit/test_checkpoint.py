@@ -1,0 +1,239 @@
+"""checkpoint.py: versioned, checksummed JSON records of prepared claims, replaced atomically (DESIGN §6)."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+
+import orjson
+import pytest
+
+from ascend_dra import checkpoint as ckpt
+from ascend_dra.checkpoint import CheckpointCorrupt, CheckpointData, ClaimRecord, DeviceRecord
+
+UID = "5d1e2c3a-0b4f-4e6a-9c7d-8e9f0a1b2c3d"
+KIND = "k8s.ascend.project-hami.io/npu"
+
+ADVICE = (
+    "It records which claims are prepared on this node, so the daemon will not start over it. Inspect it, then "
+    "either restore it from a backup or move it away (the kubelet will prepare the claims of running pods again; "
+    "their CDI specs will be rewritten)"
+)
+
+
+def sample(boot_id: str = "boot-1", claims: int = 1) -> CheckpointData:
+    records = {}
+    for i in range(claims):
+        uid = UID if i == 0 else f"{UID[:-4]}{i:04d}"
+        records[uid] = ClaimRecord(
+            uid=uid, namespace="team-a", name=f"claim-{i}", state="PrepareCompleted", boot_id=boot_id,
+            devices=(
+                DeviceRecord("npu", "node-1", "npu-0-0", (f"{KIND}=common", f"{KIND}={uid}-npu-0-0")),
+                DeviceRecord("vnpu/small", "node-1", "npu-1-0", (f"{KIND}={uid}-npu-1-0-ab",), share_id="ab",
+                             consumed_capacity={"memory": "8Gi", "cores": "25"}),
+            ),
+            cdi_specs=(f"k8s.ascend.project-hami.io-npu_{uid}.yaml",),
+            side_effects={"hard-vnpu": {"vnpu_ids": [3, 4], "template": "vir02"}},
+        )
+    return CheckpointData(boot_id=boot_id, claims=records)
+
+
+def checksum(data: object) -> str:
+    """The documented checksum: sha256 over ``data`` serialized by orjson with sorted keys."""
+    return "sha256:" + hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def corrupt_message(path: Path, reason: str) -> str:
+    return f"checkpoint {path} is unreadable: {reason}. {ADVICE}"
+
+
+def test_round_trip(tmp_path):
+    path = tmp_path / ckpt.CHECKPOINT_FILE
+    data = sample(claims=3)
+    ckpt.save(path, data)
+    assert ckpt.load(path) == data
+    assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_file_layout_is_kind_version_checksum_data(tmp_path):
+    path = tmp_path / ckpt.CHECKPOINT_FILE
+    ckpt.save(path, sample())
+    doc = orjson.loads(path.read_bytes())
+    assert sorted(doc) == ["checksum", "data", "kind", "version"]
+    assert (doc["kind"], doc["version"]) == ("AscendDRACheckpoint", 1)
+    assert doc["checksum"] == checksum(doc["data"])
+    assert doc["data"]["claims"][UID]["state"] == "PrepareCompleted"
+
+
+def test_missing_file_is_an_empty_checkpoint(tmp_path):
+    assert ckpt.load(tmp_path / "absent.json") == CheckpointData()
+    assert ckpt.load(tmp_path / "absent.json") == CheckpointData(boot_id="", claims={})
+
+
+def test_checkpoint_path_is_under_the_plugin_dir(tmp_path):
+    assert ckpt.checkpoint_path(tmp_path) == tmp_path / "checkpoint.json"
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        pytest.param("document", id="next-to-data"),
+        pytest.param("data", id="inside-data"),
+        pytest.param("claim", id="in-a-claim-record"),
+        pytest.param("device", id="in-a-device-record"),
+    ],
+)
+def test_fields_of_a_newer_driver_are_ignored(tmp_path, where):
+    path = tmp_path / ckpt.CHECKPOINT_FILE
+    ckpt.save(path, sample())
+    doc = orjson.loads(path.read_bytes())
+    target = {"document": doc, "data": doc["data"], "claim": doc["data"]["claims"][UID],
+              "device": doc["data"]["claims"][UID]["devices"][1]}[where]
+    target["addedInV1_5"] = {"nested": [1, 2, 3]}
+    doc["checksum"] = checksum(doc["data"])
+    path.write_bytes(orjson.dumps(doc))
+    assert ckpt.load(path) == sample()
+
+
+def test_checksum_mismatch(tmp_path):
+    path = tmp_path / ckpt.CHECKPOINT_FILE
+    ckpt.save(path, sample())
+    path.write_bytes(path.read_bytes().replace(b'"team-a"', b'"team-b"'))
+    with pytest.raises(CheckpointCorrupt) as raised:
+        ckpt.load(path)
+    assert str(raised.value) == corrupt_message(path, "checksum mismatch (the file was modified or damaged)")
+    assert (raised.value.path, raised.value.reason) == (path, "checksum mismatch (the file was modified or damaged)")
+
+
+@pytest.mark.parametrize("keep", [pytest.param(0.5, id="half"), pytest.param(0.99, id="last-byte-missing")])
+def test_truncated_file(tmp_path, keep):
+    path = tmp_path / ckpt.CHECKPOINT_FILE
+    ckpt.save(path, sample())
+    blob = path.read_bytes()
+    path.write_bytes(blob[: int(len(blob) * keep)] if keep < 0.99 else blob[:-1])
+    truncated = path.read_bytes()
+    with pytest.raises(orjson.JSONDecodeError) as parse_error:
+        orjson.loads(truncated)
+    with pytest.raises(CheckpointCorrupt) as raised:
+        ckpt.load(path)
+    assert str(raised.value) == corrupt_message(
+        path, f"not valid JSON ({parse_error.value}); the file is probably truncated")
+    assert path.read_bytes() == truncated  # left untouched for inspection
+
+
+def test_empty_file(tmp_path):
+    path = tmp_path / ckpt.CHECKPOINT_FILE
+    path.write_bytes(b"")
+    with pytest.raises(CheckpointCorrupt) as raised:
+        ckpt.load(path)
+    assert str(raised.value) == corrupt_message(
+        path, "not valid JSON (Input is a zero-length, empty document: line 1 column 1 (char 0)); "
+              "the file is probably truncated")
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        pytest.param({"kind": "DRACheckpoint", "version": 1, "checksum": "", "data": {}}, id="kubelet-kind"),
+        pytest.param({"version": 1, "data": {}}, id="no-kind"),
+        pytest.param([1, 2], id="not-an-object"),
+    ],
+)
+def test_wrong_kind(tmp_path, doc):
+    path = tmp_path / ckpt.CHECKPOINT_FILE
+    path.write_bytes(orjson.dumps(doc))
+    with pytest.raises(CheckpointCorrupt) as raised:
+        ckpt.load(path)
+    assert str(raised.value) == corrupt_message(path, "kind is not AscendDRACheckpoint")
+
+
+@pytest.mark.parametrize(
+    ("version", "shown"),
+    [pytest.param(2, "2", id="newer"), pytest.param(0, "0", id="older"), pytest.param("1", "'1'", id="string"),
+     pytest.param(None, "None", id="missing")],
+)
+def test_unknown_version(tmp_path, version, shown):
+    path = tmp_path / ckpt.CHECKPOINT_FILE
+    ckpt.save(path, sample())
+    doc = orjson.loads(path.read_bytes())
+    if version is None:
+        del doc["version"]
+    else:
+        doc["version"] = version
+    path.write_bytes(orjson.dumps(doc))
+    with pytest.raises(CheckpointCorrupt) as raised:
+        ckpt.load(path)
+    assert str(raised.value) == corrupt_message(
+        path, f"version {shown} is not 1 (written by another ascend-dra release)")
+
+
+def test_records_of_the_wrong_shape(tmp_path):
+    path = tmp_path / ckpt.CHECKPOINT_FILE
+    ckpt.save(path, sample())
+    doc = orjson.loads(path.read_bytes())
+    doc["data"]["claims"][UID]["state"] = "PrepareHalfDone"
+    doc["checksum"] = checksum(doc["data"])
+    path.write_bytes(orjson.dumps(doc))
+    with pytest.raises(CheckpointCorrupt) as raised:
+        ckpt.load(path)
+    assert str(raised.value) == corrupt_message(
+        path, "records of an unexpected shape: While structuring CheckpointData (1 sub-exception)")
+
+
+def test_save_replaces_the_file_and_leaves_no_temp_file(tmp_path):
+    path = tmp_path / ckpt.CHECKPOINT_FILE
+    ckpt.save(path, sample(boot_id="boot-1"))
+    inode = path.stat().st_ino
+    ckpt.save(path, sample(boot_id="boot-2", claims=2))
+    assert ckpt.load(path) == sample(boot_id="boot-2", claims=2)
+    assert path.stat().st_ino != inode  # a new file renamed over the old one, not rewritten in place
+    assert os.listdir(tmp_path) == [ckpt.CHECKPOINT_FILE]
+
+
+@pytest.fixture
+def tiny_tmpfs(short_tmp):
+    """A 16 KiB tmpfs (needs root): writes past its size fail with ENOSPC, like a full /var."""
+    mountpoint = short_tmp / "tmpfs"
+    mountpoint.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(mountpoint)], check=True)
+    try:
+        yield mountpoint
+    finally:
+        subprocess.run(["umount", str(mountpoint)], check=True)
+
+
+def _fill(directory: Path) -> None:
+    """Write a filler file until the file system is full."""
+    fd = os.open(directory / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while True:
+            try:
+                os.write(fd, b"\0" * 1024)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+                return
+    finally:
+        os.close(fd)
+
+
+def test_failed_save_on_a_full_file_system_keeps_the_old_checkpoint_byte_for_byte(tiny_tmpfs):
+    path = tiny_tmpfs / ckpt.CHECKPOINT_FILE
+    ckpt.save(path, sample(boot_id="boot-1"))
+    before = path.read_bytes()
+    _fill(tiny_tmpfs)
+    bigger = sample(boot_id="boot-2", claims=20)
+    assert len(ckpt.encode(bigger)) > 4096
+    with pytest.raises(OSError) as raised:
+        ckpt.save(path, bigger)
+    assert raised.value.errno == errno.ENOSPC
+    assert path.read_bytes() == before
+    assert ckpt.load(path) == sample(boot_id="boot-1")
+    assert sorted(os.listdir(tiny_tmpfs)) == [ckpt.CHECKPOINT_FILE, "filler"]
+
+
+def test_read_boot_id_strips_the_newline(tmp_path):
+    (tmp_path / "boot_id").write_text("0f5e2b7c-aaaa-bbbb-cccc-111122223333\n")
+    assert ckpt.read_boot_id(tmp_path / "boot_id") == "0f5e2b7c-aaaa-bbbb-cccc-111122223333"
