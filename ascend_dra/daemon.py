@@ -102,12 +102,8 @@ class Daemon:
 
         :raises RuntimeError: if no profile could be loaded.
         """
-        for entry in load_profiles(self.settings.profiles):
-            if entry.error is not None:
-                log.error("profile failed to load; skipping it", extra={"profile": entry.name,
-                                                                        "distribution": entry.distribution,
-                                                                        "error": entry.error.reason})
-            else:
+        for entry in load_profiles(self.settings.profiles):  # failures are logged there, with the traceback
+            if entry.error is None:
                 self.loaded[entry.name] = entry
         if not self.loaded:
             raise RuntimeError(f"none of the profiles {', '.join(self.settings.profiles)} could be loaded")

@@ -37,6 +37,7 @@ from ascend_dra.model import (
     DeviceTaint,
     Inventory,
     Version,
+    parse_quantity,
 )
 
 __all__ = (
@@ -59,6 +60,7 @@ __all__ = (
     "Version",
     "config_converter",
     "decode_config",
+    "parse_quantity",
 )
 
 #: Opaque config apiVersion is ``<driver-name>/v1alpha1`` (DESIGN §5).

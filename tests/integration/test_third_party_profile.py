@@ -10,8 +10,6 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-import textwrap
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +17,7 @@ import pytest
 import yaml
 
 from tests.claimfiles import claim_object, write_claim
+from tests.distributions import write_distribution
 from tests.integration.daemon import DRIVER, DaemonProcess, Kubelet
 
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
@@ -33,20 +32,6 @@ def published_devices(root: Path) -> dict[str, dict[str, Any]]:
             for device in obj["spec"].get("devices") or []:
                 devices[device["name"]] = device
     return devices
-
-
-def write_distribution(root: Path, dist_name: str, profiles: dict[str, str]) -> None:
-    """A distribution ``dist_name`` 1.0 in ``root`` registering ``profiles`` (entry-point name -> module source)."""
-    root.mkdir(parents=True, exist_ok=True)
-    lines = []
-    for ep_name, source in profiles.items():
-        module = f"vendor_{uuid.uuid4().hex[:10]}"
-        (root / f"{module}.py").write_text(textwrap.dedent(source))
-        lines.append(f"{ep_name} = {module}:factory")
-    info = root / f"{dist_name.replace('-', '_')}-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist_name}\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text("[ascend_dra.profiles]\n" + "\n".join(lines) + "\n")
 
 
 HANGING = '''
