@@ -59,9 +59,7 @@ class PluginInfo(betterproto2.Message):
     Absolute path of the DRA service socket; empty means the registration socket itself.
     """
 
-    supported_versions: "list[str]" = betterproto2.field(
-        4, betterproto2.TYPE_STRING, repeated=True
-    )
+    supported_versions: "list[str]" = betterproto2.field(4, betterproto2.TYPE_STRING, repeated=True)
     """
     gRPC service names, in the plugin's order of preference, e.g. "v1.DRAPlugin".
     """
@@ -81,9 +79,7 @@ class RegistrationStatus(betterproto2.Message):
     error: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
 
 
-default_message_pool.register_message(
-    "pluginregistration", "RegistrationStatus", RegistrationStatus
-)
+default_message_pool.register_message("pluginregistration", "RegistrationStatus", RegistrationStatus)
 
 
 @dataclass(eq=False, repr=False)
@@ -91,9 +87,7 @@ class RegistrationStatusResponse(betterproto2.Message):
     pass
 
 
-default_message_pool.register_message(
-    "pluginregistration", "RegistrationStatusResponse", RegistrationStatusResponse
-)
+default_message_pool.register_message("pluginregistration", "RegistrationStatusResponse", RegistrationStatusResponse)
 
 
 class RegistrationStub(betterproto2_grpclib.ServiceStub):
@@ -142,23 +136,18 @@ class RegistrationBase(betterproto2_grpclib.ServiceBase):
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
-    async def notify_registration_status(
-        self, message: "RegistrationStatus"
-    ) -> "RegistrationStatusResponse":
+    async def notify_registration_status(self, message: "RegistrationStatus") -> "RegistrationStatusResponse":
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
-    async def __rpc_get_info(
-        self, stream: "grpclib.server.Stream[InfoRequest, PluginInfo]"
-    ) -> None:
+    async def __rpc_get_info(self, stream: "grpclib.server.Stream[InfoRequest, PluginInfo]") -> None:
         request = await stream.recv_message()
         assert request is not None
         response = await self.get_info(request)
         await stream.send_message(response)
 
     async def __rpc_notify_registration_status(
-        self,
-        stream: "grpclib.server.Stream[RegistrationStatus, RegistrationStatusResponse]",
+        self, stream: "grpclib.server.Stream[RegistrationStatus, RegistrationStatusResponse]"
     ) -> None:
         request = await stream.recv_message()
         assert request is not None

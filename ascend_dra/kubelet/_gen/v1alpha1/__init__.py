@@ -42,13 +42,9 @@ class HealthStatus(betterproto2.Enum):
 
 @dataclass(eq=False, repr=False)
 class DeviceHealth(betterproto2.Message):
-    device: "DeviceIdentifier | None" = betterproto2.field(
-        1, betterproto2.TYPE_MESSAGE, optional=True
-    )
+    device: "DeviceIdentifier | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
 
-    health: "HealthStatus" = betterproto2.field(
-        2, betterproto2.TYPE_ENUM, default_factory=lambda: HealthStatus(0)
-    )
+    health: "HealthStatus" = betterproto2.field(2, betterproto2.TYPE_ENUM, default_factory=lambda: HealthStatus(0))
 
     last_updated_time: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
     """
@@ -79,21 +75,15 @@ class NodeWatchResourcesRequest(betterproto2.Message):
     pass
 
 
-default_message_pool.register_message(
-    "v1alpha1", "NodeWatchResourcesRequest", NodeWatchResourcesRequest
-)
+default_message_pool.register_message("v1alpha1", "NodeWatchResourcesRequest", NodeWatchResourcesRequest)
 
 
 @dataclass(eq=False, repr=False)
 class NodeWatchResourcesResponse(betterproto2.Message):
-    devices: "list[DeviceHealth]" = betterproto2.field(
-        1, betterproto2.TYPE_MESSAGE, repeated=True
-    )
+    devices: "list[DeviceHealth]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
 
 
-default_message_pool.register_message(
-    "v1alpha1", "NodeWatchResourcesResponse", NodeWatchResourcesResponse
-)
+default_message_pool.register_message("v1alpha1", "NodeWatchResourcesResponse", NodeWatchResourcesResponse)
 
 
 class DraResourceHealthStub(betterproto2_grpclib.ServiceStub):
@@ -135,8 +125,7 @@ class DraResourceHealthBase(betterproto2_grpclib.ServiceBase):
         yield NodeWatchResourcesResponse()
 
     async def __rpc_node_watch_resources(
-        self,
-        stream: "grpclib.server.Stream[NodeWatchResourcesRequest, NodeWatchResourcesResponse]",
+        self, stream: "grpclib.server.Stream[NodeWatchResourcesRequest, NodeWatchResourcesResponse]"
     ) -> None:
         request = await stream.recv_message()
         assert request is not None

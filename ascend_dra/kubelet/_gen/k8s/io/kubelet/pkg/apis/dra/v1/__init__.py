@@ -48,9 +48,7 @@ default_message_pool.register_message("k8s.io.kubelet.pkg.apis.dra.v1", "Claim",
 
 @dataclass(eq=False, repr=False)
 class Device(betterproto2.Message):
-    request_names: "list[str]" = betterproto2.field(
-        1, betterproto2.TYPE_STRING, repeated=True
-    )
+    request_names: "list[str]" = betterproto2.field(1, betterproto2.TYPE_STRING, repeated=True)
     """
     Base request names (without "/<subrequest>"); empty = all requests of the claim.
     """
@@ -59,31 +57,23 @@ class Device(betterproto2.Message):
 
     device_name: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
 
-    cdi_device_ids: "list[str]" = betterproto2.field(
-        4, betterproto2.TYPE_STRING, repeated=True
-    )
+    cdi_device_ids: "list[str]" = betterproto2.field(4, betterproto2.TYPE_STRING, repeated=True)
     """
     Fully-qualified CDI device names ("vendor/class=name").
     """
 
-    share_id: "str | None" = betterproto2.field(
-        5, betterproto2.TYPE_STRING, optional=True
-    )
+    share_id: "str | None" = betterproto2.field(5, betterproto2.TYPE_STRING, optional=True)
     """
     Allocation share ID (DRAConsumableCapacity); kubelet 1.35 and later.
     """
 
 
-default_message_pool.register_message(
-    "k8s.io.kubelet.pkg.apis.dra.v1", "Device", Device
-)
+default_message_pool.register_message("k8s.io.kubelet.pkg.apis.dra.v1", "Device", Device)
 
 
 @dataclass(eq=False, repr=False)
 class NodePrepareResourceResponse(betterproto2.Message):
-    devices: "list[Device]" = betterproto2.field(
-        1, betterproto2.TYPE_MESSAGE, repeated=True
-    )
+    devices: "list[Device]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
 
     error: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
     """
@@ -92,34 +82,24 @@ class NodePrepareResourceResponse(betterproto2.Message):
 
 
 default_message_pool.register_message(
-    "k8s.io.kubelet.pkg.apis.dra.v1",
-    "NodePrepareResourceResponse",
-    NodePrepareResourceResponse,
+    "k8s.io.kubelet.pkg.apis.dra.v1", "NodePrepareResourceResponse", NodePrepareResourceResponse
 )
 
 
 @dataclass(eq=False, repr=False)
 class NodePrepareResourcesRequest(betterproto2.Message):
-    claims: "list[Claim]" = betterproto2.field(
-        1, betterproto2.TYPE_MESSAGE, repeated=True
-    )
+    claims: "list[Claim]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
 
 
 default_message_pool.register_message(
-    "k8s.io.kubelet.pkg.apis.dra.v1",
-    "NodePrepareResourcesRequest",
-    NodePrepareResourcesRequest,
+    "k8s.io.kubelet.pkg.apis.dra.v1", "NodePrepareResourcesRequest", NodePrepareResourcesRequest
 )
 
 
 @dataclass(eq=False, repr=False)
 class NodePrepareResourcesResponse(betterproto2.Message):
     claims: "dict[str, NodePrepareResourceResponse]" = betterproto2.field(
-        1,
-        betterproto2.TYPE_MAP,
-        map_meta=betterproto2.map_meta(
-            betterproto2.TYPE_STRING, betterproto2.TYPE_MESSAGE
-        ),
+        1, betterproto2.TYPE_MAP, map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_MESSAGE)
     )
     """
     Keyed by ResourceClaim UID.
@@ -127,9 +107,7 @@ class NodePrepareResourcesResponse(betterproto2.Message):
 
 
 default_message_pool.register_message(
-    "k8s.io.kubelet.pkg.apis.dra.v1",
-    "NodePrepareResourcesResponse",
-    NodePrepareResourcesResponse,
+    "k8s.io.kubelet.pkg.apis.dra.v1", "NodePrepareResourcesResponse", NodePrepareResourcesResponse
 )
 
 
@@ -139,34 +117,24 @@ class NodeUnprepareResourceResponse(betterproto2.Message):
 
 
 default_message_pool.register_message(
-    "k8s.io.kubelet.pkg.apis.dra.v1",
-    "NodeUnprepareResourceResponse",
-    NodeUnprepareResourceResponse,
+    "k8s.io.kubelet.pkg.apis.dra.v1", "NodeUnprepareResourceResponse", NodeUnprepareResourceResponse
 )
 
 
 @dataclass(eq=False, repr=False)
 class NodeUnprepareResourcesRequest(betterproto2.Message):
-    claims: "list[Claim]" = betterproto2.field(
-        1, betterproto2.TYPE_MESSAGE, repeated=True
-    )
+    claims: "list[Claim]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
 
 
 default_message_pool.register_message(
-    "k8s.io.kubelet.pkg.apis.dra.v1",
-    "NodeUnprepareResourcesRequest",
-    NodeUnprepareResourcesRequest,
+    "k8s.io.kubelet.pkg.apis.dra.v1", "NodeUnprepareResourcesRequest", NodeUnprepareResourcesRequest
 )
 
 
 @dataclass(eq=False, repr=False)
 class NodeUnprepareResourcesResponse(betterproto2.Message):
     claims: "dict[str, NodeUnprepareResourceResponse]" = betterproto2.field(
-        1,
-        betterproto2.TYPE_MAP,
-        map_meta=betterproto2.map_meta(
-            betterproto2.TYPE_STRING, betterproto2.TYPE_MESSAGE
-        ),
+        1, betterproto2.TYPE_MAP, map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_MESSAGE)
     )
     """
     Keyed by ResourceClaim UID.
@@ -174,9 +142,7 @@ class NodeUnprepareResourcesResponse(betterproto2.Message):
 
 
 default_message_pool.register_message(
-    "k8s.io.kubelet.pkg.apis.dra.v1",
-    "NodeUnprepareResourcesResponse",
-    NodeUnprepareResourcesResponse,
+    "k8s.io.kubelet.pkg.apis.dra.v1", "NodeUnprepareResourcesResponse", NodeUnprepareResourcesResponse
 )
 
 
@@ -219,9 +185,7 @@ class DraPluginStub(betterproto2_grpclib.ServiceStub):
 
 
 class DraPluginBase(betterproto2_grpclib.ServiceBase):
-    async def node_prepare_resources(
-        self, message: "NodePrepareResourcesRequest"
-    ) -> "NodePrepareResourcesResponse":
+    async def node_prepare_resources(self, message: "NodePrepareResourcesRequest") -> "NodePrepareResourcesResponse":
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
@@ -232,8 +196,7 @@ class DraPluginBase(betterproto2_grpclib.ServiceBase):
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
     async def __rpc_node_prepare_resources(
-        self,
-        stream: "grpclib.server.Stream[NodePrepareResourcesRequest, NodePrepareResourcesResponse]",
+        self, stream: "grpclib.server.Stream[NodePrepareResourcesRequest, NodePrepareResourcesResponse]"
     ) -> None:
         request = await stream.recv_message()
         assert request is not None
@@ -241,8 +204,7 @@ class DraPluginBase(betterproto2_grpclib.ServiceBase):
         await stream.send_message(response)
 
     async def __rpc_node_unprepare_resources(
-        self,
-        stream: "grpclib.server.Stream[NodeUnprepareResourcesRequest, NodeUnprepareResourcesResponse]",
+        self, stream: "grpclib.server.Stream[NodeUnprepareResourcesRequest, NodeUnprepareResourcesResponse]"
     ) -> None:
         request = await stream.recv_message()
         assert request is not None
