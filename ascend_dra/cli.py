@@ -30,7 +30,7 @@ def _flag(
 ) -> None:
     raw = os.environ.get(env)
     value = type(raw) if raw not in (None, "") else default
-    shown = "none" if default in (None, "") else default
+    shown = "none" if default in (None, "") else ",".join(default) if isinstance(default, tuple) else default
     parser.add_argument(flag, default=value, type=type, help=f"{help} [env {env}; default {shown}]", **kwargs)
 
 

@@ -2,7 +2,9 @@
 
 Start-up order (each step ready before the next, STYLE §2): load profiles -> discover ->
 recover the checkpoint -> DRA socket -> registration socket (from here on the kubelet may call
-us) -> publish. SIGTERM/SIGINT cancel the group; sockets are removed on the way out.
+us) -> publish. Then rediscovery runs every ``--rediscover-interval`` seconds and at once when
+device nodes appear or vanish (hotplug.py); a changed inventory is republished. SIGTERM/SIGINT
+cancel the group; sockets are removed on the way out.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from anyio.abc import TaskStatus
 from ascend_dra.cdi.store import CdiStore
 from ascend_dra.checkpoint import CheckpointCorrupt, read_boot_id
 from ascend_dra.claims import ClaimSource, StandaloneClaimSource
+from ascend_dra.hotplug import watch_device_nodes
 from ascend_dra.kubelet import dra
 from ascend_dra.kubelet.health import HealthFeed, HealthService
 from ascend_dra.kubelet.registration import RegistrationServer, RegistrationState
@@ -96,6 +99,7 @@ class Daemon:
         self.loaded: dict[str, LoadedProfile] = {}
         self.state: DeviceState | None = None
         self.publisher: Any = None
+        self._rediscover = anyio.Event()
 
     def load(self) -> dict[str, Profile]:
         """Load the configured profiles; broken ones are logged and skipped.
@@ -157,6 +161,7 @@ class Daemon:
             await tg.start(self._publish_loop)
             task_status.started()
             tg.start_soon(self._rediscover_loop)
+            tg.start_soon(watch_device_nodes, s.dev_root, self.request_rediscovery)
 
     def _update_health(self, inventories: Mapping[str, Inventory]) -> None:
         self.health.update({d.name: True for inv in inventories.values() for d in inv.devices})
@@ -170,10 +175,16 @@ class Daemon:
         await self.publisher.publish(merged(self.state.inventories))
         task_status.started()
 
+    def request_rediscovery(self) -> None:
+        """Wake the rediscovery loop now (hot-plug, an operator's request)."""
+        self._rediscover.set()
+
     async def _rediscover_loop(self) -> None:
         assert self.state is not None
         while True:
-            await anyio.sleep(self.settings.rediscover_interval)
+            with anyio.move_on_after(self.settings.rediscover_interval):
+                await self._rediscover.wait()
+            self._rediscover = anyio.Event()
             inventories = await discover_all(self.loaded, self.ctx, self.settings.discovery_timeout)
             if inventories != self.state.inventories:
                 log.info("inventory changed; republishing")

@@ -1,0 +1,44 @@
+"""Hot-plug: watch the device-node directory and ask for a rediscovery when accelerator nodes come or go.
+
+Uses watchfiles (inotify) on ``--dev-root`` without recursion, filtered to the names of Ascend and
+NVIDIA device nodes (``davinciN``, ``davinci_manager``, ``devmm_svm``, ``hisi_hdc``, ``nvidiaN``).
+Changes are debounced (200 ms) so a driver reload that creates eight nodes triggers one
+rediscovery. The periodic rediscovery in the daemon remains the safety net for changes that
+leave no trace in ``/dev`` (health, firmware).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+from watchfiles import Change, awatch
+
+__all__ = ("DEVICE_NODE", "watch_device_nodes")
+
+log = logging.getLogger(__name__)
+
+#: Device-node names whose appearance or disappearance changes what profiles discover.
+DEVICE_NODE = re.compile(r"^(davinci\d+|davinci_manager|devmm_svm|hisi_hdc|nvidia\d+|nvidiactl)$")
+
+
+def _interesting(_: Change, path: str) -> bool:
+    return bool(DEVICE_NODE.match(Path(path).name))
+
+
+async def watch_device_nodes(dev_root: Path, on_change: Callable[[], None], *, debounce_ms: int = 200) -> None:
+    """Call ``on_change()`` after each debounced batch of device-node changes under ``dev_root``.
+
+    Runs until cancelled. A missing ``dev_root`` is logged and the watch is not started.
+    """
+    if not await anyio.Path(dev_root).is_dir():
+        log.warning("device directory does not exist; hot-plug is off", extra={"dev_root": str(dev_root)})
+        return
+    async for changes in awatch(dev_root, watch_filter=_interesting, debounce=debounce_ms, step=50,
+                                recursive=False):
+        log.info("device nodes changed; rediscovering",
+                 extra={"changes": ",".join(sorted(f"{c.name}:{Path(p).name}" for c, p in changes))})
+        on_change()
