@@ -72,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
           type=float)
     _flag(run, "--rediscover-interval", "REDISCOVER_INTERVAL", 60.0, "seconds between periodic rediscoveries",
           type=float)
+    _flag(run, "--metrics-port", "METRICS_PORT", 0, "TCP port for Prometheus /metrics (0: off)", type=int)
+    _flag(run, "--metrics-address", "METRICS_ADDRESS", "0.0.0.0", "address the metrics endpoint listens on")
     _flag(run, "--log-level", "LOG_LEVEL", "info", "debug, info, warning or error")
     _flag(run, "--log-format", "LOG_FORMAT", "text", "text or json")
 
@@ -111,7 +113,8 @@ def _run(args: argparse.Namespace) -> int:
         registrar_dir=args.kubelet_registrar_directory_path, plugins_dir=args.kubelet_plugins_directory_path,
         fake_devices=args.fake_devices, npu_smi=args.npu_smi, dev_root=args.dev_root, sys_root=args.sys_root,
         boot_id_file=args.boot_id_file, discovery_timeout=args.discovery_timeout,
-        rediscover_interval=args.rediscover_interval, log_level=args.log_level, log_format=args.log_format,
+        rediscover_interval=args.rediscover_interval, metrics_port=args.metrics_port,
+        metrics_address=args.metrics_address, log_level=args.log_level, log_format=args.log_format,
     )
     return daemon_main(settings)
 

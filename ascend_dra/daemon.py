@@ -28,6 +28,7 @@ from ascend_dra.kubelet.health import HealthFeed, HealthService
 from ascend_dra.kubelet.registration import RegistrationServer, RegistrationState
 from ascend_dra.kubelet.sockets import serve_unix
 from ascend_dra.logs import setup_logging
+from ascend_dra.metrics import Metrics
 from ascend_dra.model import Inventory
 from ascend_dra.profiles.base import Profile, ProfileContext
 from ascend_dra.profiles.registry import LoadedProfile, load_profiles
@@ -100,6 +101,7 @@ class Daemon:
         self.state: DeviceState | None = None
         self.publisher: Any = None
         self._rediscover = anyio.Event()
+        self.metrics = Metrics()
 
     def load(self) -> dict[str, Profile]:
         """Load the configured profiles; broken ones are logged and skipped.
@@ -148,9 +150,11 @@ class Daemon:
         )
         await self.state.recover()
         self._update_health(inventories)
+        if s.metrics_port:
+            self.metrics.serve(s.metrics_port, s.metrics_address)
         self.publisher = self.make_publisher()
         async with (
-            serve_unix([*dra.services(self.state), HealthService(self.health)], s.dra_socket),
+            serve_unix([*dra.services(self.state, self), HealthService(self.health)], s.dra_socket),
             serve_unix([RegistrationServer(s.driver_name, str(s.dra_socket.absolute()), self.registration)],
                        s.registration_socket),
             anyio.create_task_group() as tg,
@@ -165,6 +169,15 @@ class Daemon:
 
     def _update_health(self, inventories: Mapping[str, Inventory]) -> None:
         self.health.update({d.name: True for inv in inventories.values() for d in inv.devices})
+        self.metrics.set_inventories(inventories)
+
+    def observe(self, operation: str, seconds: float, errors: int, claims: int) -> None:
+        """Called by the DRA service after each RPC: metrics, and the prepared-claims gauge."""
+        self.metrics.observe(operation, seconds, errors, claims)
+        if self.state is not None:
+            self.metrics.prepared.set(len(self.state.prepared_claims))
+        registered = self.registration.registered
+        self.metrics.registration.set(-1 if registered is None else int(registered))
 
     async def _publish_loop(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         assert self.state is not None

@@ -31,6 +31,7 @@ class Settings:
     :ivar fake_devices: simulated devices per simulating profile.
     :ivar discovery_timeout: how long one profile's discovery may take before it is skipped.
     :ivar rediscover_interval: seconds between periodic rediscoveries (hot-plug also triggers one).
+    :ivar metrics_port: TCP port of the Prometheus ``/metrics`` endpoint; 0 turns it off.
     """
 
     node_name: str
@@ -48,7 +49,8 @@ class Settings:
     boot_id_file: Path = Path("/proc/sys/kernel/random/boot_id")
     discovery_timeout: float = 30.0
     rediscover_interval: float = 60.0
-    health_port: int = 0
+    metrics_port: int = 0
+    metrics_address: str = "0.0.0.0"
     log_level: str = "info"
     log_format: str = "text"
 

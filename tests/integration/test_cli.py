@@ -27,6 +27,8 @@ RUN_FLAGS = {
     "--boot-id-file": ("BOOT_ID_FILE", "/proc/sys/kernel/random/boot_id"),
     "--discovery-timeout": ("DISCOVERY_TIMEOUT", "30.0"),
     "--rediscover-interval": ("REDISCOVER_INTERVAL", "60.0"),
+    "--metrics-port": ("METRICS_PORT", "0"),
+    "--metrics-address": ("METRICS_ADDRESS", "0.0.0.0"),
     "--log-level": ("LOG_LEVEL", "info"),
     "--log-format": ("LOG_FORMAT", "text"),
 }

@@ -1,0 +1,53 @@
+"""Prometheus metrics of a running daemon, read over HTTP as Prometheus would."""
+
+from __future__ import annotations
+
+import socket
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.claimfiles import claim_object, write_claim
+from tests.integration.daemon import DaemonProcess, Kubelet
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_metrics_count_claims_devices_and_registration(short_tmp):
+    port = free_port()
+    d = DaemonProcess(short_tmp / "sa", extra_args=["--metrics-port", str(port), "--metrics-address",
+                                                     "127.0.0.1"]).start()
+    k = Kubelet(d)
+    try:
+        before = scrape(port)
+        assert before[("ascend_dra_devices", (("profile", "fake"), ("tier", "simulated")))] == 4
+        assert before[("ascend_dra_claims_total", (("operation", "prepare"), ("result", "error")))] == 0
+        assert before[("ascend_dra_registration_status", ())] == -1
+        from tests.kubelet_pb.pluginregistration import api_pb2 as reg_pb2
+
+        k.registration.NotifyRegistrationStatus(reg_pb2.RegistrationStatus(plugin_registered=True), timeout=5)
+        good = write_claim(d.root, claim_object("good"))
+        bad = claim_object("missing")
+        k.prepare(good, bad)
+        after = scrape(port)
+        assert after[("ascend_dra_claims_total", (("operation", "prepare"), ("result", "ok")))] == 1
+        assert after[("ascend_dra_claims_total", (("operation", "prepare"), ("result", "error")))] == 1
+        assert after[("ascend_dra_prepare_requests_total", (("result", "error"),))] == 1
+        assert after[("ascend_dra_prepare_seconds_count", ())] == 1
+        assert after[("ascend_dra_prepared_claims", ())] == 1
+        assert after[("ascend_dra_registration_status", ())] == 1
+        k.unprepare(good)
+        assert scrape(port)[("ascend_dra_prepared_claims", ())] == 0
+    finally:
+        k.close()
+        d.stop()
