@@ -40,11 +40,13 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
         finally:
             os.close(fd)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             tmp.unlink()
         except OSError:
             pass
+        if isinstance(exc, OSError) and exc.filename == os.fspath(tmp):
+            exc.filename = os.fspath(path)  # name the file the caller asked for, not our temp file
         raise
     fsync_dir(path.parent)
 

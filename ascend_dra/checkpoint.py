@@ -149,7 +149,8 @@ def decode(blob: bytes, path: Path) -> CheckpointData:
     try:
         return _converter.structure(raw, CheckpointData)
     except Exception as exc:
-        raise CheckpointCorrupt(path, f"records of an unexpected shape: {exc}") from None
+        detail = "; ".join(cattrs.transform_error(exc, path="data"))
+        raise CheckpointCorrupt(path, f"records of an unexpected shape: {detail}") from None
 
 
 def load(path: Path) -> CheckpointData:

@@ -52,13 +52,13 @@ def check_claim_ref(namespace: str, name: str, uid: str) -> None:
         (≤ 253), or the uid contains anything but letters, digits, ``-``, ``_``, ``.`` (≤ 253),
         which rules out ``/``, ``..`` and NUL.
     """
-    if not (0 < len(namespace) <= 63 and _NAMESPACE.match(namespace)):
+    if not (0 < len(namespace) <= 63 and _NAMESPACE.fullmatch(namespace)):
         raise ClaimError(f"claim namespace {namespace!r} is not a DNS label (lower-case letters, digits, '-'; "
                          "at most 63 characters)")
-    if not (0 < len(name) <= 253 and _NAME.match(name) and ".." not in name):
+    if not (0 < len(name) <= 253 and _NAME.fullmatch(name) and ".." not in name):
         raise ClaimError(f"claim name {name!r} is not a DNS subdomain (lower-case letters, digits, '-', '.'; "
                          "at most 253 characters)")
-    if not (0 < len(uid) <= 253 and _UID.match(uid) and ".." not in uid):
+    if not (0 < len(uid) <= 253 and _UID.fullmatch(uid) and ".." not in uid):
         raise ClaimError(f"claim uid {uid!r} must be letters, digits, '-', '_' or '.' (no '/', '..' or NUL), "
                          "at most 253 characters")
 

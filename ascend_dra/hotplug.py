@@ -26,7 +26,7 @@ DEVICE_NODE = re.compile(r"^(davinci\d+|davinci_manager|devmm_svm|hisi_hdc|nvidi
 
 
 def _interesting(_: Change, path: str) -> bool:
-    return bool(DEVICE_NODE.match(Path(path).name))
+    return bool(DEVICE_NODE.fullmatch(Path(path).name))
 
 
 async def watch_device_nodes(dev_root: Path, on_change: Callable[[], None], *, debounce_ms: int = 200) -> None:

@@ -30,6 +30,7 @@ __all__ = (
     "OpaqueConfig",
     "PreparedDevice",
     "Version",
+    "canonical_quantity",
     "parse_quantity",
 )
 
@@ -48,7 +49,7 @@ class Version(str):
 #: :class:`Version` -> ``version``.
 AttributeValue = bool | int | str | Version
 
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+)([eE][+-]?[0-9]+|[kMGTPE]i?|[numk]|)$")
+_QUANTITY = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))([eE][+-]?[0-9]+|[KMGTPE]i|[numkMGTPE]|)$")
 _SUFFIX = {
     "": 1, "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
     "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
@@ -64,14 +65,56 @@ def parse_quantity(quantity: str | int) -> Decimal:
     """
     if isinstance(quantity, int):
         return Decimal(quantity)
-    match = _QUANTITY.match(quantity.strip())
+    match = _QUANTITY.fullmatch(quantity.strip())
     if not match:
         raise ValueError(f"invalid quantity {quantity!r}: expected a number with an optional suffix "
                          "(Ki, Mi, Gi, Ti, Pi, Ei, k, M, G, T, P, E, m)")
     number, suffix = match.groups()
-    if suffix[:1] in ("e", "E") and len(suffix) > 1:
+    if suffix not in _SUFFIX:  # an exponent such as e3 (E alone is the exa suffix, Ei the exbi one)
         return Decimal(number) * (Decimal(10) ** int(suffix[1:]))
     return Decimal(number) * _SUFFIX[suffix]
+
+
+_BINARY = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
+_DECIMAL = {-9: "n", -6: "u", -3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
+
+
+def canonical_quantity(quantity: str | int) -> str:
+    """Return the form the API server stores a Quantity in, so what we publish reads back unchanged.
+
+    Source: apimachinery ``resource.Quantity`` canonicalization: a value written with a binary
+    suffix keeps binary form with the largest suffix that leaves an integer (``65536Mi`` ->
+    ``64Gi``, ``21525Mi`` stays), unless it is below 1024 or not whole, which gives decimal form;
+    decimal form uses the largest power-of-1000 suffix that leaves an integer (``1000`` -> ``1k``,
+    ``0.5`` -> ``500m``); an exponent form keeps an exponent that is a multiple of 3.
+
+    :raises ValueError: if the text is not a Quantity.
+    """
+    value = parse_quantity(quantity)
+    text = str(quantity).strip()
+    suffix = _QUANTITY.fullmatch(text).group(2) if isinstance(quantity, str) else ""
+    if suffix in _BINARY[1:] and -1024 < value < 1024:
+        suffix = ""
+    if suffix in _BINARY[1:] and value == value.to_integral_value():
+        whole = int(value)
+        power = 0
+        while power < 6 and whole % 1024 ** (power + 1) == 0:
+            power += 1
+        return f"{whole // 1024 ** power}{_BINARY[power]}"
+    exponent_form = suffix[:1] in ("e", "E")
+    value = value.quantize(Decimal("1e-9"), rounding="ROUND_CEILING") if value != 0 else Decimal(0)
+    if value == 0:
+        return "0"
+    best = -9
+    for exponent in range(18, -10, -3):
+        scaled = value / (Decimal(10) ** exponent)
+        if scaled == scaled.to_integral_value():
+            best = exponent
+            break
+    mantissa = int(value / (Decimal(10) ** best))
+    if exponent_form:
+        return f"{mantissa}e{best}" if best else str(mantissa)
+    return f"{mantissa}{_DECIMAL[best]}"
 
 
 @attrs.frozen

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ascend_dra.model import Capacity, CounterSet, Device, Inventory, Version
+from ascend_dra.model import Capacity, CounterSet, Device, Inventory, Version, canonical_quantity
 
 __all__ = (
     "MAX_COUNTER_SETS_PER_SLICE",
@@ -41,19 +41,25 @@ def _attribute(value: object) -> dict[str, Any]:
     raise TypeError(f"attribute value {value!r} is not bool, int, str or Version")
 
 
+def _q(quantity: str | None) -> str | None:
+    # Published in the API server's canonical form, so a read-back equals what we sent and the
+    # publisher can tell "unchanged" from "changed" by comparing them.
+    return None if quantity is None else canonical_quantity(quantity)
+
+
 def _capacity(capacity: Capacity) -> dict[str, Any]:
-    out: dict[str, Any] = {"value": capacity.value}
+    out: dict[str, Any] = {"value": _q(capacity.value)}
     policy = capacity.request_policy
     if policy is not None:
-        api: dict[str, Any] = {"default": policy.default}
+        api: dict[str, Any] = {"default": _q(policy.default)}
         if policy.valid_values:
-            api["validValues"] = list(policy.valid_values)
+            api["validValues"] = [_q(v) for v in policy.valid_values]
         if policy.valid_range_min is not None:
-            rng = {"min": policy.valid_range_min}
+            rng = {"min": _q(policy.valid_range_min)}
             if policy.valid_range_max is not None:
-                rng["max"] = policy.valid_range_max
+                rng["max"] = _q(policy.valid_range_max)
             if policy.valid_range_step is not None:
-                rng["step"] = policy.valid_range_step
+                rng["step"] = _q(policy.valid_range_step)
             api["validRange"] = rng
         out["requestPolicy"] = api
     return out
@@ -70,7 +76,7 @@ def device_to_api(device: Device) -> dict[str, Any]:
         out["allowMultipleAllocations"] = True
     if device.consumes_counters:
         out["consumesCounters"] = [
-            {"counterSet": c.counter_set, "counters": {k: {"value": v} for k, v in sorted(c.counters.items())}}
+            {"counterSet": c.counter_set, "counters": {k: {"value": _q(v)} for k, v in sorted(c.counters.items())}}
             for c in device.consumes_counters
         ]
     if device.taints:
@@ -81,7 +87,8 @@ def device_to_api(device: Device) -> dict[str, Any]:
 
 
 def _counter_set_to_api(counter_set: CounterSet) -> dict[str, Any]:
-    return {"name": counter_set.name, "counters": {k: {"value": v} for k, v in sorted(counter_set.counters.items())}}
+    return {"name": counter_set.name,
+            "counters": {k: {"value": _q(v)} for k, v in sorted(counter_set.counters.items())}}
 
 
 def _chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:

@@ -39,6 +39,7 @@ from ascend_dra.model import (
     Inventory,
     OpaqueConfig,
     PreparedDevice,
+    canonical_quantity,
     parse_quantity,
 )
 from ascend_dra.profiles.base import ApplyContext, ConfigError, Profile, ProfileContext, decode_config
@@ -230,15 +231,27 @@ class DeviceState:
                 if record is not None and record.state == ckpt.PREPARE_COMPLETED:
                     results[ref.uid] = await self._replay(record)
                     continue
+                where = f"ResourceClaim {ref.namespace}/{ref.name}"
                 if record is not None:  # PrepareStarted by an earlier, failed or crashed attempt
-                    await self._rollback(record)
+                    try:
+                        await self._rollback(record)
+                    except Exception as exc:
+                        results[ref.uid] = PrepareError(f"{where}: rolling back an interrupted Prepare: "
+                                                        f"{_describe(exc)}")
+                        continue
                     del self._records[ref.uid]
                     taken = self._holders()
                 try:
                     plan = self._plan(fetched[ref.uid], taken)
-                except (PrepareError, ConfigError, ClaimError) as exc:
-                    results[ref.uid] = exc if not isinstance(exc, ConfigError) else PrepareError(
-                        f"ResourceClaim {ref.namespace}/{ref.name}: invalid opaque config: {exc}")
+                except ConfigError as exc:
+                    results[ref.uid] = PrepareError(f"{where}: invalid opaque config: {exc}")
+                    continue
+                except (PrepareError, ClaimError) as exc:
+                    results[ref.uid] = exc
+                    continue
+                except Exception as exc:  # a bug in a profile or in us: this claim fails, not the batch
+                    log.exception("planning a claim failed", extra={"claim_uid": ref.uid})
+                    results[ref.uid] = PrepareError(f"{where}: {type(exc).__name__}: {exc}")
                     continue
                 for device in plan.devices:
                     taken.setdefault(device.device, []).append(device)
@@ -370,7 +383,11 @@ class DeviceState:
             edits: dict[tuple[str, str | None], ContainerEdits] = {}
             for key, members in by_config.items():
                 config = profile.default_config() if key == -1 else decoded[key]
-                applied = profile.apply_config(config, members, ctx)
+                try:
+                    applied = profile.apply_config(config, members, ctx)
+                except Exception as exc:
+                    raise PrepareError(f"{ref}: profile {profile_name} failed to apply its config: "
+                                       f"{type(exc).__name__}: {exc}") from exc
                 for member in members:
                     if member.device not in applied:
                         raise PrepareError(f"{ref}: profile {profile_name} returned no container edits for "
@@ -430,7 +447,13 @@ class DeviceState:
                 raise PrepareError(f"{ref}: device {result.device} is allocated twice in this claim and does not "
                                    "allow multiple allocations")
             return
+        for name, asked in result.consumed_capacity.items():
+            try:
+                parse_quantity(asked)
+            except ValueError as exc:
+                raise PrepareError(f"{ref}: consumedCapacity {name} of device {result.device}: {exc}") from None
         for name, capacity in device.capacities.items():
+            # Records in the checkpoint and earlier results of this claim were checked already.
             used = sum((parse_quantity(h.consumed_capacity[name]) for h in holders if name in h.consumed_capacity),
                        start=parse_quantity(0))
             used += sum((parse_quantity(r.consumed_capacity[name]) for r in same_claim if name in r.consumed_capacity),
@@ -439,7 +462,7 @@ class DeviceState:
             total = parse_quantity(capacity.value)
             if used + parse_quantity(asked) > total:
                 raise PrepareError(f"{ref}: device {result.device} capacity {name}: {asked} requested but only "
-                                   f"{total - used} of {capacity.value} is free")
+                                   f"{canonical_quantity(int(total - used))} of {capacity.value} is free")
 
     async def _run_side_effects(self, plan: _Plan) -> dict[str, Any]:
         done: dict[str, Any] = {}

@@ -36,12 +36,12 @@ def kind(driver_name: str, cdi_class: str) -> str:
 def is_kind(value: str) -> bool:
     """Whether ``value`` is a valid ``vendor/class``."""
     vendor, slash, cdi_class = value.partition("/")
-    return bool(slash) and bool(_VENDOR_OR_CLASS.match(vendor)) and bool(_VENDOR_OR_CLASS.match(cdi_class))
+    return bool(slash) and bool(_VENDOR_OR_CLASS.fullmatch(vendor)) and bool(_VENDOR_OR_CLASS.fullmatch(cdi_class))
 
 
 def is_device_name(value: str) -> bool:
     """Whether ``value`` is a valid CDI device name."""
-    return bool(_DEVICE.match(value))
+    return bool(_DEVICE.fullmatch(value))
 
 
 def qualified_name(cdi_kind: str, device: str) -> str:

@@ -112,7 +112,7 @@ class ContainerEdits:
         """Return what a runtime would reject in these edits, each prefixed by ``path``."""
         found = []
         for i, env in enumerate(self.env):
-            if not _ENV.match(env):
+            if not _ENV.fullmatch(env):
                 found.append(f"{path}.env[{i}]: {env!r} is not NAME=value with a non-empty NAME")
         for i, node in enumerate(self.device_nodes):
             if not node.path.startswith("/"):
@@ -121,7 +121,7 @@ class ContainerEdits:
                 found.append(f"{path}.deviceNodes[{i}].hostPath: {node.host_path!r} is not absolute")
             if node.type not in _DEVICE_TYPES:
                 found.append(f"{path}.deviceNodes[{i}].type: {node.type!r} is not one of '', b, c, u, p")
-            if not _PERMISSIONS.match(node.permissions):
+            if not _PERMISSIONS.fullmatch(node.permissions):
                 found.append(f"{path}.deviceNodes[{i}].permissions: {node.permissions!r} is not a subset of 'rwm'")
         for i, mount in enumerate(self.mounts):
             if not mount.host_path.startswith("/"):

@@ -76,7 +76,7 @@ _DNS_LABEL_RULE = ("a DNS label: lower-case letters, digits and '-', starting an
 
 def is_dns_label(value: str) -> bool:
     """Whether ``value`` is a DNS-1123 label (device, counter set and counter names)."""
-    return len(value) <= 63 and bool(_DNS_LABEL.match(value))
+    return len(value) <= 63 and bool(_DNS_LABEL.fullmatch(value))
 
 
 def _qualified_name_problem(name: object) -> str | None:
@@ -89,10 +89,10 @@ def _qualified_name_problem(name: object) -> str | None:
             return f"{name!r} has more than one '/' (allowed: <id> or <domain>/<id>)"
         if not domain:
             return f"{name!r} has an empty domain before '/'"
-        if len(domain) > MAX_DOMAIN_LENGTH or not _DNS_SUBDOMAIN.match(domain.lower()):
+        if len(domain) > MAX_DOMAIN_LENGTH or not _DNS_SUBDOMAIN.fullmatch(domain.lower()):
             return (f"domain {domain!r} of {name!r} is not a DNS subdomain of at most "
                     f"{MAX_DOMAIN_LENGTH} characters")
-    if not _C_IDENTIFIER.match(ident):
+    if not _C_IDENTIFIER.fullmatch(ident):
         return f"{ident!r} is not a C identifier (letters, digits and '_', not starting with a digit)"
     if len(ident) > MAX_ID_LENGTH:
         return f"{ident!r} is {len(ident)} characters long (at most {MAX_ID_LENGTH})"
@@ -110,7 +110,7 @@ def _attribute_value_problem(value: object) -> str | None:
     if isinstance(value, Version):
         if len(value) > MAX_VALUE_LENGTH:
             return f"version is {len(value)} characters long (at most {MAX_VALUE_LENGTH})"
-        if not _SEMVER.match(value):
+        if not _SEMVER.fullmatch(value):
             return f"{str(value)!r} is not a semver 2.0.0 version (MAJOR.MINOR.PATCH, no leading 'v')"
         return None
     if isinstance(value, str):
@@ -254,7 +254,7 @@ def device_problems(device: Device) -> list[str]:
         if not _label_key_ok(taint.key):
             found.append(f"{path}.key: {taint.key!r} is not a label name ([prefix/]name, name at most 63 "
                          "characters of letters, digits, '-', '_' and '.')")
-        if taint.value and (len(taint.value) > 63 or not _LABEL_NAME.match(taint.value)):
+        if taint.value and (len(taint.value) > 63 or not _LABEL_NAME.fullmatch(taint.value)):
             found.append(f"{path}.value: {taint.value!r} is not a label value (at most 63 characters "
                          "of letters, digits, '-', '_' and '.')")
         if taint.effect not in TAINT_EFFECTS:
@@ -264,9 +264,9 @@ def device_problems(device: Device) -> list[str]:
 
 def _label_key_ok(key: str) -> bool:
     prefix, slash, name = key.rpartition("/")
-    if slash and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+    if slash and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix)):
         return False
-    return len(name) <= 63 and bool(_LABEL_NAME.match(name))
+    return len(name) <= 63 and bool(_LABEL_NAME.fullmatch(name))
 
 
 def _counters_problems(path: str, counters: Mapping[str, str]) -> list[str]:

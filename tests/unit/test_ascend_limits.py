@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ascend_dra.model import Device, Version
+from ascend_dra.model import Device, Inventory, Version
 from ascend_dra.profiles.ascend.chip import NpuChip
 from ascend_dra.profiles.ascend.chips import ChipFamily, MemoryKind
 from ascend_dra.profiles.ascend.errors import NpuSmiParseError
@@ -45,9 +45,11 @@ def assert_within_limits(device: Device) -> None:
     assert device_problems(device) == []
 
 
-@pytest.mark.anyio
-@pytest.mark.parametrize("scenario", ["310P3-lab", "910A-9010", "310-4chips", "simulated-910", "simulated-310P"])
-async def test_fixture_nodes_publish_within_limits(tmp_path: Path, scenario: str) -> None:
+FIXTURE_NODES = ["310P3-lab", "910A-9010", "310-4chips", "simulated-910", "simulated-310P"]
+
+
+async def fixture_node(tmp_path: Path, scenario: str) -> Inventory:
+    """Discover one of the fixture nodes through a fake npu-smi fed the real outputs (or the simulated tier)."""
     if scenario == "310P3-lab":
         profile, ctx = Npu310PProfile(), lab_310p3(tmp_path)
     elif scenario == "910A-9010":
@@ -61,7 +63,13 @@ async def test_fixture_nodes_publish_within_limits(tmp_path: Path, scenario: str
     else:
         profile = Npu910Profile() if scenario.endswith("910") else Npu310PProfile()
         ctx = context(tmp_path, tmp_path / "none", dev_tree(tmp_path, []), sys_tree(tmp_path, {}), simulate="always")
-    inventory = await profile.discover(ctx)
+    return await profile.discover(ctx)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("scenario", FIXTURE_NODES)
+async def test_fixture_nodes_publish_within_limits(tmp_path: Path, scenario: str) -> None:
+    inventory = await fixture_node(tmp_path, scenario)
     assert inventory.devices
     for device in inventory.devices:
         assert_within_limits(device)

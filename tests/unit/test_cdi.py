@@ -34,7 +34,8 @@ def device(name: str = "dev-a", edits: ContainerEdits = ENV) -> CdiDevice:
         pytest.param(spec(device(), kind="npu"), "kind: 'npu' is not vendor/class (letters, digits, '_', '.', '-')",
                      id="kind-without-slash"),
         pytest.param(spec(device(), kind="k8s.x/-npu"),
-                     "kind: 'k8s.x/-npu' is not vendor/class (letters, digits, '_', '.', '-')", id="class-leading-dash"),
+                     "kind: 'k8s.x/-npu' is not vendor/class (letters, digits, '_', '.', '-')",
+                     id="class-leading-dash"),
         pytest.param(spec(device(), kind="1vendor/npu"),
                      "kind: '1vendor/npu' is not vendor/class (letters, digits, '_', '.', '-')",
                      id="vendor-leading-digit"),
@@ -244,7 +245,9 @@ def test_spec_file_names():
     ],
 )
 def test_device_name_validity(name, valid):
-    assert naming.is_device_name(name) is valid
+    assert naming.is_device_name(name) is valid, (
+        f"is_device_name({name!r}) should be {valid}" + (" (BUG: `$` matches before a final newline; use "
+                                                         "re.fullmatch)" if name.endswith("\n") else ""))
 
 
 @pytest.mark.parametrize(
@@ -264,7 +267,9 @@ def test_device_name_validity(name, valid):
     ],
 )
 def test_kind_validity(value, valid):
-    assert naming.is_kind(value) is valid
+    assert naming.is_kind(value) is valid, (
+        f"is_kind({value!r}) should be {valid}" + (" (BUG: `$` matches before a final newline; use re.fullmatch)"
+                                                   if value.endswith("\n") else ""))
 
 
 # -- CdiStore ---------------------------------------------------------------------------------------

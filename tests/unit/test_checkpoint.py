@@ -180,7 +180,9 @@ def test_records_of_the_wrong_shape(tmp_path):
     with pytest.raises(CheckpointCorrupt) as raised:
         ckpt.load(path)
     assert str(raised.value) == corrupt_message(
-        path, "records of an unexpected shape: While structuring CheckpointData (1 sub-exception)")
+        path, "records of an unexpected shape: unknown error (PrepareHalfDone not in literal "
+              "typing.Literal['PrepareStarted', 'PrepareCompleted']) @ "
+              f"data.claims['{UID}'].state")
 
 
 def test_save_replaces_the_file_and_leaves_no_temp_file(tmp_path):

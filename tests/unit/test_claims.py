@@ -171,8 +171,11 @@ def test_check_claim_ref_accepts(namespace, name, uid):
     ],
 )
 def test_check_claim_ref_refuses(namespace, name, uid, message):
+    hint = "BUG (claims.py): `$` matches before a final newline; use re.fullmatch" if "\n" in namespace + name + uid \
+        else "must be refused"
     with pytest.raises(ClaimError) as raised:
         check_claim_ref(namespace, name, uid)
+        pytest.fail(f"check_claim_ref({namespace!r}, {name!r}, {uid!r}) passed: {hint}")
     assert str(raised.value) == message
 
 

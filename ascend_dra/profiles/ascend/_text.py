@@ -33,7 +33,7 @@ def to_int(command: str, line_no: int, line: str, value: str, what: str) -> int 
     value = value.strip()
     if is_absent(value):
         return None
-    if not _INT.match(value):
+    if not _INT.fullmatch(value):
         raise NpuSmiParseError(command, line_no, line, f"{what}: {value!r} is not an integer or NA")
     return int(value)
 
@@ -46,7 +46,7 @@ def to_float(command: str, line_no: int, line: str, value: str, what: str) -> fl
     value = value.strip()
     if is_absent(value):
         return None
-    if not _FLOAT.match(value):
+    if not _FLOAT.fullmatch(value):
         raise NpuSmiParseError(command, line_no, line, f"{what}: {value!r} is not a number or NA")
     return float(value)
 

@@ -54,17 +54,17 @@ _SEMVER = re.compile(rf"^{_N}\.{_N}\.{_N}(-{_P}(\.{_P})*)?(\+{_B}(\.{_B})*)?$")
 
 def is_semver(text: str) -> bool:
     """True when ``text`` is semver 2.0.0 as the API validates a ``version`` attribute."""
-    return len(text) <= MAX_VALUE_LENGTH and bool(_SEMVER.match(text))
+    return len(text) <= MAX_VALUE_LENGTH and bool(_SEMVER.fullmatch(text))
 
 
 def is_attribute_name(name: str) -> bool:
     """True when ``name`` is a C identifier of at most 32 characters."""
-    return len(name) <= MAX_NAME_LENGTH and bool(_C_IDENTIFIER.match(name))
+    return len(name) <= MAX_NAME_LENGTH and bool(_C_IDENTIFIER.fullmatch(name))
 
 
 def is_device_name(name: str) -> bool:
     """True when ``name`` is a DNS label of at most 63 characters."""
-    return len(name) <= 63 and bool(_DNS_LABEL.match(name))
+    return len(name) <= 63 and bool(_DNS_LABEL.fullmatch(name))
 
 
 def publishable(name: str, value: object) -> bool:

@@ -91,7 +91,7 @@ def _huawei_functions(sys_root: Path) -> list[PciFunction]:
         addresses = sorted(p.name for p in base.iterdir())
     except OSError:
         return []
-    functions = [pci_function(sys_root, a) for a in addresses if _PCI_ADDRESS.match(a.lower())]
+    functions = [pci_function(sys_root, a) for a in addresses if _PCI_ADDRESS.fullmatch(a.lower())]
     return [f for f in functions if f.vendor == HUAWEI_PCI_VENDOR and f.device in PCI_DEVICE_FAMILY]
 
 
@@ -102,7 +102,7 @@ def davinci_pci_address(sys_root: Path, number: int) -> str | None:
             target = entry.resolve(strict=True).name.lower()
         except OSError:
             continue
-        if _PCI_ADDRESS.match(target):
+        if _PCI_ADDRESS.fullmatch(target):
             return target
     return None
 

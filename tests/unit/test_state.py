@@ -1,0 +1,456 @@
+"""state.py: config precedence, and DeviceState driven directly on a real filesystem.
+
+The profiles below are small in-test profiles that follow the contract in ``profiles/base.py``:
+one publishes a shared device with consumable ``memory``/``cores``, one forgets a device's edits,
+one changes the node (``prepare_side_effects`` / ``unprepare_side_effects``) and records every call.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+from ascend_dra import checkpoint as ckpt
+from ascend_dra.cdi import naming
+from ascend_dra.cdi.store import CdiStore
+from ascend_dra.claims import StandaloneClaimSource
+from ascend_dra.model import AllocatedDevice, ClaimAllocation, OpaqueConfig, PreparedDevice
+from ascend_dra.profiles.base import (
+    AllocatedDevice as ContractAllocatedDevice,
+)
+from ascend_dra.profiles.base import (
+    ApplyContext,
+    Capacity,
+    ContainerEdits,
+    Device,
+    Inventory,
+    Profile,
+    ProfileContext,
+)
+from ascend_dra.profiles.fake import FakeConfig, FakeProfile
+from ascend_dra.state import ClaimRef, DeviceState, PrepareError, resolve_configs
+from tests.claimfiles import DRIVER, claim_object, fake_config, write_claim
+
+NODE = "node-1"
+FAKE_KIND = f"k8s.{DRIVER}/npu"
+
+assert ContractAllocatedDevice is AllocatedDevice
+
+
+# -- resolve_configs --------------------------------------------------------------------------------
+
+
+def config(source: str, index: int, requests: Sequence[str] = (), kind: str = "FakeConfig") -> OpaqueConfig:
+    return OpaqueConfig(source, tuple(requests), DRIVER, {"apiVersion": f"{DRIVER}/v1alpha1", "kind": kind}, index)
+
+
+KINDS = {"FakeConfig": FakeConfig}
+ALL_KINDS = frozenset({"FakeConfig", "GpuConfig"})
+
+
+@pytest.mark.parametrize(
+    ("configs", "request_name", "chosen"),
+    [
+        pytest.param((), "npu", None, id="no-config-is-the-default"),
+        pytest.param((config("FromClass", 0),), "npu", 0, id="class-only"),
+        pytest.param((config("FromClass", 0), config("FromClaim", 1)), "npu", 1, id="claim-beats-class"),
+        pytest.param((config("FromClaim", 0), config("FromClass", 1)), "npu", 0,
+                     id="claim-beats-a-later-class-entry"),
+        pytest.param((config("FromClaim", 0), config("FromClaim", 1)), "npu", 1, id="later-claim-entry-wins"),
+        pytest.param((config("FromClass", 0), config("FromClass", 1)), "npu", 1, id="later-class-entry-wins"),
+        pytest.param((config("FromClaim", 1), config("FromClaim", 0)), "npu", 1,
+                     id="order-is-the-allocation-index-not-the-tuple-order"),
+        pytest.param((config("FromClass", 0), config("FromClaim", 1, ["other"])), "npu", 0,
+                     id="claim-entry-for-another-request-skipped"),
+        pytest.param((config("FromClaim", 0, ["npu"]), config("FromClaim", 1, ["other"])), "npu", 0,
+                     id="request-filter"),
+        pytest.param((config("FromClaim", 0, ["a", "npu"]),), "npu", 0, id="one-of-several-requests"),
+        pytest.param((config("FromClaim", 0, ["npu"]),), "npu/small", 0, id="req-matches-req-slash-sub"),
+        pytest.param((config("FromClaim", 0, ["npu/small"]),), "npu/small", 0, id="req-slash-sub-exactly"),
+        pytest.param((config("FromClaim", 0, ["npu/large"]),), "npu/small", None, id="other-subrequest"),
+        pytest.param((config("FromClaim", 0, ["npu/small"]),), "npu", None, id="subrequest-does-not-match-base"),
+        pytest.param((config("FromClaim", 0, ["np"]),), "npu", None, id="prefix-is-not-a-match"),
+        pytest.param((config("FromClaim", 0), config("FromClaim", 1, kind="GpuConfig")), "npu", 0,
+                     id="kind-of-another-profile-skipped"),
+        pytest.param((config("FromClaim", 0), config("FromClaim", 1, kind="Bogus")), "npu", 1,
+                     id="unknown-kind-kept-so-decoding-names-the-allowed-kinds"),
+    ],
+)
+def test_resolve_configs_precedence(configs, request_name, chosen):
+    claim = ClaimAllocation("uid-1", "default", "c", (), configs)
+    result = AllocatedDevice(request_name, DRIVER, NODE, "npu-0-0")
+    found = resolve_configs(claim, result, KINDS, ALL_KINDS)
+    assert (None if found is None else found.index) == chosen
+
+
+def test_resolve_configs_keeps_a_config_without_a_kind_mapping():
+    broken = OpaqueConfig("FromClaim", (), DRIVER, ["not", "an", "object"], 0)  # type: ignore[arg-type]
+    claim = ClaimAllocation("uid-1", "default", "c", (), (broken,))
+    assert resolve_configs(claim, AllocatedDevice("npu", DRIVER, NODE, "npu-0-0"), KINDS, ALL_KINDS) is broken
+
+
+# -- in-test profiles -------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class SharedConfig:
+    label: str = "default"
+
+
+class SharedProfile:
+    """One shared chip (``vnpu-0``: 32Gi of memory, 100 % of cores, multiple allocations) and one
+    exclusive chip (``chip-0``)."""
+
+    name = "shared"
+    cdi_class = "vnpu"
+    config_types: Mapping[str, type] = {"SharedConfig": SharedConfig}
+
+    def default_config(self) -> SharedConfig:
+        return SharedConfig()
+
+    async def discover(self, ctx: ProfileContext) -> Inventory:
+        return Inventory(devices=(
+            Device("vnpu-0", capacities={"memory": Capacity("32Gi"), "cores": Capacity("100")},
+                   allow_multiple_allocations=True),
+            Device("chip-0", capacities={"memory": Capacity("32Gi")}),
+        ), source="simulated")
+
+    def validate(self, config: SharedConfig) -> None:
+        pass
+
+    def apply_config(self, config: SharedConfig, devices: Sequence[AllocatedDevice],
+                     ctx: ApplyContext) -> Mapping[str, ContainerEdits]:
+        return {d.device: ContainerEdits(env=(f"SHARED_LABEL={config.label}",
+                                              f"SHARED_MEMORY={d.consumed_capacity.get('memory', '')}"))
+                for d in devices}
+
+
+class ForgetfulProfile(SharedProfile):
+    """Returns edits for no device at all (a profile bug the daemon must report, not crash on)."""
+
+    name = "forgetful"
+    cdi_class = "forget"
+
+    async def discover(self, ctx: ProfileContext) -> Inventory:
+        return Inventory(devices=(Device("lost-0"),))
+
+    def apply_config(self, config: Any, devices: Sequence[AllocatedDevice],
+                     ctx: ApplyContext) -> Mapping[str, ContainerEdits]:
+        return {}
+
+
+class BrokenApplyProfile(SharedProfile):
+    """apply_config raises an unexpected exception (a third-party profile bug)."""
+
+    name = "broken"
+    cdi_class = "broken"
+
+    async def discover(self, ctx: ProfileContext) -> Inventory:
+        return Inventory(devices=(Device("brk-0"),))
+
+    def apply_config(self, config: Any, devices: Sequence[AllocatedDevice],
+                     ctx: ApplyContext) -> Mapping[str, ContainerEdits]:
+        raise RuntimeError("template table is empty")
+
+
+class SideEffectProfile(SharedProfile):
+    """Changes the node: records each call, and can be told to fail the next unprepare."""
+
+    name = "effects"
+    cdi_class = "hw"
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.fail_unprepares = 0
+
+    async def discover(self, ctx: ProfileContext) -> Inventory:
+        return Inventory(devices=(Device("hw-0"), Device("hw-1")))
+
+    async def prepare_side_effects(self, claim: ClaimAllocation, devices: Sequence[AllocatedDevice],
+                                   ctx: ApplyContext) -> dict[str, Any]:
+        names = [d.device for d in devices]
+        self.calls.append(("prepare", claim.uid, ctx.claim_uid, names))
+        return {"created": names}
+
+    async def unprepare_side_effects(self, side_effects: Any, ctx: ApplyContext) -> None:
+        self.calls.append(("unprepare", ctx.claim_uid, side_effects))
+        if self.fail_unprepares:
+            self.fail_unprepares -= 1
+            raise RuntimeError("vNPU destroy failed: device busy")
+
+
+def test_in_test_profiles_follow_the_contract():
+    for profile in (SharedProfile(), ForgetfulProfile(), BrokenApplyProfile(), SideEffectProfile()):
+        assert isinstance(profile, Profile)
+
+
+# -- DeviceState ------------------------------------------------------------------------------------
+
+
+async def make_state(root: Path, profiles: Mapping[str, Any], boot_id: str = "boot-1") -> DeviceState:
+    ctx = ProfileContext(node_name=NODE, driver_name=DRIVER, fake_devices=4, state_dir=root / "state")
+    inventories = {name: await profile.discover(ctx) for name, profile in profiles.items()}
+    (root / "plugin").mkdir(parents=True, exist_ok=True)
+    state = DeviceState(driver_name=DRIVER, node_name=NODE, profiles=profiles, inventories=inventories,
+                        profile_ctx=ctx, cdi=CdiStore(root / "cdi"), plugin_dir=root / "plugin", boot_id=boot_id,
+                        claim_source=StandaloneClaimSource(root / "claims", DRIVER))
+    await state.recover()
+    return state
+
+
+def ref(obj: dict) -> ClaimRef:
+    meta = obj["metadata"]
+    return ClaimRef(meta["namespace"], meta["name"], meta["uid"])
+
+
+def share(device: str, memory: str, cores: str, request: str = "share", share_id: str = "") -> dict:
+    return {"request": request, "driver": DRIVER, "pool": NODE, "device": device,
+            "shareID": share_id or os.urandom(4).hex(), "consumedCapacity": {"memory": memory, "cores": cores}}
+
+
+def on_disk(root: Path) -> ckpt.CheckpointData:
+    return ckpt.load(root / "plugin" / ckpt.CHECKPOINT_FILE)
+
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_prepare_with_the_fake_profile_writes_spec_and_checkpoint(tmp_path):
+    state = await make_state(tmp_path, {"fake": FakeProfile()})
+    obj = write_claim(tmp_path, claim_object("c1", results=[("npu", "npu-2-0")],
+                                             configs=[fake_config(aicoreLimit=40)]))
+    uid = obj["metadata"]["uid"]
+    results = await state.prepare([ref(obj)])
+    assert results == {uid: [PreparedDevice(("npu",), NODE, "npu-2-0",
+                                            (f"{FAKE_KIND}=common", f"{FAKE_KIND}={uid}-npu-2-0"))]}
+    spec_file = tmp_path / "cdi" / naming.claim_spec_file(FAKE_KIND, uid)
+    assert "FAKE_NPU_AICORE_LIMIT=40" in spec_file.read_text()
+    record = on_disk(tmp_path).claims[uid]
+    assert (record.state, record.boot_id, record.cdi_specs) == ("PrepareCompleted", "boot-1", (spec_file.name,))
+    assert await state.unprepare([ref(obj)]) == {uid: None}
+    assert not spec_file.exists()
+    assert on_disk(tmp_path).claims == {}
+
+
+@pytest.mark.parametrize("batched", [pytest.param(False, id="one-call-each"), pytest.param(True, id="one-batch")])
+async def test_shared_device_takes_claims_while_capacity_fits_and_refuses_the_overflow(tmp_path, batched):
+    state = await make_state(tmp_path, {"shared": SharedProfile()})
+    first = write_claim(tmp_path, claim_object("first", results=[share("vnpu-0", "8Gi", "50")]))
+    second = write_claim(tmp_path, claim_object("second", results=[share("vnpu-0", "8Gi", "40")]))
+    third = write_claim(tmp_path, claim_object("third", results=[share("vnpu-0", "8Gi", "20")]))
+    if batched:
+        results = await state.prepare([ref(first), ref(second), ref(third)])
+    else:
+        results = {}
+        for obj in (first, second, third):
+            results.update(await state.prepare([ref(obj)]))
+    uids = [o["metadata"]["uid"] for o in (first, second, third)]
+    assert [type(results[u]) for u in uids] == [list, list, PrepareError]
+    assert str(results[uids[2]]) == ("ResourceClaim default/third: device vnpu-0 capacity cores: 20 requested but "
+                                     "only 10 of 100 is free")
+    assert sorted(on_disk(tmp_path).claims) == sorted(uids[:2])
+    # Once a share is released, the third fits.
+    await state.unprepare([ref(first)])
+    assert isinstance((await state.prepare([ref(third)]))[uids[2]], list)
+
+
+async def test_shared_device_refuses_memory_overflow_naming_what_is_free(tmp_path):
+    state = await make_state(tmp_path, {"shared": SharedProfile()})
+    first = write_claim(tmp_path, claim_object("first", results=[share("vnpu-0", "16Gi", "10")]))
+    greedy = write_claim(tmp_path, claim_object("greedy", results=[share("vnpu-0", "20Gi", "10")]))
+    await state.prepare([ref(first)])
+    results = await state.prepare([ref(greedy)])
+    assert str(results[greedy["metadata"]["uid"]]) == (
+        "ResourceClaim default/greedy: device vnpu-0 capacity memory: 20Gi requested but only 17179869184 of 32Gi "
+        "is free")
+
+
+async def test_two_shares_of_one_shared_device_in_one_claim_count_together(tmp_path):
+    state = await make_state(tmp_path, {"shared": SharedProfile()})
+    obj = write_claim(tmp_path, claim_object("twice", results=[share("vnpu-0", "8Gi", "60", request="a"),
+                                                               share("vnpu-0", "8Gi", "60", request="b")]))
+    results = await state.prepare([ref(obj)])
+    assert str(results[obj["metadata"]["uid"]]) == (
+        "ResourceClaim default/twice: device vnpu-0 capacity cores: 60 requested but only 40 of 100 is free")
+
+
+async def test_two_fitting_shares_in_one_claim_get_two_cdi_devices(tmp_path):
+    state = await make_state(tmp_path, {"shared": SharedProfile()})
+    obj = write_claim(tmp_path, claim_object("pair", results=[share("vnpu-0", "8Gi", "30", "a", "s1"),
+                                                              share("vnpu-0", "4Gi", "30", "b/x", "s2")]))
+    uid = obj["metadata"]["uid"]
+    kind = f"k8s.{DRIVER}/vnpu"
+    assert (await state.prepare([ref(obj)]))[uid] == [
+        PreparedDevice(("a",), NODE, "vnpu-0", (f"{kind}=common", f"{kind}={uid}-vnpu-0-s1"), "s1"),
+        PreparedDevice(("b",), NODE, "vnpu-0", (f"{kind}=common", f"{kind}={uid}-vnpu-0-s2"), "s2"),
+    ]
+
+
+async def test_exclusive_device_twice_in_one_claim_is_refused(tmp_path):
+    state = await make_state(tmp_path, {"fake": FakeProfile()})
+    obj = write_claim(tmp_path, claim_object("dup", results=[("a", "npu-0-0"), ("b", "npu-0-0")]))
+    results = await state.prepare([ref(obj)])
+    assert str(results[obj["metadata"]["uid"]]) == (
+        "ResourceClaim default/dup: device npu-0-0 is allocated twice in this claim and does not allow multiple "
+        "allocations")
+    assert on_disk(tmp_path).claims == {}
+
+
+async def test_exclusive_device_held_by_another_claim_is_refused(tmp_path):
+    state = await make_state(tmp_path, {"fake": FakeProfile()})
+    holder = write_claim(tmp_path, claim_object("holder", results=[("npu", "npu-1-0")]))
+    late = write_claim(tmp_path, claim_object("late", results=[("npu", "npu-1-0")]))
+    await state.prepare([ref(holder)])
+    results = await state.prepare([ref(late)])
+    assert str(results[late["metadata"]["uid"]]) == (
+        f"ResourceClaim default/late: device npu-1-0 is already prepared for ResourceClaim default/holder "
+        f"(uid {holder['metadata']['uid']}) and does not allow multiple allocations")
+
+
+async def test_profile_returning_no_edits_for_a_device_is_a_claim_error(tmp_path):
+    state = await make_state(tmp_path, {"forgetful": ForgetfulProfile()})
+    obj = write_claim(tmp_path, claim_object("c", results=[("req", "lost-0")]))
+    results = await state.prepare([ref(obj)])
+    assert str(results[obj["metadata"]["uid"]]) == (
+        "ResourceClaim default/c: profile forgetful returned no container edits for device lost-0")
+    assert on_disk(tmp_path).claims == {}
+    assert os.listdir(tmp_path / "cdi") == [naming.common_spec_file(f"k8s.{DRIVER}/forget")]
+
+
+async def test_one_claims_profile_crash_does_not_fail_the_batch(tmp_path):
+    state = await make_state(tmp_path, {"fake": FakeProfile(), "broken": BrokenApplyProfile()})
+    good = write_claim(tmp_path, claim_object("good", results=[("npu", "npu-0-0")]))
+    bad = write_claim(tmp_path, claim_object("bad", results=[("x", "brk-0")]))
+    try:
+        results = await state.prepare([ref(good), ref(bad)])
+    except RuntimeError as exc:
+        pytest.fail(f"BUG (state.py prepare): an unexpected exception from one claim's plan ({exc!r}) escaped "
+                    "DeviceState.prepare and failed the whole batch; _plan errors other than PrepareError/"
+                    "ConfigError/ClaimError must become that claim's PrepareError (DESIGN §6)")
+    assert isinstance(results[good["metadata"]["uid"]], list)
+    assert isinstance(results[bad["metadata"]["uid"]], PrepareError)
+
+
+@pytest.mark.parametrize(
+    ("memory", "outcome"),
+    [
+        pytest.param("512Ki", "prepared", id="binary-Ki-is-a-valid-quantity"),
+        pytest.param("1.2.3", "refused", id="malformed-quantity"),
+    ],
+)
+async def test_a_claims_consumed_capacity_never_fails_the_batch(tmp_path, memory, outcome):
+    state = await make_state(tmp_path, {"shared": SharedProfile(), "fake": FakeProfile()})
+    good = write_claim(tmp_path, claim_object("good", results=[("npu", "npu-0-0")]))
+    odd = write_claim(tmp_path, claim_object("odd", results=[share("vnpu-0", memory, "10")]))
+    try:
+        results = await state.prepare([ref(good), ref(odd)])
+    except Exception as exc:
+        pytest.fail(f"BUG (model.parse_quantity + state._check_free): consumedCapacity {memory!r} made "
+                    f"parse_quantity raise {exc!r}, which escaped DeviceState.prepare and failed every claim "
+                    "of the batch")
+    assert isinstance(results[good["metadata"]["uid"]], list)
+    got = results[odd["metadata"]["uid"]]
+    assert isinstance(got, list if outcome == "prepared" else PrepareError)
+
+
+# -- side effects -----------------------------------------------------------------------------------
+
+
+async def test_side_effects_run_once_on_prepare_and_are_undone_on_unprepare(tmp_path):
+    profile = SideEffectProfile()
+    state = await make_state(tmp_path, {"effects": profile})
+    obj = write_claim(tmp_path, claim_object("c", results=[("a", "hw-0"), ("b", "hw-1")]))
+    uid = obj["metadata"]["uid"]
+    assert isinstance((await state.prepare([ref(obj)]))[uid], list)
+    assert profile.calls == [("prepare", uid, uid, ["hw-0", "hw-1"])]
+    assert on_disk(tmp_path).claims[uid].side_effects == {"effects": {"created": ["hw-0", "hw-1"]}}
+    # A repeated Prepare (kubelet retry) is answered from the checkpoint: no second side effect.
+    assert isinstance((await state.prepare([ref(obj)]))[uid], list)
+    assert len(profile.calls) == 1
+    assert await state.unprepare([ref(obj)]) == {uid: None}
+    assert profile.calls[1:] == [("unprepare", uid, {"created": ["hw-0", "hw-1"]})]
+    assert on_disk(tmp_path).claims == {}
+    assert await state.unprepare([ref(obj)]) == {uid: None}  # unknown claim: succeeds, nothing to undo
+    assert len(profile.calls) == 2
+
+
+async def test_retried_prepare_rolls_back_a_prepare_started_record_first(tmp_path):
+    profile = SideEffectProfile()
+    state = await make_state(tmp_path, {"effects": profile})
+    obj = write_claim(tmp_path, claim_object("c", results=[("a", "hw-0")]))
+    uid = obj["metadata"]["uid"]
+    spec_path = tmp_path / "cdi" / naming.claim_spec_file(f"k8s.{DRIVER}/hw", uid)
+    spec_path.mkdir()  # the CDI write fails: a directory sits where the spec goes
+    profile.fail_unprepares = 1  # and the rollback of that attempt fails too
+    results = await state.prepare([ref(obj)])
+    # The error names the spec file, not the temp file it is written through.
+    assert str(results[uid]) == f"ResourceClaim default/c: Is a directory ({spec_path})"
+    record = on_disk(tmp_path).claims[uid]
+    assert (record.state, record.side_effects) == ("PrepareStarted", {"effects": {"created": ["hw-0"]}})
+    assert profile.calls == [("prepare", uid, uid, ["hw-0"]), ("unprepare", uid, {"created": ["hw-0"]})]
+
+    spec_path.rmdir()
+    results = await state.prepare([ref(obj)])
+    assert isinstance(results[uid], list)
+    assert profile.calls[2:] == [("unprepare", uid, {"created": ["hw-0"]}), ("prepare", uid, uid, ["hw-0"])]
+    assert on_disk(tmp_path).claims[uid].state == "PrepareCompleted"
+    assert spec_path.is_file()
+
+
+async def test_start_up_rolls_back_a_prepare_started_record(tmp_path):
+    profile = SideEffectProfile()
+    state = await make_state(tmp_path, {"effects": profile})
+    obj = write_claim(tmp_path, claim_object("c", results=[("a", "hw-0")]))
+    uid = obj["metadata"]["uid"]
+    spec_path = tmp_path / "cdi" / naming.claim_spec_file(f"k8s.{DRIVER}/hw", uid)
+    spec_path.mkdir()
+    profile.fail_unprepares = 1
+    await state.prepare([ref(obj)])
+    spec_path.rmdir()
+
+    restarted = SideEffectProfile()
+    await make_state(tmp_path, {"effects": restarted})
+    assert restarted.calls == [("unprepare", uid, {"created": ["hw-0"]})]
+    assert on_disk(tmp_path).claims == {}
+
+
+async def test_replayed_prepare_after_a_reboot_re_runs_side_effects_and_rewrites_the_spec(tmp_path):
+    profile = SideEffectProfile()
+    state = await make_state(tmp_path, {"effects": profile}, boot_id="boot-1")
+    obj = write_claim(tmp_path, claim_object("c", results=[("a", "hw-1")]))
+    uid = obj["metadata"]["uid"]
+    first = await state.prepare([ref(obj)])
+    spec_path = tmp_path / "cdi" / naming.claim_spec_file(f"k8s.{DRIVER}/hw", uid)
+    written = spec_path.read_bytes()
+    spec_path.unlink()  # /var/run/cdi is tmpfs: gone after the reboot
+
+    after = SideEffectProfile()
+    rebooted = await make_state(tmp_path, {"effects": after}, boot_id="boot-2")
+    assert after.calls == []  # nothing is undone at start-up: the reboot already undid it
+    again = await rebooted.prepare([ref(obj)])
+    assert again == first
+    assert after.calls == [("prepare", uid, uid, ["hw-1"])]
+    assert spec_path.read_bytes() == written
+    record = on_disk(tmp_path).claims[uid]
+    assert (record.state, record.boot_id) == ("PrepareCompleted", "boot-2")
+    # The next replay in the same boot does not run them again.
+    await rebooted.prepare([ref(obj)])
+    assert len(after.calls) == 1
+
+
+async def test_replay_in_the_same_boot_rewrites_a_lost_spec_without_side_effects(tmp_path):
+    profile = SideEffectProfile()
+    state = await make_state(tmp_path, {"effects": profile})
+    obj = write_claim(tmp_path, claim_object("c", results=[("a", "hw-0")]))
+    uid = obj["metadata"]["uid"]
+    await state.prepare([ref(obj)])
+    spec_path = tmp_path / "cdi" / naming.claim_spec_file(f"k8s.{DRIVER}/hw", uid)
+    spec_path.unlink()
+    assert isinstance((await state.prepare([ref(obj)]))[uid], list)
+    assert spec_path.is_file()
+    assert len(profile.calls) == 1
