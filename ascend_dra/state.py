@@ -2,10 +2,11 @@
 
 A Prepare of a batch of claims runs in this order, each step durable before the next:
 
-1. fetch every claim from the claim source (outside the lock, as the Go helper does);
-2. under the state lock, plan each claim: find its devices, resolve and decode its opaque
-   configs, compute its container edits (pure), and check that no device is double-booked;
-3. write the checkpoint with the new claims as ``PrepareStarted``;
+1. fetch every claim from the claim source (before any lock, as the Go helper does);
+2. holding the claims' own locks, plan each claim: find its devices, resolve and decode its
+   opaque configs, compute its container edits (pure), check that no device is double-booked
+   and reserve them with an in-memory ``PrepareStarted`` record, with no await in between;
+3. write the checkpoint (group commit: concurrent calls share one write);
 4. run profile side effects, then write each claim's CDI spec;
 5. write the checkpoint with those claims as ``PrepareCompleted``.
 
@@ -16,9 +17,10 @@ reported in its own entry and never fails the others.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -128,8 +130,11 @@ class DeviceState:
         self.checkpoint_path = ckpt.checkpoint_path(plugin_dir)
         self.boot_id = boot_id
         self.claim_source = claim_source
-        self._lock = anyio.Lock()
-        self._records: dict[str, ClaimRecord] = {}
+        self._records = ckpt.RecordTable()
+        self._claim_locks: dict[str, anyio.Lock] = {}
+        self._flush_lock = anyio.Lock()
+        self._version = 0  # bumped by every _save call
+        self._durable = 0  # the highest version known to be on disk
         self._device_profile: dict[str, str] = {}
         self._devices: dict[str, Device] = {}
         self.inventories: dict[str, Inventory] = {}
@@ -163,7 +168,7 @@ class DeviceState:
         :raises checkpoint.CheckpointCorrupt: the daemon must not start over an unreadable checkpoint.
         """
         data = await anyio.to_thread.run_sync(ckpt.load, self.checkpoint_path)
-        self._records = dict(data.claims)
+        self._records = ckpt.RecordTable(data.claims)
         await anyio.to_thread.run_sync(self.cdi.ensure_root)
         changed = False
         for record in list(self._records.values()):
@@ -221,9 +226,8 @@ class DeviceState:
             for ref in refs:
                 tg.start_soon(fetch, ref)
 
-        async with self._lock:
+        async with self._lock_claims(ref.uid for ref in refs if ref.uid not in results):
             plans: list[_Plan] = []
-            taken: dict[str, list[DeviceRecord]] = self._holders()
             for ref in refs:
                 if ref.uid in results:
                     continue
@@ -240,9 +244,10 @@ class DeviceState:
                                                         f"{_describe(exc)}")
                         continue
                     del self._records[ref.uid]
-                    taken = self._holders()
+                # From here to the PrepareStarted record nothing awaits: the guard's view of which
+                # devices are taken and this claim's reservation are one atomic step for the loop.
                 try:
-                    plan = self._plan(fetched[ref.uid], taken)
+                    plan = self._plan(fetched[ref.uid], self._holders())
                 except ConfigError as exc:
                     results[ref.uid] = PrepareError(f"{where}: invalid opaque config: {exc}")
                     continue
@@ -253,18 +258,16 @@ class DeviceState:
                     log.exception("planning a claim failed", extra={"claim_uid": ref.uid})
                     results[ref.uid] = PrepareError(f"{where}: {type(exc).__name__}: {exc}")
                     continue
-                for device in plan.devices:
-                    taken.setdefault(device.device, []).append(device)
+                c = plan.claim
+                self._records[c.uid] = ClaimRecord(c.uid, c.namespace, c.name, ckpt.PREPARE_STARTED, self.boot_id,
+                                                   plan.devices, tuple(plan.specs))
                 plans.append(plan)
             if plans:
                 await self._prepare_plans(plans, results)
         return results
 
     async def _prepare_plans(self, plans: list[_Plan], results: dict[str, Any]) -> None:
-        for plan in plans:
-            c = plan.claim
-            self._records[c.uid] = ClaimRecord(c.uid, c.namespace, c.name, ckpt.PREPARE_STARTED, self.boot_id,
-                                               plan.devices, tuple(plan.specs))
+        """Make the reserved (PrepareStarted, in memory) claims of ``plans`` durable, then prepared."""
         crash_point("prepare:before-started-write")
         try:
             await self._save()
@@ -489,7 +492,7 @@ class DeviceState:
         ``PrepareStarted`` (a crash then leaves a record that start-up rolls back).
         """
         results: dict[str, Exception | None] = {}
-        async with self._lock:
+        async with self._lock_claims(ref.uid for ref in refs):
             targets: list[ClaimRecord] = []
             for ref in refs:
                 try:
@@ -557,8 +560,40 @@ class DeviceState:
             await anyio.to_thread.run_sync(self.cdi.remove, file)
 
     async def _save(self) -> None:
-        data = ckpt.CheckpointData(boot_id=self.boot_id, claims=dict(self._records))
-        await anyio.to_thread.run_sync(ckpt.save, self.checkpoint_path, data)
+        """Return once a checkpoint that includes every change made before this call is on disk.
+
+        Group commit: while one write is in flight, later callers queue; the first of them writes
+        one snapshot for all, and the others find their changes already durable.
+
+        :raises OSError: the write failed (the previous checkpoint file is intact).
+        """
+        self._version += 1
+        wanted = self._version
+        async with self._flush_lock:
+            if self._durable >= wanted:
+                return
+            version = self._version
+            blob = self._records.encode(self.boot_id)  # on the loop: no change can interleave
+            await anyio.to_thread.run_sync(ckpt.save, self.checkpoint_path, blob)
+            self._durable = max(self._durable, version)
+
+    @contextlib.asynccontextmanager
+    async def _lock_claims(self, uids: Iterable[str]) -> AsyncIterator[None]:
+        """Serialize operations on the same claims (the kubelet may retry a claim while its first
+        call still runs); other claims go on concurrently. Locks are taken in sorted order, so
+        two batches that share claims cannot deadlock."""
+        held: list[tuple[str, anyio.Lock]] = []
+        try:
+            for uid in sorted(set(uids)):
+                lock = self._claim_locks.setdefault(uid, anyio.Lock())
+                await lock.acquire()
+                held.append((uid, lock))
+            yield
+        finally:
+            for uid, lock in reversed(held):
+                lock.release()
+                if not lock.locked() and not lock.statistics().tasks_waiting and self._claim_locks.get(uid) is lock:
+                    del self._claim_locks[uid]
 
 
 def _describe(exc: BaseException) -> str:

@@ -379,3 +379,39 @@ def test_a_relative_standalone_dir_gives_absolute_paths_in_specs_and_plugin_info
     finally:
         k.close()
         d.stop()
+
+
+def test_concurrent_claims_on_one_exclusive_device_exactly_one_wins(daemon):
+    from concurrent.futures import ThreadPoolExecutor
+
+    claims = [write_claim(daemon.root, claim_object(f"race-{i}", results=[("npu", "npu-1-0")])) for i in range(16)]
+    kubelets = [Kubelet(daemon) for _ in range(4)]  # several connections, like several pod workers
+    try:
+        with ThreadPoolExecutor(16) as pool:
+            replies = list(pool.map(lambda i: kubelets[i % 4].prepare(claims[i]), range(16)))
+    finally:
+        for k in kubelets:
+            k.close()
+    errors = [r.claims[c["metadata"]["uid"]].error for r, c in zip(replies, claims, strict=True)]
+    assert errors.count("") == 1
+    assert all("is already prepared for ResourceClaim" in e for e in errors if e)
+    winner = claims[errors.index("")]["metadata"]["uid"]
+    assert list(yaml.safe_load(daemon.checkpoint.read_text())["data"]["claims"]) == [winner]
+    assert [p.name for p in daemon.cdi_dir.glob("*_*-*.yaml")] == [spec_path(daemon, winner).name]
+
+
+def test_the_same_claim_prepared_concurrently_is_prepared_once(daemon):
+    from concurrent.futures import ThreadPoolExecutor
+
+    claim = write_claim(daemon.root, claim_object("retried", results=[("npu", "npu-2-0")]))
+    uid = claim["metadata"]["uid"]
+    kubelets = [Kubelet(daemon) for _ in range(8)]
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            replies = list(pool.map(lambda k: k.prepare(claim), kubelets))
+    finally:
+        for k in kubelets:
+            k.close()
+    assert all(r.claims[uid].error == "" for r in replies)
+    assert all(r == replies[0] for r in replies)
+    assert list(yaml.safe_load(daemon.checkpoint.read_text())["data"]["claims"]) == [uid]
