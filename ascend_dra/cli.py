@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     discover.add_argument("--output", "-o", choices=("table", "yaml", "json"), default="table")
 
     profiles = sub.add_parser("profiles", help="list installed profiles, their distribution and load status")
-    profiles.add_argument("--output", "-o", choices=("table", "json"), default="table")
+    profiles.add_argument("--output", "-o", choices=("table", "json", "yaml"), default="table")
     return parser
 
 

@@ -37,8 +37,10 @@ async def watch_device_nodes(dev_root: Path, on_change: Callable[[], None], *, d
     if not await anyio.Path(dev_root).is_dir():
         log.warning("device directory does not exist; hot-plug is off", extra={"dev_root": str(dev_root)})
         return
+    # rust_timeout bounds how long the watcher thread blocks: anyio cannot abandon that thread, so
+    # on shutdown the daemon waits for it (watchfiles' default, 5 s, made every SIGTERM take 5 s).
     async for changes in awatch(dev_root, watch_filter=_interesting, debounce=debounce_ms, step=50,
-                                recursive=False):
+                                recursive=False, rust_timeout=250):
         log.info("device nodes changed; rediscovering",
                  extra={"changes": ",".join(sorted(f"{c.name}:{Path(p).name}" for c, p in changes))})
         on_change()

@@ -1,0 +1,1 @@
+"""podman runs containers from the CDI specs the daemon writes."""
