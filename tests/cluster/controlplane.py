@@ -622,9 +622,16 @@ class ControlPlane:
     # ------------------------------------------------------------------ lifecycle
     def restart_apiserver(self, grace: float = 15.0) -> None:
         """Stop kube-apiserver and start it again on the same port; return when /readyz is 200."""
-        proc = self.procs["kube-apiserver"]
-        proc.stop(grace=grace)
-        proc.start()
+        self.stop_apiserver(grace)
+        self.start_apiserver()
+
+    def stop_apiserver(self, grace: float = 15.0) -> None:
+        """Stop kube-apiserver only (an API server outage); :meth:`start_apiserver` brings it back."""
+        self.procs["kube-apiserver"].stop(grace=grace)
+
+    def start_apiserver(self) -> None:
+        """Start kube-apiserver again on its port; return when /readyz is 200."""
+        self.procs["kube-apiserver"].start()
         self._wait("kube-apiserver", self._apiserver_ready, what="ready after restart")
         if (self.workdir / STATE_FILE).exists():
             self._write_state()

@@ -215,3 +215,59 @@ def test_a_claim_whose_selector_matches_nothing_stays_pending_and_nothing_is_pre
     finally:
         cp.api("DELETE", f"/api/v1/namespaces/default/pods/{pod}?gracePeriodSeconds=0")
         cp.api("DELETE", f"{RES}/namespaces/default/resourceclaimtemplates/{pod}")
+
+
+def test_prepared_claims_are_served_while_the_api_server_is_down(cp, start_daemon):
+    d = start_daemon()
+    wait_until(lambda: our_slices(cp, cp.node_name), "published")
+    apply_examples(cp)
+    pods = [create_pod(cp, "default", "fake.ascend.project-hami.io")[0] for _ in range(2)]
+    claims = [wait_until(lambda p=p: (c := pod_claim(cp, "default", p)) and c.get("status", {}).get("allocation")
+                         and c, f"{p} allocated", within=30) for p in pods]
+    prepared, waiting = claims
+    k = Kubelet(d)
+    try:
+        first = k.prepare(prepared)
+        assert first.claims[prepared["metadata"]["uid"]].error == ""
+        cp.stop_apiserver()
+        try:
+            # The kubelet restarted and prepares again: answered from the checkpoint, no API call.
+            assert k.prepare(prepared) == first
+            # A claim the daemon never saw needs the API server: that claim fails, with the reason.
+            error = k.prepare(waiting).claims[waiting["metadata"]["uid"]].error
+            assert error.startswith(f"ResourceClaim default/{waiting['metadata']['name']}: reading it from the API "
+                                    "server failed")
+            assert k.unprepare(prepared).claims[prepared["metadata"]["uid"]].error == ""
+        finally:
+            cp.start_apiserver()
+        assert k.prepare(waiting).claims[waiting["metadata"]["uid"]].error == ""
+        delete_our_slices(cp, cp.node_name)
+        wait_until(lambda: our_slices(cp, cp.node_name), "re-created after the outage", within=15)
+        k.unprepare(waiting)
+    finally:
+        k.close()
+        for pod in pods:
+            cp.api("DELETE", f"/api/v1/namespaces/default/pods/{pod}?gracePeriodSeconds=0")
+            cp.api("DELETE", f"{RES}/namespaces/default/resourceclaimtemplates/{pod}")
+
+
+def test_a_claim_allocated_but_reserved_for_no_pod_is_refused(cp, start_daemon):
+    d = start_daemon()
+    wait_until(lambda: our_slices(cp, cp.node_name), "published")
+    name = f"unreserved-{uuid.uuid4().hex[:6]}"
+    claim = ok(cp, "POST", f"{RES}/namespaces/default/resourceclaims", {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
+        "spec": {"devices": {"requests": [{"name": "npu", "exactly": {
+            "deviceClassName": "fake.ascend.project-hami.io"}}]}}})
+    try:
+        # What an allocation without a consumer looks like (the status a controller could write).
+        claim["status"] = {"allocation": {"devices": {"results": [
+            {"request": "npu", "driver": DRIVER, "pool": cp.node_name, "device": "npu-3-0"}]}}}
+        claim = ok(cp, "PUT", f"{RES}/namespaces/default/resourceclaims/{name}/status", claim)
+        k = Kubelet(d)
+        reply = k.prepare(claim)
+        k.close()
+        assert reply.claims[claim["metadata"]["uid"]].error == (
+            f"ResourceClaim default/{name} is allocated but not reserved for any pod (status.reservedFor is empty)")
+    finally:
+        cp.api("DELETE", f"{RES}/namespaces/default/resourceclaims/{name}")
