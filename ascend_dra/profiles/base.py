@@ -167,10 +167,25 @@ def _make_converter() -> cattrs.Converter:
 
     converter.register_structure_hook_factory(attrs.has, factory)
     # JSON types are taken as they are: "false" is not a bool, "3" and 3.7 are not ints.
+    # Type hooks, which take precedence over cattrs' built-in conversions (int("3"), int(3.7)).
     for target, accepted in ((bool, (bool,)), (int, (int,)), (float, (int, float)), (str, (str,))):
-        # A predicate, not a type: a type hook would also catch StrEnum/IntEnum subclasses.
-        converter.register_structure_hook_func(lambda t, target=target: t is target, _strict(target, accepted))
+        converter.register_structure_hook(target, _strict(target, accepted))
+    # Dispatch follows the MRO, so StrEnum/IntEnum members would reach the str/int hooks first.
+    for base in (enum.Enum, enum.StrEnum, enum.IntEnum):
+        converter.register_structure_hook(base, _enum)
     return converter
+
+
+def _enum(value: Any, cls: type[enum.Enum]) -> enum.Enum:
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        allowed = ", ".join(str(m.value) for m in cls)
+        raise TypeError(f"must be one of {allowed}, got {_got(value)}")
+    return cls(value)
+
+
+def _got(value: object) -> str:
+    """What the user wrote, for messages: ``a string "50"``, ``a number 3.7``, ``null``."""
+    return "null" if value is None else f"{_json_type(value)} {_json_text(value)}"
 
 
 def _json_type(value: object) -> str:
@@ -193,7 +208,7 @@ _JSON_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a 
 def _strict(target: type, accepted: tuple[type, ...]) -> Any:
     def structure(value: Any, _: type) -> Any:
         if (isinstance(value, bool) and target is not bool) or not isinstance(value, accepted):
-            raise TypeError(f"must be {_JSON_NAMES[target]}, got {_json_type(value)} {_json_text(value)}")
+            raise TypeError(f"must be {_JSON_NAMES[target]}, got {_got(value)}")
         return target(value)
 
     return structure
