@@ -23,6 +23,7 @@ from ascend_dra.cdi.store import CdiStore
 from ascend_dra.checkpoint import CheckpointCorrupt, read_boot_id
 from ascend_dra.claims import ClaimSource, StandaloneClaimSource
 from ascend_dra.hotplug import watch_device_nodes
+from ascend_dra.instancelock import hold_instance_lock
 from ascend_dra.kubelet import dra
 from ascend_dra.kubelet.health import HealthFeed, HealthService
 from ascend_dra.kubelet.registration import RegistrationServer, RegistrationState
@@ -139,6 +140,11 @@ class Daemon:
         for directory in (s.plugin_dir, s.registrar_dir):  # sockets and checkpoint: root only
             directory.mkdir(mode=0o750, parents=True, exist_ok=True)
             directory.chmod(0o750)
+        async with hold_instance_lock(s.plugin_dir):
+            await self._run_locked(task_status=task_status)
+
+    async def _run_locked(self, *, task_status: TaskStatus[None]) -> None:
+        s = self.settings
         profiles = self.load()
         inventories = await discover_all(self.loaded, self.ctx, s.discovery_timeout)
         boot_id = await anyio.to_thread.run_sync(read_boot_id, s.boot_id_file)

@@ -52,12 +52,15 @@ async def serve_unix(handlers: Sequence[Any], path: Path) -> AsyncIterator[Serve
         await server.start(path=os.fspath(path))
     finally:
         os.umask(old_umask)
+    ours = (await anyio.Path(path).stat()).st_ino
     try:
         yield server
     finally:
         # Runs while the daemon is being cancelled: shield it, but bound it (STYLE §2).
         with anyio.CancelScope(shield=True), anyio.move_on_after(5):
             server.close()
-            await anyio.Path(path).unlink(missing_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                if (await anyio.Path(path).stat()).st_ino == ours:  # never remove a successor's socket
+                    await anyio.Path(path).unlink()
             with contextlib.suppress(Exception):
                 await server.wait_closed()

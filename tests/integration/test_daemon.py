@@ -415,3 +415,32 @@ def test_the_same_claim_prepared_concurrently_is_prepared_once(daemon):
     assert all(r.claims[uid].error == "" for r in replies)
     assert all(r == replies[0] for r in replies)
     assert list(yaml.safe_load(daemon.checkpoint.read_text())["data"]["claims"]) == [uid]
+
+
+def test_a_second_daemon_on_the_same_directory_waits_and_never_touches_the_first_ones_sockets(short_tmp):
+    import time
+
+    first = DaemonProcess(short_tmp / "sa").start()
+    second = DaemonProcess(short_tmp / "sa")
+    second.log_path = short_tmp / "second.log"
+    inode = first.registration_socket.stat().st_ino
+    second.start(wait=False)
+    try:
+        deadline = time.monotonic() + 20
+        while "waiting for it to stop" not in second.log_text():
+            assert time.monotonic() < deadline, second.log_text()
+            time.sleep(0.05)
+        assert first.registration_socket.stat().st_ino == inode  # not replaced
+        k = Kubelet(first)
+        assert k.get_info().name == DRIVER
+        k.close()
+        first.stop()
+        second.wait_serving()
+        assert "took over the plugin directory" in second.log_text()
+        # The first daemon's shutdown did not remove the sockets its successor serves on.
+        k = Kubelet(second)
+        assert k.get_info().name == DRIVER
+        k.close()
+    finally:
+        first.stop()
+        second.stop()
