@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import socket
 import sys
 from collections.abc import Callable, Sequence
@@ -29,13 +30,28 @@ def _flag(
     **kwargs: Any,
 ) -> None:
     raw = os.environ.get(env)
-    value = type(raw) if raw not in (None, "") else default
+    try:
+        value = type(raw) if raw not in (None, "") else default
+    except ValueError:
+        raise SystemExit(f"ascend-dra: environment variable {env}={raw!r} is not a valid value for {flag} "
+                         f"(default {default})") from None
     shown = "none" if default in (None, "") else ",".join(default) if isinstance(default, tuple) else default
     parser.add_argument(flag, default=value, type=type, help=f"{help} [env {env}; default {shown}]", **kwargs)
 
 
 def _csv(value: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in value.split(",") if v.strip())
+
+
+def _option(value: str) -> tuple[str, str]:
+    key, eq, val = value.partition("=")
+    if not eq or not key.strip():
+        raise argparse.ArgumentTypeError(f"{value!r} is not KEY=VALUE (e.g. npu-910.simulate=fallback)")
+    return key.strip(), val.strip()
+
+
+def _options(value: str) -> tuple[tuple[str, str], ...]:
+    return tuple(_option(v) for v in value.split(",") if v.strip())
 
 
 def _node_flags(p: argparse.ArgumentParser, node_required: bool) -> None:
@@ -48,6 +64,9 @@ def _node_flags(p: argparse.ArgumentParser, node_required: bool) -> None:
     _flag(p, "--npu-smi", "NPU_SMI", "npu-smi", "npu-smi executable")
     _flag(p, "--dev-root", "DEV_ROOT", Path("/dev"), "where device nodes are looked for", type=Path)
     _flag(p, "--sys-root", "SYS_ROOT", Path("/sys"), "where sysfs is read", type=Path)
+    p.add_argument("--profile-option", action="append", type=_option, default=[], metavar="PROFILE.KEY=VALUE",
+                   help="a profile option, repeatable, e.g. npu-910.simulate=fallback; env PROFILE_OPTIONS takes "
+                        "a comma-separated list [env PROFILE_OPTIONS; default none]")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
           type=float)
     _flag(run, "--rediscover-interval", "REDISCOVER_INTERVAL", 60.0, "seconds between periodic rediscoveries",
           type=float)
+    _flag(run, "--health-interval", "HEALTH_INTERVAL", 10.0,
+          "seconds between device health checks and health-stream messages (kubelet timeout: 30)", type=float)
     _flag(run, "--metrics-port", "METRICS_PORT", 0, "TCP port for Prometheus /metrics (0: off)", type=int)
     _flag(run, "--metrics-address", "METRICS_ADDRESS", "0.0.0.0", "address the metrics endpoint listens on")
     _flag(run, "--log-level", "LOG_LEVEL", "info", "debug, info, warning or error")
@@ -91,13 +112,29 @@ def build_parser() -> argparse.ArgumentParser:
     call.add_argument("action", choices=("register", "prepare", "unprepare", "health"))
     call.add_argument("claim", nargs="?", help="NAMESPACE/NAME (prepare, unprepare)")
 
-    discover = sub.add_parser("discover", help="show what this node has, as a table or as ResourceSlices")
+    discover = sub.add_parser("discover", help="show what this node has, as a table or as ResourceSlices",
+                              description="Run the profiles' discovery once and print the inventory: a table "
+                                          "(device, chip, memory, NUMA, topology group, discovery tier) or the "
+                                          "exact ResourceSlice objects the daemon would publish. Writes nothing. "
+                                          "Exit code 1 when a profile failed to load or to discover.")
     _node_flags(discover, node_required=False)
     discover.add_argument("--output", "-o", choices=("table", "yaml", "json"), default="table")
 
-    profiles = sub.add_parser("profiles", help="list installed profiles, their distribution and load status")
+    profiles = sub.add_parser("profiles", help="list installed profiles, their distribution and load status",
+                              description="List every profile installed in the ascend_dra.profiles entry-point "
+                                          "group: name, distribution, version, target and whether it loads. "
+                                          "Exit code 1 when any of them is broken.")
     profiles.add_argument("--output", "-o", choices=("table", "json", "yaml"), default="table")
     return parser
+
+
+def profile_options(args: argparse.Namespace) -> dict[str, str]:
+    """``--profile-option`` flags over ``PROFILE_OPTIONS`` entries, as one mapping."""
+    try:
+        from_env = _options(os.environ.get("PROFILE_OPTIONS", ""))
+    except argparse.ArgumentTypeError as exc:
+        raise SystemExit(f"ascend-dra: environment variable PROFILE_OPTIONS: {exc}") from None
+    return dict([*from_env, *args.profile_option])
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -105,17 +142,24 @@ def _run(args: argparse.Namespace) -> int:
         print("ascend-dra run: --node-name (or NODE_NAME) is required", file=sys.stderr)
         return 2
     from ascend_dra.daemon import main as daemon_main
-    from ascend_dra.settings import Settings
+    from ascend_dra.settings import Settings, SettingsError
 
-    settings = Settings(
-        node_name=args.node_name, profiles=args.profiles, driver_name=args.driver_name,
-        standalone=args.standalone, kubeconfig=args.kubeconfig, cdi_root=args.cdi_root,
-        registrar_dir=args.kubelet_registrar_directory_path, plugins_dir=args.kubelet_plugins_directory_path,
-        fake_devices=args.fake_devices, npu_smi=args.npu_smi, dev_root=args.dev_root, sys_root=args.sys_root,
-        boot_id_file=args.boot_id_file, discovery_timeout=args.discovery_timeout,
-        rediscover_interval=args.rediscover_interval, metrics_port=args.metrics_port,
-        metrics_address=args.metrics_address, log_level=args.log_level, log_format=args.log_format,
-    )
+    try:
+        settings = Settings(
+            node_name=args.node_name, profiles=args.profiles, driver_name=args.driver_name,
+            standalone=args.standalone, kubeconfig=args.kubeconfig, cdi_root=args.cdi_root,
+            registrar_dir=args.kubelet_registrar_directory_path, plugins_dir=args.kubelet_plugins_directory_path,
+            fake_devices=args.fake_devices, npu_smi=args.npu_smi, dev_root=args.dev_root, sys_root=args.sys_root,
+            boot_id_file=args.boot_id_file, discovery_timeout=args.discovery_timeout,
+            rediscover_interval=args.rediscover_interval, metrics_port=args.metrics_port,
+            health_interval=args.health_interval,
+            profile_options=profile_options(args),
+            metrics_address=args.metrics_address, log_level=args.log_level, log_format=args.log_format,
+        )
+    except SettingsError as exc:
+        for problem in exc.problems:
+            print(f"ascend-dra run: {problem}", file=sys.stderr)
+        return 2
     return daemon_main(settings)
 
 
@@ -129,21 +173,28 @@ def _discover(args: argparse.Namespace) -> int:
     import anyio
 
     from ascend_dra.commands import discover
+    from ascend_dra.logs import setup_logging
 
-    print(anyio.run(discover.main, args))
-    return 0
+    setup_logging("warning")  # the tiers' warnings, with their details, go to stderr
+    text, ok = anyio.run(discover.main, args, profile_options(args))
+    print(text, end="")
+    return 0 if ok else 1
 
 
 def _profiles(args: argparse.Namespace) -> int:
     from ascend_dra.commands import profiles
+    from ascend_dra.profiles.registry import load_installed
 
     print(profiles.run(args.output))
-    return 0
+    return 0 if all(entry.error is None for entry in load_installed()) else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ascend-dra`` console script; returns the exit code."""
     args = build_parser().parse_args(argv)
+    if args.command != "run":
+        # `ascend-dra call ... | head` ends quietly, as any Unix tool does, instead of a BrokenPipeError.
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     handler = {"run": _run, "call": _call, "discover": _discover, "profiles": _profiles}[args.command]
     return handler(args)
 

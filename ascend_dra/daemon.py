@@ -46,7 +46,7 @@ def profile_context(settings: Settings) -> ProfileContext:
     return ProfileContext(
         node_name=settings.node_name, driver_name=settings.driver_name, fake_devices=settings.fake_devices,
         dev_root=settings.dev_root, sys_root=settings.sys_root, npu_smi=settings.npu_smi,
-        state_dir=settings.plugin_dir / "profiles",
+        state_dir=settings.plugin_dir / "profiles", options=dict(settings.profile_options),
     )
 
 
@@ -90,6 +90,24 @@ def merged(inventories: Mapping[str, Inventory]) -> Inventory:
     )
 
 
+async def check_cluster_access(kubeconfig: str | None) -> None:
+    """Fail before serving anything when cluster mode has no usable configuration.
+
+    :raises RuntimeError: no such kubeconfig file, an unusable one, or no in-cluster service account.
+    """
+    from ascend_dra.cluster import open_api
+
+    if kubeconfig and not await anyio.Path(kubeconfig).is_file():
+        raise RuntimeError(f"--kubeconfig {kubeconfig} does not exist")
+    try:
+        api_client = await open_api(kubeconfig)
+    except Exception as exc:
+        where = f"the kubeconfig {kubeconfig}" if kubeconfig else "the in-cluster configuration"
+        raise RuntimeError(f"cluster mode cannot use {where} ({exc}); pass --kubeconfig FILE, run inside a pod "
+                           "with a service account, or use --standalone DIR for a local run") from None
+    await api_client.close()
+
+
 class Daemon:
     """The running node side. Built by :func:`main`; tests may drive it directly."""
 
@@ -109,7 +127,12 @@ class Daemon:
 
         :raises RuntimeError: if no profile could be loaded.
         """
-        for entry in load_profiles(self.settings.profiles):  # failures are logged there, with the traceback
+        entries = load_profiles(self.settings.profiles)  # failures are logged there, with the traceback
+        unknown = [e for e in entries if e.error is not None and not e.target]  # no entry point at all
+        if unknown:  # a typo in --profiles is a configuration error, not a broken third-party profile
+            raise RuntimeError(f"--profiles names {', '.join(e.name for e in unknown)}: "
+                               f"{unknown[0].error.reason if unknown[0].error else ''}")
+        for entry in entries:
             if entry.error is None:
                 self.loaded[entry.name] = entry
         if not self.loaded:
@@ -145,6 +168,8 @@ class Daemon:
 
     async def _run_locked(self, *, task_status: TaskStatus[None]) -> None:
         s = self.settings
+        if s.standalone is None:
+            await check_cluster_access(s.kubeconfig)
         profiles = self.load()
         inventories = await discover_all(self.loaded, self.ctx, s.discovery_timeout)
         boot_id = await anyio.to_thread.run_sync(read_boot_id, s.boot_id_file)
@@ -155,12 +180,14 @@ class Daemon:
             plugin_dir=s.plugin_dir, boot_id=boot_id, claim_source=self.claim_source(),
         )
         await self.state.recover()
-        self._update_health(inventories)
+        self.metrics.set_inventories(inventories)
+        await self.check_health()
         if s.metrics_port:
             self.metrics.serve(s.metrics_port, s.metrics_address)
         self.publisher = self.make_publisher()
         async with (
-            serve_unix([*dra.services(self.state, self), HealthService(self.health)], s.dra_socket),
+            serve_unix([*dra.services(self.state, self), HealthService(self.health, resend_s=s.health_interval)],
+                       s.dra_socket),
             serve_unix([RegistrationServer(s.driver_name, str(s.dra_socket.absolute()), self.registration)],
                        s.registration_socket),
             anyio.create_task_group() as tg,
@@ -171,11 +198,39 @@ class Daemon:
             await tg.start(self._publish_loop)
             task_status.started()
             tg.start_soon(self._rediscover_loop)
+            tg.start_soon(self._health_loop)
             tg.start_soon(watch_device_nodes, s.dev_root, self.request_rediscovery)
 
-    def _update_health(self, inventories: Mapping[str, Inventory]) -> None:
-        self.health.update({d.name: True for inv in inventories.values() for d in inv.devices})
-        self.metrics.set_inventories(inventories)
+    async def check_health(self) -> None:
+        """Ask every profile with a ``health`` hook about its devices and feed the kubelet's health
+        stream. A hook that raises or hangs makes its devices ``unknown``, never takes the daemon down."""
+        assert self.state is not None
+        health: dict[str, bool | None] = {}
+        for name, inventory in self.state.inventories.items():
+            devices = {d.name: True for d in inventory.devices}
+            hook = getattr(self.state.profiles.get(name), "health", None)
+            if hook is not None:
+                try:
+                    with anyio.fail_after(self.settings.discovery_timeout):
+                        reported = await hook(self.ctx, inventory)
+                    devices.update({k: v for k, v in reported.items() if k in devices})
+                except Exception as exc:
+                    log.warning("profile health check failed; its devices are unknown",
+                                extra={"profile": name, "error": f"{type(exc).__name__}: {exc}"})
+                    devices = dict.fromkeys(devices)
+            self.metrics.unhealthy.labels(name).set(sum(1 for v in devices.values() if v is False))
+            health.update(devices)
+        changed = {k for k, v in health.items() if self.health.devices.get(k, True) != v}
+        if changed:
+            log.info("device health changed", extra={"devices": ",".join(
+                f"{k}={'healthy' if health[k] else 'unknown' if health[k] is None else 'unhealthy'}"
+                for k in sorted(changed))})
+        self.health.update(health)
+
+    async def _health_loop(self) -> None:
+        while True:
+            await anyio.sleep(self.settings.health_interval)
+            await self.check_health()
 
     def observe(self, operation: str, seconds: float, errors: int, claims: int) -> None:
         """Called by the DRA service after each RPC: metrics, and the prepared-claims gauge."""
@@ -208,7 +263,8 @@ class Daemon:
             if inventories != self.state.inventories:
                 log.info("inventory changed; republishing")
                 self.state.set_inventories(inventories)
-                self._update_health(inventories)
+                self.metrics.set_inventories(inventories)
+                await self.check_health()
                 await self._republish()
 
     async def _republish(self) -> None:
@@ -247,6 +303,7 @@ def main(settings: Settings) -> int:
         for exc in group.exceptions:
             log.error("stopped: %s", exc)
         code = 1
+    log.info("stopped", extra={"exit_code": code})
     return code
 
 if __name__ == "__main__":

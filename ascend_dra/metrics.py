@@ -9,6 +9,7 @@ zero-initialised so dashboards see every series from the start:
 - ``ascend_dra_prepared_claims``: claims in the checkpoint;
 - ``ascend_dra_devices{profile, tier}``: devices discovered, by profile and discovery tier
   (``npu-smi``, ``devfs``, ``nvml``, ``simulated``);
+- ``ascend_dra_unhealthy_devices{profile}``: devices the profile's health hook reports unhealthy;
 - ``ascend_dra_registration_status``: 1 registered, 0 refused by the kubelet, -1 not yet told.
 """
 
@@ -47,6 +48,8 @@ class Metrics:
                               registry=r)
         self.devices = Gauge("ascend_dra_devices", "devices discovered, by profile and discovery tier",
                              ["profile", "tier"], registry=r)
+        self.unhealthy = Gauge("ascend_dra_unhealthy_devices", "devices a profile reports unhealthy",
+                               ["profile"], registry=r)
         self.registration = Gauge("ascend_dra_registration_status",
                                   "1 registered with the kubelet, 0 refused, -1 not yet told", registry=r)
         self.registration.set(-1)

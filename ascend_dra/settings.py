@@ -12,11 +12,23 @@ In standalone mode (``--standalone DIR``) every path lives under DIR (DESIGN §1
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from pathlib import Path
 
 import attrs
 
-__all__ = ("DEFAULT_DRIVER_NAME", "Settings")
+__all__ = ("DEFAULT_DRIVER_NAME", "Settings", "SettingsError")
+
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+class SettingsError(ValueError):
+    """Raised by :class:`Settings` when flags are wrong; ``problems`` lists each, naming the flag."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(problems))
 
 #: Ascend profiles publish under HAMi's driver name so HAMi's DeviceClasses and webhook work as is (DESIGN §5).
 DEFAULT_DRIVER_NAME = "ascend.project-hami.io"
@@ -31,6 +43,7 @@ class Settings:
     :ivar fake_devices: simulated devices per simulating profile.
     :ivar discovery_timeout: how long one profile's discovery may take before it is skipped.
     :ivar rediscover_interval: seconds between periodic rediscoveries (hot-plug also triggers one).
+    :ivar health_interval: seconds between device health checks (and health-stream messages).
     :ivar metrics_port: TCP port of the Prometheus ``/metrics`` endpoint; 0 turns it off.
     """
 
@@ -49,12 +62,17 @@ class Settings:
     boot_id_file: Path = Path("/proc/sys/kernel/random/boot_id")
     discovery_timeout: float = 30.0
     rediscover_interval: float = 60.0
+    health_interval: float = 10.0
+    profile_options: Mapping[str, str] = attrs.field(factory=dict)
     metrics_port: int = 0
     metrics_address: str = "0.0.0.0"
     log_level: str = "info"
     log_format: str = "text"
 
     def __attrs_post_init__(self) -> None:
+        problems = self.problems()
+        if problems:
+            raise SettingsError(problems)
         # Paths end up in CDI specs and PluginInfo.endpoint, which must be absolute.
         for name in ("standalone", "cdi_root", "registrar_dir", "plugins_dir"):
             value = getattr(self, name)
@@ -65,6 +83,25 @@ class Settings:
             object.__setattr__(self, "registrar_dir", root / "plugins_registry")
             object.__setattr__(self, "plugins_dir", root / "plugins")
             object.__setattr__(self, "cdi_root", root / "cdi")
+
+    def problems(self) -> list[str]:
+        """What is wrong with these settings, each naming the flag and what it accepts."""
+        found = []
+        if not (len(self.driver_name) <= 63 and _DNS_SUBDOMAIN.fullmatch(self.driver_name)):
+            found.append(f"--driver-name {self.driver_name!r} must be a lower-case DNS subdomain of at most 63 "
+                         "characters (e.g. ascend.project-hami.io); it is the CDI vendor and the slices' driver")
+        if not (len(self.node_name) <= 253 and _DNS_SUBDOMAIN.fullmatch(self.node_name)):
+            found.append(f"--node-name {self.node_name!r} must be the node's name: a lower-case DNS subdomain")
+        if not self.profiles:
+            found.append("--profiles is empty: name at least one profile (`ascend-dra profiles` lists them)")
+        elif len(set(self.profiles)) != len(self.profiles):
+            found.append(f"--profiles {','.join(self.profiles)} names a profile twice")
+        if self.fake_devices < 0:
+            found.append(f"--fake-devices {self.fake_devices} must be 0 or more")
+        for name in ("discovery_timeout", "rediscover_interval", "health_interval"):
+            if getattr(self, name) <= 0:
+                found.append(f"--{name.replace('_', '-')} {getattr(self, name)} must be more than 0 seconds")
+        return found
 
     @property
     def plugin_dir(self) -> Path:

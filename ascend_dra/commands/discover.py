@@ -9,7 +9,9 @@ The YAML and JSON outputs are the ``resource.k8s.io/v1`` ResourceSlice objects o
 from __future__ import annotations
 
 import argparse
+import tempfile
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -153,16 +155,25 @@ async def run(profiles: Sequence[Any], ctx: ProfileContext, output: str, *,
     return render(inventories, {**(load_errors or {}), **errors}, ctx, output)
 
 
-async def main(args: argparse.Namespace) -> str:
+async def main(args: argparse.Namespace, options: Mapping[str, str] | None = None) -> tuple[str, bool]:
     """``ascend-dra discover`` from parsed CLI flags (``--profiles``, ``--output``, ``--node-name``,
-    ``--driver-name``, ``--fake-devices``, ``--npu-smi``, ``--dev-root``, ``--sys-root``)."""
+    ``--driver-name``, ``--fake-devices``, ``--npu-smi``, ``--dev-root``, ``--sys-root``).
+
+    :return: ``(text to print, True if every profile loaded and discovered)``. Profiles that keep
+        files (the fake one's driver directory) get a temporary state directory: discover writes
+        nothing on the node.
+    """
     from ascend_dra.profiles.registry import load_profiles
 
-    ctx = ProfileContext(
-        node_name=args.node_name, driver_name=args.driver_name, fake_devices=args.fake_devices,
-        dev_root=args.dev_root, sys_root=args.sys_root, npu_smi=args.npu_smi,
-    )
     loaded = load_profiles(list(args.profiles), log=False)
     profiles = [entry.profile for entry in loaded if entry.profile is not None]
     load_errors = {entry.name: str(entry.error) for entry in loaded if entry.profile is None}
-    return await run(profiles, ctx, args.output, load_errors=load_errors)
+    with tempfile.TemporaryDirectory(prefix="ascend-dra-discover-") as state_dir:
+        ctx = ProfileContext(
+            node_name=args.node_name, driver_name=args.driver_name, fake_devices=args.fake_devices,
+            dev_root=args.dev_root, sys_root=args.sys_root, npu_smi=args.npu_smi, state_dir=Path(state_dir),
+            options=dict(options or {}),
+        )
+        inventories, errors = await discover_profiles(profiles, ctx, timeout_s=30.0)
+        text = render(inventories, {**load_errors, **errors}, ctx, args.output)
+    return text, not load_errors and not errors

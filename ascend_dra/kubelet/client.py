@@ -54,11 +54,14 @@ def _claim_uid(args: argparse.Namespace, namespace: str, name: str) -> str:
     path = args.standalone / "claims" / namespace / f"{name}.yaml"
     try:
         obj = yaml.safe_load(path.read_text())
-        return str(obj["metadata"]["uid"])
     except FileNotFoundError:
         raise SystemExit(f"ascend-dra call: claim file {path} does not exist") from None
-    except (KeyError, TypeError, yaml.YAMLError):
-        raise SystemExit(f"ascend-dra call: {path} has no metadata.uid") from None
+    except yaml.YAMLError as exc:
+        raise SystemExit(f"ascend-dra call: claim file {path} is not valid YAML: {exc}") from None
+    try:
+        return str(obj["metadata"]["uid"])
+    except (KeyError, TypeError):
+        raise SystemExit(f"ascend-dra call: claim file {path} has no metadata.uid") from None
 
 
 def _print(obj: Any) -> None:
@@ -91,15 +94,12 @@ async def _prepare(args: argparse.Namespace, dra_socket: Path, namespace: str, n
     if entry is None or entry.error:
         return 1
     if args.action == "prepare" and args.standalone is not None:
-        cdi_root = args.standalone / "cdi"
-        for device in entry.devices:
-            for cdi_id in device.cdi_device_ids:
-                kind, _, dev = cdi_id.partition("=")
-                if dev != naming.COMMON_DEVICE:
-                    spec = cdi_root / naming.claim_spec_file(kind, uid)
-                    sys.stdout.write(f"--- CDI spec {spec}\n{spec.read_text()}")
-                    break
-            break
+        # One spec file per CDI kind (profile) of the claim's devices.
+        kinds = dict.fromkeys(cdi_id.partition("=")[0] for d in entry.devices for cdi_id in d.cdi_device_ids)
+        for kind in kinds:
+            spec = args.standalone / "cdi" / naming.claim_spec_file(kind, uid)
+            if spec.exists():
+                sys.stdout.write(f"--- CDI spec {spec}\n{spec.read_text()}")
     return 0
 
 

@@ -66,7 +66,9 @@ class HealthService(DraResourceHealthBase):
         return NodeWatchResourcesResponse(devices=[
             DeviceHealth(device=DeviceIdentifier(pool_name=self.feed.pool_name, device_name=name),
                          health=_STATUS[healthy], last_updated_time=now,
-                         health_check_timeout_seconds=int(self.resend_s * 3))
+                         # Three missed messages before the kubelet calls a device unknown, never
+                         # less than its own 30 s default.
+                         health_check_timeout_seconds=max(30, int(self.resend_s * 3)))
             for name, healthy in sorted(self.feed.devices.items())
         ])
 

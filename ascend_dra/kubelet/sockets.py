@@ -8,6 +8,7 @@ socket on close), kubelet-dra-protocol.md §1.1. Our sockets are mode 0600 and t
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 from collections.abc import AsyncIterator, Sequence
@@ -25,8 +26,8 @@ UNIX_PATH_MAX = 107
 
 def _prepare_path(path: Path) -> None:
     if len(os.fsencode(path)) > UNIX_PATH_MAX:
-        raise ValueError(f"socket path {path} is longer than {UNIX_PATH_MAX} bytes (a unix socket limit); "
-                         "use a shorter directory")
+        raise OSError(errno.ENAMETOOLONG, f"socket path {path} is longer than {UNIX_PATH_MAX} bytes (a unix "
+                      "socket limit); use a shorter directory")
     path.parent.mkdir(mode=0o750, parents=True, exist_ok=True)
     try:
         mode = path.lstat().st_mode
@@ -42,7 +43,7 @@ def _prepare_path(path: Path) -> None:
 async def serve_unix(handlers: Sequence[Any], path: Path) -> AsyncIterator[Server]:
     """Serve grpclib ``handlers`` on a unix socket at ``path`` until the context exits.
 
-    :raises ValueError: the path is too long for a unix socket.
+    :raises OSError: ENAMETOOLONG when the path is too long for a unix socket.
     :raises FileExistsError: a non-socket file is in the way.
     """
     _prepare_path(path)

@@ -12,6 +12,11 @@ that satisfies :class:`Profile`. The daemon then calls, in this order:
    profiles that change the node (they must be idempotent; what they did is checkpointed).
 
 The default config (:meth:`Profile.default_config`) applies to devices no opaque config names.
+
+Optional hook ``async health(ctx, inventory) -> Mapping[device name, bool | None]``: called every
+``--health-interval`` seconds; ``True`` healthy, ``False`` unhealthy, ``None`` unknown; devices it
+leaves out count as healthy. The result feeds the kubelet's resource-health stream (KEP-4680) and
+the ``ascend_dra_unhealthy_devices`` metric. Without the hook every discovered device is healthy.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ import enum
 import uuid
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import anyio
 import attrs
@@ -85,6 +86,11 @@ class FakeProfile:
             devices=tuple(_device(ctx.node_name, i) for i in range(ctx.fake_devices)), source="simulated"
         )
 
+    async def health(self, ctx: ProfileContext, inventory: Inventory) -> Mapping[str, bool | None]:
+        """Simulated health: a file ``<state dir>/fake-health/<device>`` holding ``unhealthy`` or
+        ``unknown`` marks that device so; every other device is healthy."""
+        return await anyio.to_thread.run_sync(_read_health, ctx.state_dir / "fake-health", inventory)
+
     def validate(self, config: FakeConfig) -> None:
         """:raises ConfigError: if ``aicoreLimit`` is outside 1..100."""
         if not 1 <= config.aicore_limit <= 100:
@@ -132,7 +138,18 @@ def _device(node_name: str, index: int) -> Device:
     )
 
 
-def _write_driver_dir(driver_dir) -> None:
+def _read_health(directory: Path, inventory: Inventory) -> dict[str, bool | None]:
+    states = {"unhealthy": False, "unknown": None}
+    health: dict[str, bool | None] = {}
+    for device in inventory.devices:
+        try:
+            health[device.name] = states.get((directory / device.name).read_text().strip(), True)
+        except FileNotFoundError:
+            health[device.name] = True
+    return health
+
+
+def _write_driver_dir(driver_dir: Path) -> None:
     driver_dir.mkdir(parents=True, exist_ok=True)
     version = driver_dir / "version.info"
     if not version.exists():

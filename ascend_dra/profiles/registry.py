@@ -221,10 +221,11 @@ def load_profiles(
             result = _duplicate(name, candidates)
         else:
             known = ", ".join(sorted(grouped)) or "none"
-            error = ProfileLoadError(name, "unknown", f"no such profile; installed: {known}")
+            error = ProfileLoadError(name, "unknown", f"no profile {name!r} is installed; installed: {known}")
             result = LoadedProfile(name, "unknown", "", "", None, error)
         if log:
-            logger.error("profile broken, skipped", extra={"profile": name, "reason": str(result.error)})
+            what = "profile broken, skipped" if candidates else "no such profile"
+            logger.error(what, extra={"profile": name, "reason": str(result.error)})
         results.append(result)
     return results
 

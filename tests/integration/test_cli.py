@@ -27,6 +27,7 @@ RUN_FLAGS = {
     "--boot-id-file": ("BOOT_ID_FILE", "/proc/sys/kernel/random/boot_id"),
     "--discovery-timeout": ("DISCOVERY_TIMEOUT", "30.0"),
     "--rediscover-interval": ("REDISCOVER_INTERVAL", "60.0"),
+    "--health-interval": ("HEALTH_INTERVAL", "10.0"),
     "--metrics-port": ("METRICS_PORT", "0"),
     "--metrics-address": ("METRICS_ADDRESS", "0.0.0.0"),
     "--log-level": ("LOG_LEVEL", "info"),
@@ -115,3 +116,91 @@ def test_call_without_a_daemon_says_so(short_tmp):
     result = cli("call", "--standalone", str(short_tmp), "register")
     assert result.returncode == 1
     assert "does not exist; is `ascend-dra run` serving there?" in result.stderr
+
+
+BASE_ENV = {"PATH": "/usr/bin:/bin"}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--driver-name", "Bad Driver"], "--driver-name 'Bad Driver' must be a lower-case DNS subdomain"),
+        (["--node-name", "Demo_Node"], "--node-name 'Demo_Node' must be the node's name: a lower-case DNS subdomain"),
+        (["--profiles", ""], "--profiles is empty: name at least one profile"),
+        (["--profiles", "fake,fake"], "--profiles fake,fake names a profile twice"),
+        (["--fake-devices", "-1"], "--fake-devices -1 must be 0 or more"),
+        (["--profile-option", "novalue"], "'novalue' is not KEY=VALUE"),
+    ],
+    ids=["driver-name", "node-name", "no-profiles", "twice", "negative-devices", "option-format"],
+)
+def test_bad_flags_are_refused_before_anything_starts(short_tmp, args, message):
+    result = cli("run", "--node-name", "n", "--profiles", "fake", "--standalone", str(short_tmp), *args,
+                 env=BASE_ENV)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert not (short_tmp / "plugins").exists()
+
+
+def test_a_bad_number_in_an_env_var_is_named():
+    result = cli("--help", env={**BASE_ENV, "FAKE_DEVICES": "abc"})
+    assert result.returncode == 1
+    assert result.stderr.strip() == ("ascend-dra: environment variable FAKE_DEVICES='abc' is not a valid value "
+                                     "for --fake-devices (default 4)")
+
+
+def test_an_unknown_profile_name_stops_the_daemon_with_the_installed_names(short_tmp):
+    result = cli("run", "--node-name", "n", "--profiles", "fake,gpuu", "--standalone", str(short_tmp),
+                 env=BASE_ENV)
+    assert result.returncode == 1
+    assert "refusing to start: --profiles names gpuu: no profile 'gpuu' is installed; installed:" in result.stderr
+
+
+def test_cluster_mode_without_a_cluster_says_what_to_pass(short_tmp):
+    dirs = ["--cdi-root", str(short_tmp / "cdi"), "--kubelet-registrar-directory-path", str(short_tmp / "reg"),
+            "--kubelet-plugins-directory-path", str(short_tmp / "plugins")]
+    result = cli("run", "--node-name", "n", "--profiles", "fake", *dirs, env=BASE_ENV)
+    assert result.returncode == 1
+    assert "cluster mode cannot use the in-cluster configuration" in result.stderr
+    assert "pass --kubeconfig FILE, run inside a pod with a service account, or use --standalone DIR" in result.stderr
+    missing = cli("run", "--node-name", "n", "--profiles", "fake", *dirs, "--kubeconfig", "nokubeconfig",
+                  env=BASE_ENV)
+    assert missing.returncode == 1
+    assert "refusing to start: --kubeconfig nokubeconfig does not exist" in missing.stderr
+    assert not (short_tmp / "reg").exists() or not any((short_tmp / "reg").iterdir())
+
+
+def test_a_standalone_dir_too_long_for_a_socket_is_one_clear_line(short_tmp):
+    deep = short_tmp / ("d" * 90)
+    result = cli("run", "--node-name", "n", "--profiles", "fake", "--standalone", str(deep), env=BASE_ENV)
+    assert result.returncode == 1
+    assert "is longer than 107 bytes (a unix socket limit); use a shorter directory" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_discover_takes_profile_options_and_fails_on_unknown_profiles():
+    simulated = cli("discover", "--profiles", "npu-910", "--profile-option", "npu-910.simulate=always",
+                    "--fake-devices", "2", "--npu-smi", "/nonexistent/npu-smi", env=BASE_ENV)
+    assert simulated.returncode == 0, simulated.stderr
+    rows = [line.split() for line in simulated.stdout.splitlines()[1:] if line.strip()]
+    assert [(r[0], r[1], r[-1]) for r in rows] == [("npu-910", "npu-0-0", "simulated"),
+                                                   ("npu-910", "npu-1-0", "simulated")]
+    typo = cli("discover", "--profiles", "fakee", env=BASE_ENV)
+    assert typo.returncode == 1
+    assert "no profile 'fakee' is installed" in typo.stdout + typo.stderr
+
+
+def test_call_prints_every_cdi_spec_of_a_claim_and_names_bad_yaml(short_tmp):
+    d = DaemonProcess(short_tmp / "sa", profiles="fake,gpu").start()
+    try:
+        claim = write_claim(d.root, claim_object("two-kinds", results=[("npu", "npu-0-0"), ("gpu", "gpu-0")]))
+        uid = claim["metadata"]["uid"]
+        out = cli("call", "--standalone", str(d.root), "prepare", "default/two-kinds")
+        assert out.returncode == 0, out.stdout
+        assert out.stdout.count("--- CDI spec ") == 2
+        assert f"k8s.{DRIVER}-npu_{uid}.yaml" in out.stdout and f"k8s.{DRIVER}-gpu_{uid}.yaml" in out.stdout
+        (d.root / "claims" / "default" / "broken.yaml").write_text("metadata: [unclosed\n")
+        bad = cli("call", "--standalone", str(d.root), "prepare", "default/broken")
+        assert bad.returncode == 1
+        assert f"claim file {d.root}/claims/default/broken.yaml is not valid YAML" in bad.stderr
+    finally:
+        d.stop()

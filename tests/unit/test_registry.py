@@ -194,7 +194,8 @@ def test_an_unknown_name_lists_the_installed_profiles() -> None:
     eps = [EntryPoint("fake", "ascend_dra.profiles.fake:factory", ENTRY_POINT_GROUP),
            EntryPoint("gpu", "ascend_dra.profiles.gpu:factory", ENTRY_POINT_GROUP)]
     (result,) = load_profiles(["npu-920"], eps, log=False)
-    assert str(result.error) == "profile 'npu-920' from unknown: no such profile; installed: fake, gpu"
+    assert str(result.error) == ("profile 'npu-920' from unknown: no profile 'npu-920' is installed; "
+                                 "installed: fake, gpu")
 
 
 def test_an_entry_point_without_a_distribution_is_unknown() -> None:

@@ -1,0 +1,64 @@
+"""Device health: a profile's health hook reaches the kubelet's NodeWatchResources stream (KEP-4680)."""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+
+from tests.integration.daemon import DRIVER, DaemonProcess, Kubelet
+from tests.kubelet_pb.dra_health.v1alpha1 import api_pb2 as health_pb2
+
+HEALTHY, UNHEALTHY, UNKNOWN = 1, 2, 0
+
+
+def test_a_device_reported_unhealthy_reaches_the_health_stream_and_recovers(short_tmp):
+    d = DaemonProcess(short_tmp / "sa", extra_args=["--health-interval", "0.2"]).start()
+    k = Kubelet(d)
+    marks = d.root / "plugins" / DRIVER / "profiles" / "fake-health"
+    stream = k.health.NodeWatchResources(health_pb2.NodeWatchResourcesRequest(), timeout=30)
+    try:
+        first = next(stream)
+        assert {x.device.device_name: x.health for x in first.devices} == {
+            f"npu-{i}-0": HEALTHY for i in range(4)}
+        assert {x.health_check_timeout_seconds for x in first.devices} == {30}  # never below the kubelet's 30 s
+
+        marks.mkdir(parents=True)
+        (marks / "npu-2-0").write_text("unhealthy\n")
+        (marks / "npu-3-0").write_text("unknown\n")
+        deadline = time.monotonic() + 15
+        for message in stream:
+            states = {x.device.device_name: x.health for x in message.devices}
+            if states["npu-2-0"] == UNHEALTHY:
+                break
+            assert time.monotonic() < deadline, states
+        assert states == {"npu-0-0": HEALTHY, "npu-1-0": HEALTHY, "npu-2-0": UNHEALTHY, "npu-3-0": UNKNOWN}
+        assert all(x.device.pool_name == "node-1" for x in message.devices)
+
+        (marks / "npu-2-0").unlink()
+        for message in stream:
+            if {x.device.device_name: x.health for x in message.devices}["npu-2-0"] == HEALTHY:
+                break
+            assert time.monotonic() < deadline + 15
+        assert "device health changed" in d.log_text()
+    finally:
+        stream.cancel()
+        k.close()
+        d.stop()
+
+
+def test_the_stream_ends_cleanly_when_the_daemon_stops(short_tmp):
+    d = DaemonProcess(short_tmp / "sa").start()
+    k = Kubelet(d)
+    stream = k.health.NodeWatchResources(health_pb2.NodeWatchResourcesRequest(), timeout=30)
+    assert len(next(stream).devices) == 4
+    d.stop()
+    try:
+        next(stream)
+        raise AssertionError("the stream went on after the daemon stopped")
+    except grpc.RpcError as exc:
+        assert exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN)
+    except StopIteration:
+        pass
+    finally:
+        k.close()
