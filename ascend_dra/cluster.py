@@ -229,7 +229,11 @@ class ApiPublisher:
         """Reconcile until cancelled. Reports started at once: Prepare of prepared claims must not
         wait for an API server that is down."""
         self._inventory = inventory
-        api_client = await open_api(self.kubeconfig)
+        try:
+            api_client = await open_api(self.kubeconfig)
+        except Exception as exc:  # an unusable kubeconfig: a configuration error, not a crash
+            where = f"the kubeconfig {self.kubeconfig}" if self.kubeconfig else "the in-cluster configuration"
+            raise RuntimeError(f"cluster mode cannot use {where}: {exc}") from None
         self._api = KubeApi(api_client)
         task_status.started()
         try:

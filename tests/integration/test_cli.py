@@ -160,13 +160,19 @@ def test_cluster_mode_without_a_cluster_says_what_to_pass(short_tmp):
             "--kubelet-plugins-directory-path", str(short_tmp / "plugins")]
     result = cli("run", "--node-name", "n", "--profiles", "fake", *dirs, env=BASE_ENV)
     assert result.returncode == 1
-    assert "cluster mode cannot use the in-cluster configuration" in result.stderr
+    assert "cluster mode cannot use the in-cluster configuration (no KUBERNETES_SERVICE_HOST" in result.stderr
     assert "pass --kubeconfig FILE, run inside a pod with a service account, or use --standalone DIR" in result.stderr
     missing = cli("run", "--node-name", "n", "--profiles", "fake", *dirs, "--kubeconfig", "nokubeconfig",
                   env=BASE_ENV)
     assert missing.returncode == 1
     assert "refusing to start: --kubeconfig nokubeconfig does not exist" in missing.stderr
     assert not (short_tmp / "reg").exists() or not any((short_tmp / "reg").iterdir())
+    broken = short_tmp / "broken-kubeconfig"
+    broken.write_text("apiVersion: v1\nkind: Config\n")
+    unusable = cli("run", "--node-name", "n", "--profiles", "fake", *dirs, "--kubeconfig", str(broken),
+                   env=BASE_ENV)
+    assert unusable.returncode == 1
+    assert f"refusing to start: cluster mode cannot use the kubeconfig {broken}:" in unusable.stderr
 
 
 def test_a_standalone_dir_too_long_for_a_socket_is_one_clear_line(short_tmp):
