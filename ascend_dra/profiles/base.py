@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -66,6 +66,7 @@ __all__ = (
     "config_converter",
     "decode_config",
     "parse_quantity",
+    "visible_per_request",
 )
 
 #: Opaque config apiVersion is ``<driver-name>/v1alpha1`` (DESIGN §5).
@@ -149,6 +150,27 @@ class Profile(Protocol):
         self, config: Any, devices: Sequence[AllocatedDevice], ctx: ApplyContext
     ) -> Mapping[str, ContainerEdits]:
         """Return ``{device name: ContainerEdits}`` for ``devices``. Pure: no side effects."""
+
+
+def visible_per_request(
+    devices: Sequence[AllocatedDevice],
+    value: Callable[[AllocatedDevice], object],
+    order: Callable[[AllocatedDevice], Any] | None = None,
+) -> dict[str, str]:
+    """``{base request: "v1,v2,..."}``: the comma-joined ``value`` of every device of each base
+    request, sorted by ``order`` (default: the value).
+
+    The value of a ``*_VISIBLE_DEVICES`` variable (``ASCEND_VISIBLE_DEVICES``,
+    ``NVIDIA_VISIBLE_DEVICES``): every device of one request carries the same list, so the CDI
+    edits a container receives agree. Two requests in one container still set it twice, and the
+    runtime keeps the last (CDI env has no merge).
+    """
+    grouped: dict[str, list[AllocatedDevice]] = {}
+    for device in devices:
+        grouped.setdefault(device.base_request, []).append(device)
+    sort_key = order or value
+    return {request: ",".join(str(value(d)) for d in sorted(members, key=sort_key))
+            for request, members in grouped.items()}
 
 
 def _camel(name: str) -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import enum
 import uuid
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from ascend_dra.profiles.base import (
     Inventory,
     Mount,
     ProfileContext,
+    visible_per_request,
 )
 
 __all__ = ("FakeConfig", "FakeProfile", "LogLevel", "factory")
@@ -104,17 +104,14 @@ class FakeProfile:
         ``ASCEND_VISIBLE_DEVICES`` lists every device of the same request, so the devices a
         container receives together agree on it.
         """
-        index = {d.name: d.attributes["index"] for d in ctx.inventory.devices}
-        by_request: dict[str, list[int]] = defaultdict(list)
-        for device in devices:
-            by_request[device.base_request].append(int(index[device.device]))
+        index = {d.name: int(d.attributes["index"]) for d in ctx.inventory.devices}
+        visible = visible_per_request(devices, lambda d: index[d.device])
         driver = Mount(host_path=str(ctx.profile.state_dir / "fake-driver"), container_path=DRIVER_MOUNT)
         edits = {}
         for device in devices:
-            visible = ",".join(str(i) for i in sorted(by_request[device.base_request]))
             edits[device.device] = ContainerEdits(
                 env=(
-                    f"ASCEND_VISIBLE_DEVICES={visible}",
+                    f"ASCEND_VISIBLE_DEVICES={visible[device.base_request]}",
                     f"FAKE_NPU_AICORE_LIMIT={config.aicore_limit}",
                     f"ASCEND_GLOBAL_LOG_LEVEL={_LOG_LEVEL_NUMBER[config.log_level]}",
                 ),

@@ -24,7 +24,6 @@ import enum
 import logging
 import re
 import uuid
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -42,6 +41,7 @@ from ascend_dra.profiles.base import (
     Inventory,
     ProfileContext,
     Version,
+    visible_per_request,
 )
 
 __all__ = (
@@ -214,23 +214,20 @@ class GpuProfile:
         :returns: ``{device name: ContainerEdits}`` for every device in ``devices``.
         """
         known = {d.name: d for d in ctx.inventory.devices}
-        by_request: dict[str, list[Device]] = defaultdict(list)
-        for allocated in devices:
-            by_request[allocated.base_request].append(known[allocated.device])
+        visible = visible_per_request(devices, lambda a: known[a.device].attributes["uuid"],
+                                      order=lambda a: int(known[a.device].attributes["index"]))
         sharing_env = _sharing_env(config.sharing)
         simulated = ctx.inventory.source != "nvml"
         edits = {}
         for allocated in devices:
             device = known[allocated.device]
-            request_devices = sorted(by_request[allocated.base_request], key=lambda d: int(d.attributes["index"]))
-            visible = ",".join(str(d.attributes["uuid"]) for d in request_devices)
             node_path = f"/dev/nvidia{device.attributes['minor']}"
             if simulated:
                 nodes = (DeviceNode(path=node_path, host_path="/dev/null"),)
             else:
                 nodes = (DeviceNode(path=node_path), DeviceNode(path="/dev/nvidiactl"))
             edits[allocated.device] = ContainerEdits(
-                env=(f"NVIDIA_VISIBLE_DEVICES={visible}", *sharing_env),
+                env=(f"NVIDIA_VISIBLE_DEVICES={visible[allocated.base_request]}", *sharing_env),
                 device_nodes=nodes,
             )
         return edits

@@ -21,7 +21,6 @@ Profile options (``ProfileContext.options``, keys ``<profile>.<key>`` or ``<key>
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -50,6 +49,7 @@ from ascend_dra.profiles.base import (
     Inventory,
     Mount,
     ProfileContext,
+    visible_per_request,
 )
 
 __all__ = ("VISIBLE_DEVICES_ENV", "AscendChipProfile")
@@ -139,9 +139,7 @@ class AscendChipProfile:
                 raise ValueError(f"apply {self.name} config: device {allocated.device} is not in the "
                                  "inventory or has no physicalID attribute")
             physical[allocated.device] = value
-        by_request: dict[str, set[int]] = defaultdict(set)
-        for allocated in devices:
-            by_request[allocated.base_request].add(physical[allocated.device])
+        visible = visible_per_request(devices, lambda a: physical[a.device])
         simulated = ctx.inventory.source == TIER_SIMULATED
         shared = tuple(DeviceNode(path=p) for p in self.layout.device_nodes)
         mounts = tuple(Mount(host_path=p, container_path=p) for p in self.layout.driver_mounts)
@@ -157,9 +155,8 @@ class AscendChipProfile:
         for allocated in devices:
             number = physical[allocated.device]
             node = DeviceNode(path=f"/dev/davinci{number}", host_path="/dev/null" if simulated else None)
-            visible = ",".join(str(n) for n in sorted(by_request[allocated.base_request]))
             edits[allocated.device] = ContainerEdits(
-                env=(f"{VISIBLE_DEVICES_ENV}={visible}", *common_env),
+                env=(f"{VISIBLE_DEVICES_ENV}={visible[allocated.base_request]}", *common_env),
                 device_nodes=(node, *shared),
                 mounts=mounts,
             )

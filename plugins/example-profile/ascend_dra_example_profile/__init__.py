@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import enum
 import uuid
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
 import anyio
@@ -34,6 +33,7 @@ from ascend_dra.profiles.base import (
     Inventory,
     ProfileContext,
     Version,
+    visible_per_request,
 )
 
 __all__ = ("ExampleConfig", "ExampleProfile", "Mode", "factory")
@@ -97,15 +97,12 @@ class ExampleProfile:
     ) -> Mapping[str, ContainerEdits]:
         """Per device: its device node and env; ``EXAMPLE_VISIBLE_DEVICES`` lists the request's indices."""
         index = {d.name: int(d.attributes["index"]) for d in ctx.inventory.devices}
-        by_request: dict[str, list[int]] = defaultdict(list)
-        for device in devices:
-            by_request[device.base_request].append(index[device.device])
+        visible = visible_per_request(devices, lambda d: index[d.device])
         edits = {}
         for device in devices:
-            visible = ",".join(str(i) for i in sorted(by_request[device.base_request]))
             edits[device.device] = ContainerEdits(
                 env=(
-                    f"EXAMPLE_VISIBLE_DEVICES={visible}",
+                    f"EXAMPLE_VISIBLE_DEVICES={visible[device.base_request]}",
                     f"EXAMPLE_MODE={config.mode}",
                     f"EXAMPLE_MEMORY_LIMIT_PERCENT={config.memory_limit_percent}",
                 ),
