@@ -38,8 +38,9 @@ from ascend_dra.profiles.ascend.config import (
     log_level_number,
     validate_config,
 )
-from ascend_dra.profiles.ascend.discovery import TIER_SIMULATED, SimulateMode, discover_chips
-from ascend_dra.profiles.ascend.npusmi import DEFAULT_TIMEOUT_S
+from ascend_dra.profiles.ascend.discovery import TIER_NPU_SMI, TIER_SIMULATED, SimulateMode, discover_chips
+from ascend_dra.profiles.ascend.npusmi import DEFAULT_TIMEOUT_S, NpuSmi
+from ascend_dra.profiles.ascend.tables import parse_info
 from ascend_dra.profiles.base import (
     AllocatedDevice,
     ApplyContext,
@@ -56,6 +57,10 @@ __all__ = ("VISIBLE_DEVICES_ENV", "AscendChipProfile")
 
 #: Read by the Ascend Docker Runtime: physical IDs, comma-separated (reference ascend.md §8).
 VISIBLE_DEVICES_ENV = "ASCEND_VISIBLE_DEVICES"
+
+
+#: ``npu-smi info`` chip ``Health`` values (npu_chip_info.c, reference ascend.md §4) -> healthy?
+CHIP_HEALTH: Mapping[str, bool] = {"OK": True, "Warning": True, "Alarm": False, "Critical": False}
 
 
 class AscendChipProfile:
@@ -107,6 +112,26 @@ class AscendChipProfile:
         self.layout = await anyio.to_thread.run_sync(host.probe, ctx.dev_root, self.host_root)
         chips = [c for c in found.chips if c.family in self.families]
         return Inventory(devices=tuple(self.device(c) for c in chips), source=found.source)
+
+    async def health(self, ctx: ProfileContext, inventory: Inventory) -> Mapping[str, bool | None]:
+        """Chip health from the ``Health`` column of one ``npu-smi info`` (reference ascend.md §4).
+
+        ``OK`` and ``Warning`` are healthy (the chip works; a warning is e.g. a temperature
+        threshold), ``Alarm`` and ``Critical`` unhealthy, anything else unknown; a published chip
+        that the table no longer lists is unknown. Chips found by the devfs or simulated tiers
+        have no health source and count as healthy.
+
+        :raises NpuSmiError: npu-smi failed, hung or printed an unknown layout (the daemon then
+            reports this profile's devices as unknown).
+        """
+        if inventory.source != TIER_NPU_SMI or not inventory.devices:
+            return {}
+        text = await NpuSmi(ctx.npu_smi, timeout_s=self.timeout_s).run("info")
+        status = {(c.npu_id, c.chip_id): c.health for c in parse_info(text).chips}
+        return {
+            d.name: CHIP_HEALTH.get(status.get((d.attributes.get("npuID"), d.attributes.get("chipID")), ""))
+            for d in inventory.devices
+        }
 
     def extra_attributes(self, chip: NpuChip) -> Mapping[str, AttributeValue | None]:
         """Family-specific attributes (None values are omitted). Overridden by each profile."""
