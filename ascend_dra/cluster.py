@@ -219,6 +219,8 @@ class ApiPublisher:
         self._wake = anyio.Event()
         self._api: KubeApi | None = None
         self._owner: dict[str, str] | None = None
+        # (contents we sent, contents the server stored) of the last write, for up-to-date checks.
+        self._written: tuple[list[Any], list[Any]] | None = None
 
     def update(self, inventory: Inventory) -> None:
         """Set the desired inventory; the reconcile loop publishes it promptly."""
@@ -294,11 +296,16 @@ class ApiPublisher:
         current = max((s["spec"]["pool"].get("generation", 0) for s in existing), default=0)
         desired = build_slices(self._inventory, driver_name=self.driver_name, node_name=self.node_name,
                                pool_generation=current, owner=owner)
+        have = sorted(_content(s["spec"]) for s in existing)
+        want = sorted(_content(d["spec"]) for d in desired)
+        # What the server stored may differ from what we sent (fields of a disabled gate dropped,
+        # values normalized): slices equal to the server's version of our last write are current.
+        same = have == want or self._written == (want, have)
         up_to_date = (
-            len(existing) == len(desired)
+            same
+            and len(existing) == len(desired)
             and all(s["spec"]["pool"].get("generation") == current for s in existing)
             and all(s["spec"]["pool"].get("resourceSliceCount") == len(desired) for s in existing)
-            and sorted(_content(s["spec"]) for s in existing) == sorted(_content(d["spec"]) for d in desired)
         )
         if up_to_date:
             self.generation = current
@@ -322,6 +329,8 @@ class ApiPublisher:
         log.info("published ResourceSlices", extra={"generation": generation, "slices": len(desired),
                                                      "devices": len(self._inventory.devices),
                                                      "deleted": len(obsolete)})
+        self._written = (sorted(_content(sent["spec"]) for sent, _ in stored),
+                         sorted(_content(got.get("spec") or {}) for _, got in stored))
         fields: list[str] = []
         gates: list[str] = []
         for sent, got in stored:

@@ -9,6 +9,7 @@ which gate to enable.
 from __future__ import annotations
 
 import os
+import time
 import uuid
 
 import pytest
@@ -146,5 +147,11 @@ def test_fields_dropped_by_an_api_server_without_the_gate_are_reported_with_the_
                 "spec.devices[shared-0].capacity.memory.requestPolicy: enable the feature gate(s) "
                 "DRAConsumableCapacity on kube-apiserver, kube-scheduler and the kubelet") in log
         assert d.proc is not None and d.proc.poll() is None  # reported, not fatal
+        # The stored slice lacks the gated fields for good: that must not look like a change every
+        # time (each rewrite fires a watch event that would start the next rewrite).
+        time.sleep(3)
+        [still] = our_slices(cp, cp.node_name)
+        assert still["spec"]["pool"]["generation"] == 1
+        assert still["metadata"]["resourceVersion"] == obj["metadata"]["resourceVersion"]
     finally:
         cp.stop()
