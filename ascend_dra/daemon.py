@@ -189,6 +189,17 @@ class Daemon:
         if s.metrics_port:
             self.metrics.serve(s.metrics_port, s.metrics_address)
         self.publisher = self.make_publisher()
+        try:
+            await self._serve(task_status=task_status)
+        finally:
+            close = getattr(self.state.claim_source, "aclose", None)
+            if close is not None:  # the API claim source's HTTP session
+                with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                    await close()
+
+    async def _serve(self, *, task_status: TaskStatus[None]) -> None:
+        s = self.settings
+        assert self.state is not None
         async with (
             serve_unix([*dra.services(self.state, self), HealthService(self.health, resend_s=s.health_interval)],
                        s.dra_socket),
