@@ -52,7 +52,7 @@ def profile_context(settings: Settings) -> ProfileContext:
 
 
 async def discover_all(
-    loaded: Mapping[str, LoadedProfile], ctx: ProfileContext, timeout_s: float
+    loaded: Mapping[str, LoadedProfile], ctx: ProfileContext, timeout_s: float, *, level: int = logging.INFO
 ) -> dict[str, Inventory]:
     """Discover every profile, isolating failures: a profile that raises, hangs past ``timeout_s``
     or returns a device name another profile already uses loses those devices (or all of them),
@@ -79,7 +79,7 @@ async def discover_all(
             names[device.name] = name
             kept.append(device)
         inventories[name] = attrs.evolve(inventory, devices=tuple(kept))
-        log.info("discovered devices", extra={"profile": name, "devices": len(kept), "tier": inventory.source})
+        log.log(level, "discovered devices", extra={"profile": name, "devices": len(kept), "tier": inventory.source})
     return inventories
 
 
@@ -179,7 +179,7 @@ class Daemon:
         boot_id = await anyio.to_thread.run_sync(read_boot_id, s.boot_id_file)
         self.state = DeviceState(
             driver_name=s.driver_name, node_name=s.node_name,
-            profiles={n: p for n, p in profiles.items() if n in inventories},
+            profiles=profiles,  # all loaded ones: a profile that failed to discover may succeed later
             inventories=inventories, profile_ctx=self.ctx, cdi=CdiStore(s.cdi_root),
             plugin_dir=s.plugin_dir, boot_id=boot_id, claim_source=self.claim_source(),
         )
@@ -274,7 +274,11 @@ class Daemon:
             with anyio.move_on_after(self.settings.rediscover_interval):
                 await self._rediscover.wait()
             self._rediscover = anyio.Event()
-            inventories = await discover_all(self.loaded, self.ctx, self.settings.discovery_timeout)
+            fresh = await discover_all(self.loaded, self.ctx, self.settings.discovery_timeout, level=logging.DEBUG)
+            # A profile whose rediscovery failed keeps its last inventory: a flaky npu-smi must not
+            # withdraw devices from the scheduler (and from claims prepared on them).
+            inventories = {name: fresh[name] if name in fresh else self.state.inventories[name]
+                           for name in self.loaded if name in fresh or name in self.state.inventories}
             if inventories != self.state.inventories:
                 log.info("inventory changed; republishing")
                 self.state.set_inventories(inventories)
