@@ -39,6 +39,14 @@ def _flag(
     parser.add_argument(flag, default=value, type=type, help=f"{help} [env {env}; default {shown}]", **kwargs)
 
 
+def _bool(value: str) -> bool:
+    if value.lower() in ("true", "1", "yes", "on"):
+        return True
+    if value.lower() in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(f"{value!r} is not true or false")
+
+
 def _csv(value: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in value.split(",") if v.strip())
 
@@ -93,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
           type=float)
     _flag(run, "--health-interval", "HEALTH_INTERVAL", 10.0,
           "seconds between device health checks and health-stream messages (kubelet timeout: 30)", type=float)
+    _flag(run, "--taint-unhealthy", "TAINT_UNHEALTHY", False,
+          "taint devices their profile reports unhealthy (<driver>/unhealthy: NoSchedule; needs the "
+          "DRADeviceTaints feature gate)", type=_bool, nargs="?", const=True)
     _flag(run, "--metrics-port", "METRICS_PORT", 0, "TCP port for Prometheus /metrics (0: off)", type=int)
     _flag(run, "--metrics-address", "METRICS_ADDRESS", "0.0.0.0", "address the metrics endpoint listens on")
     _flag(run, "--log-level", "LOG_LEVEL", "info", "debug, info, warning or error")
@@ -152,7 +163,7 @@ def _run(args: argparse.Namespace) -> int:
             fake_devices=args.fake_devices, npu_smi=args.npu_smi, dev_root=args.dev_root, sys_root=args.sys_root,
             boot_id_file=args.boot_id_file, discovery_timeout=args.discovery_timeout,
             rediscover_interval=args.rediscover_interval, metrics_port=args.metrics_port,
-            health_interval=args.health_interval,
+            health_interval=args.health_interval, taint_unhealthy=args.taint_unhealthy,
             profile_options=profile_options(args),
             metrics_address=args.metrics_address, log_level=args.log_level, log_format=args.log_format,
         )

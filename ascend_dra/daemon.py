@@ -31,7 +31,7 @@ from ascend_dra.kubelet.registration import RegistrationServer, RegistrationStat
 from ascend_dra.kubelet.sockets import serve_unix
 from ascend_dra.logs import setup_logging
 from ascend_dra.metrics import Metrics
-from ascend_dra.model import Inventory
+from ascend_dra.model import DeviceTaint, Inventory
 from ascend_dra.profiles.base import Profile, ProfileContext
 from ascend_dra.profiles.registry import LoadedProfile, load_profiles
 from ascend_dra.settings import Settings
@@ -83,10 +83,13 @@ async def discover_all(
     return inventories
 
 
-def merged(inventories: Mapping[str, Inventory]) -> Inventory:
-    """All profiles' devices and counter sets as one pool."""
+def merged(inventories: Mapping[str, Inventory], taints: Mapping[str, DeviceTaint] | None = None) -> Inventory:
+    """All profiles' devices and counter sets as one pool, with ``taints`` (device name -> taint)
+    added to the devices they name."""
+    taints = taints or {}
     return Inventory(
-        devices=tuple(d for inv in inventories.values() for d in inv.devices),
+        devices=tuple(attrs.evolve(d, taints=(*d.taints, taints[d.name])) if d.name in taints else d
+                      for inv in inventories.values() for d in inv.devices),
         counter_sets=tuple(c for inv in inventories.values() for c in inv.counter_sets),
     )
 
@@ -125,6 +128,8 @@ class Daemon:
         self.publisher: Any = None
         self._rediscover = anyio.Event()
         self.metrics = Metrics()
+        #: device name -> the taint published for it because its profile reports it unhealthy.
+        self.taints: dict[str, DeviceTaint] = {}
 
     def load(self) -> dict[str, Profile]:
         """Load the configured profiles; broken ones are logged and skipped.
@@ -241,6 +246,13 @@ class Daemon:
                 f"{k}={'healthy' if health[k] else 'unknown' if health[k] is None else 'unhealthy'}"
                 for k in sorted(changed))})
         self.health.update(health)
+        if self.settings.taint_unhealthy:
+            taint = DeviceTaint(key=f"{self.settings.driver_name}/unhealthy", effect="NoSchedule")
+            taints = {name: taint for name, healthy in health.items() if healthy is False}
+            if taints != self.taints:
+                self.taints = taints
+                if self.publisher is not None:
+                    await self._republish()
 
     async def _health_loop(self) -> None:
         while True:
@@ -259,9 +271,9 @@ class Daemon:
         assert self.state is not None
         runner = getattr(self.publisher, "run", None)
         if runner is not None:  # the API publisher keeps its own reconcile loop
-            await runner(merged(self.state.inventories), task_status=task_status)
+            await runner(merged(self.state.inventories, self.taints), task_status=task_status)
             return
-        await self.publisher.publish(merged(self.state.inventories))
+        await self.publisher.publish(merged(self.state.inventories, self.taints))
         task_status.started()
 
     def request_rediscovery(self) -> None:
@@ -290,9 +302,9 @@ class Daemon:
         assert self.state is not None
         update = getattr(self.publisher, "update", None)
         if update is not None:
-            update(merged(self.state.inventories))
+            update(merged(self.state.inventories, self.taints))
         else:
-            await self.publisher.publish(merged(self.state.inventories))
+            await self.publisher.publish(merged(self.state.inventories, self.taints))
 
 
 async def _run_until_signal(daemon: Daemon) -> None:

@@ -44,6 +44,8 @@ class Settings:
     :ivar discovery_timeout: how long one profile's discovery may take before it is skipped.
     :ivar rediscover_interval: seconds between periodic rediscoveries (hot-plug also triggers one).
     :ivar health_interval: seconds between device health checks (and health-stream messages).
+    :ivar taint_unhealthy: publish a ``<driver>/unhealthy: NoSchedule`` taint on devices their
+        profile reports unhealthy (needs the DRADeviceTaints gate, alpha in 1.34/1.35).
     :ivar metrics_port: TCP port of the Prometheus ``/metrics`` endpoint; 0 turns it off.
     """
 
@@ -63,6 +65,7 @@ class Settings:
     discovery_timeout: float = 30.0
     rediscover_interval: float = 60.0
     health_interval: float = 10.0
+    taint_unhealthy: bool = False
     profile_options: Mapping[str, str] = attrs.field(factory=dict)
     metrics_port: int = 0
     metrics_address: str = "0.0.0.0"

@@ -62,9 +62,9 @@ def cp(control_plane):
 def start_daemon(cp, short_tmp):
     started: list[DaemonProcess] = []
 
-    def start(fake_devices: int = 4) -> DaemonProcess:
+    def start(fake_devices: int = 4, extra_args: tuple[str, ...] = ()) -> DaemonProcess:
         d = DaemonProcess(short_tmp / "node", node=cp.node_name, kubeconfig=cp.kubeconfig,
-                          fake_devices=fake_devices).start()
+                          fake_devices=fake_devices, extra_args=extra_args).start()
         started.append(d)
         return d
 
@@ -271,3 +271,38 @@ def test_a_claim_allocated_but_reserved_for_no_pod_is_refused(cp, start_daemon):
             f"ResourceClaim default/{name} is allocated but not reserved for any pod (status.reservedFor is empty)")
     finally:
         cp.api("DELETE", f"{RES}/namespaces/default/resourceclaims/{name}")
+
+
+def test_an_unhealthy_device_is_tainted_and_the_scheduler_avoids_it_until_it_recovers(cp, start_daemon):
+    d = start_daemon(extra_args=("--taint-unhealthy", "--health-interval", "0.2"))
+    wait_until(lambda: our_slices(cp, cp.node_name), "published")
+    apply_examples(cp)
+    marks = d.root / "plugins" / DRIVER / "profiles" / "fake-health"
+    marks.mkdir(parents=True)
+    (marks / "npu-2-0").write_text("unhealthy\n")
+
+    def taints() -> dict[str, list[dict[str, Any]]]:
+        return {dev["name"]: dev.get("taints", []) for s in our_slices(cp, cp.node_name)
+                for dev in s["spec"]["devices"]}
+
+    wait_until(lambda: taints()["npu-2-0"], "tainted")
+    assert taints()["npu-2-0"] == [{"key": f"{DRIVER}/unhealthy", "effect": "NoSchedule",
+                                    "timeAdded": taints()["npu-2-0"][0]["timeAdded"]}]
+    assert all(not t for name, t in taints().items() if name != "npu-2-0")
+    pod, _ = create_pod(cp, "default", "fake.ascend.project-hami.io",
+                        selector=f'device.attributes["{DRIVER}"].index == 2')
+    try:
+        def unschedulable() -> bool:
+            conditions = ok(cp, "GET", f"/api/v1/namespaces/default/pods/{pod}").get("status", {}).get(
+                "conditions") or []
+            return any(c["type"] == "PodScheduled" and c["status"] == "False" for c in conditions)
+
+        wait_until(unschedulable, "kept off the tainted device", within=30)
+        (marks / "npu-2-0").unlink()
+        wait_until(lambda: not taints()["npu-2-0"], "taint removed")
+        bound = wait_until(lambda: ok(cp, "GET", f"/api/v1/namespaces/default/pods/{pod}")["spec"].get("nodeName"),
+                           "scheduled once healthy", within=60)
+        assert bound == cp.node_name
+    finally:
+        cp.api("DELETE", f"/api/v1/namespaces/default/pods/{pod}?gracePeriodSeconds=0")
+        cp.api("DELETE", f"{RES}/namespaces/default/resourceclaimtemplates/{pod}")

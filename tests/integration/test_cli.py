@@ -28,6 +28,7 @@ RUN_FLAGS = {
     "--discovery-timeout": ("DISCOVERY_TIMEOUT", "30.0"),
     "--rediscover-interval": ("REDISCOVER_INTERVAL", "60.0"),
     "--health-interval": ("HEALTH_INTERVAL", "10.0"),
+    "--taint-unhealthy": ("TAINT_UNHEALTHY", "False"),
     "--metrics-port": ("METRICS_PORT", "0"),
     "--metrics-address": ("METRICS_ADDRESS", "0.0.0.0"),
     "--log-level": ("LOG_LEVEL", "info"),
