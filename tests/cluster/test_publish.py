@@ -123,6 +123,22 @@ def test_the_publisher_converges_after_an_api_server_restart(cp, start_daemon):
     assert d.proc is not None and d.proc.poll() is None
 
 
+def wait_for_scheduler(cp, within: float = 120.0) -> float:
+    """Wait until kube-scheduler places a new pod again (its informers back off during an API
+    server outage); return the seconds it took. Keeps later tests independent of an outage."""
+    started = time.monotonic()
+    name = f"canary-{uuid.uuid4().hex[:6]}"
+    ok(cp, "POST", "/api/v1/namespaces/default/pods", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"containers": [{"name": "main", "image": "busybox"}]}})
+    try:
+        wait_until(lambda: ok(cp, "GET", f"/api/v1/namespaces/default/pods/{name}")["spec"].get("nodeName"),
+                   "a canary pod scheduled after the outage", within=within)
+    finally:
+        cp.api("DELETE", f"/api/v1/namespaces/default/pods/{name}?gracePeriodSeconds=0")
+    return time.monotonic() - started
+
+
 def apply_examples(cp) -> None:
     for doc in yaml.safe_load_all((EXAMPLES / "deviceclasses" / "fake.yaml").read_text()):
         status, reply = cp.api("POST", f"{RES}/deviceclasses", doc)
@@ -240,6 +256,8 @@ def test_prepared_claims_are_served_while_the_api_server_is_down(cp, start_daemo
             assert k.unprepare(prepared).claims[prepared["metadata"]["uid"]].error == ""
         finally:
             cp.start_apiserver()
+            waited = wait_for_scheduler(cp)
+            print(f"kube-scheduler placed a new pod {waited:.1f} s after the API server came back")
         assert k.prepare(waiting).claims[waiting["metadata"]["uid"]].error == ""
         delete_our_slices(cp, cp.node_name)
         wait_until(lambda: our_slices(cp, cp.node_name), "re-created after the outage", within=15)
