@@ -323,7 +323,7 @@ class DeviceState:
         if rebooted or missing:
             try:
                 claim = await self.claim_source.get(record.namespace, record.name, record.uid)
-                plan = self._plan(claim, {k: v for k, v in self._holders(exclude=record.uid).items()})
+                plan = self._plan(claim, self._holders(exclude=record.uid))
                 side_effects = await self._run_side_effects(plan) if rebooted else record.side_effects
                 await anyio.to_thread.run_sync(self._write_specs, plan.specs)
                 self._records[record.uid] = attrs.evolve(record, boot_id=self.boot_id, side_effects=side_effects)
