@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -335,15 +334,12 @@ def main(settings: Settings) -> int:
     try:
         anyio.run(_run_until_signal, Daemon(settings), backend="asyncio")
     except* (CheckpointCorrupt, RuntimeError) as group:
-        for exc in _leaves(group):
-            log.error("refusing to start: %s", exc)
+        for exc in _leaves(group):  # the traceback only at debug level: the message says what to do
+            log.error("refusing to start: %s", exc, exc_info=exc if log.isEnabledFor(logging.DEBUG) else None)
         code = 1
     except* OSError as group:
         for exc in _leaves(group):
-            log.error("stopped: %s", exc)
+            log.error("stopped: %s", exc, exc_info=exc if log.isEnabledFor(logging.DEBUG) else None)
         code = 1
     log.info("stopped", extra={"exit_code": code})
     return code
-
-if __name__ == "__main__":
-    sys.exit(main(Settings(node_name=sys.argv[1])))
