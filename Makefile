@@ -55,9 +55,10 @@ cluster-up: venv cluster-bins
 cluster-down:
 	$(PY) tests/cluster/controlplane.py down --dir $(CLUSTER_DIR)
 
-bench: venv
+bench: venv cluster-bins
 	$(PY) bench/bench_prepare.py
 	$(PY) bench/bench_discovery.py
+	$(PY) bench/bench_startup.py
 
 clean:
 	rm -rf $(VENV) demo .cluster
