@@ -35,10 +35,14 @@ __all__ = (
     "MAX_ATTRIBUTES_AND_CAPACITIES",
     "MAX_CONSUMES_COUNTERS",
     "MAX_COUNTERS",
+    "MAX_ID_LENGTH",
     "MAX_TAINTS",
     "MAX_VALUE_LENGTH",
+    "attribute_problem",
     "device_problems",
     "inventory_problems",
+    "is_dns_label",
+    "is_semver",
 )
 
 #: ``ResourceSliceMaxAttributesAndCapacitiesPerDevice``.
@@ -77,6 +81,16 @@ _DNS_LABEL_RULE = ("a DNS label: lower-case letters, digits and '-', starting an
 def is_dns_label(value: str) -> bool:
     """Whether ``value`` is a DNS-1123 label (device, counter set and counter names)."""
     return len(value) <= 63 and bool(_DNS_LABEL.fullmatch(value))
+
+
+def is_semver(text: str) -> bool:
+    """Whether ``text`` is a valid ``version`` attribute value: semver 2.0.0, at most 64 characters."""
+    return len(text) <= MAX_VALUE_LENGTH and bool(_SEMVER.fullmatch(text))
+
+
+def attribute_problem(name: object, value: object) -> str | None:
+    """Why the API server would reject attribute ``name: value``, or None when it would accept it."""
+    return _qualified_name_problem(name) or _attribute_value_problem(value)
 
 
 def _qualified_name_problem(name: object) -> str | None:

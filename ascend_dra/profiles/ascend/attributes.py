@@ -18,10 +18,10 @@ Quantity, ``65536Mi``) and ``aicore`` (AI cores, a count).
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Mapping
 
 from ascend_dra.model import AttributeValue, Capacity, Version
+from ascend_dra.profiles import checks
 from ascend_dra.profiles.ascend.chip import NpuChip
 
 __all__ = (
@@ -39,47 +39,22 @@ __all__ = (
 
 logger = logging.getLogger(__name__)
 
-MAX_NAME_LENGTH = 32
-MAX_VALUE_LENGTH = 64
-MAX_ATTRIBUTES_AND_CAPACITIES = 32
-_INT64 = (-(2**63), 2**63 - 1)
-
-_C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_N = r"(0|[1-9]\d*)"
-_P = r"(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)"
-_B = r"[0-9a-zA-Z-]+"
-_SEMVER = re.compile(rf"^{_N}\.{_N}\.{_N}(-{_P}(\.{_P})*)?(\+{_B}(\.{_B})*)?$")
-
-
-def is_semver(text: str) -> bool:
-    """True when ``text`` is semver 2.0.0 as the API validates a ``version`` attribute."""
-    return len(text) <= MAX_VALUE_LENGTH and bool(_SEMVER.fullmatch(text))
+# The API limits live in profiles/checks.py; these names stay for this module's callers.
+MAX_NAME_LENGTH = checks.MAX_ID_LENGTH
+MAX_VALUE_LENGTH = checks.MAX_VALUE_LENGTH
+MAX_ATTRIBUTES_AND_CAPACITIES = checks.MAX_ATTRIBUTES_AND_CAPACITIES
+is_semver = checks.is_semver
+is_device_name = checks.is_dns_label
 
 
 def is_attribute_name(name: str) -> bool:
-    """True when ``name`` is a C identifier of at most 32 characters."""
-    return len(name) <= MAX_NAME_LENGTH and bool(_C_IDENTIFIER.fullmatch(name))
-
-
-def is_device_name(name: str) -> bool:
-    """True when ``name`` is a DNS label of at most 63 characters."""
-    return len(name) <= 63 and bool(_DNS_LABEL.fullmatch(name))
+    """True when ``name`` is a C identifier of at most 32 characters (no domain: we publish in ours)."""
+    return "/" not in name and checks.attribute_problem(name, True) is None
 
 
 def publishable(name: str, value: object) -> bool:
     """True when the pair passes the API's attribute checks (see the module docstring)."""
-    if not is_attribute_name(name):
-        return False
-    if isinstance(value, bool):
-        return True
-    if isinstance(value, int):
-        return _INT64[0] <= value <= _INT64[1]
-    if isinstance(value, Version):
-        return is_semver(str(value))
-    if isinstance(value, str):
-        return len(value) <= MAX_VALUE_LENGTH
-    return False
+    return is_attribute_name(name) and checks.attribute_problem(name, value) is None
 
 
 def device_name(chip: NpuChip) -> str:
