@@ -21,7 +21,6 @@ import json
 import os
 import resource
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -34,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.cluster.controlplane import ControlPlane, default_bin_dir  # noqa: E402
+from tests.integration.daemon import accepts  # noqa: E402
 
 DRIVER = "ascend.project-hami.io"
 IMPORTS = "import anyio, attrs, cattrs, orjson, yaml, grpclib.server, betterproto2, kubernetes_asyncio, tenacity"
@@ -47,15 +47,6 @@ def import_floor() -> tuple[float, float]:
     seconds = time.perf_counter() - started
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     return seconds, max(peak, before) / 1024
-
-
-def accepts(path: Path) -> bool:
-    with socket.socket(socket.AF_UNIX) as sock:
-        try:
-            sock.connect(str(path))
-        except OSError:
-            return False
-    return True
 
 
 def rss_mib(pid: int) -> float:

@@ -88,7 +88,7 @@ class DaemonProcess:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"daemon exited with {self.proc.returncode}:\n{self.log_text()}")
             published = self.kubeconfig is not None or any((self.root / "resourceslices").glob("*.yaml"))
-            if _accepts(self.registration_socket) and published:
+            if accepts(self.registration_socket) and published:
                 return
             time.sleep(0.05)
         raise TimeoutError(f"daemon not serving after {timeout} s:\n{self.log_text()}")
@@ -155,7 +155,7 @@ class Kubelet:
         return message
 
 
-def _accepts(path: Path) -> bool:
+def accepts(path: Path) -> bool:
     """Whether a server listens on the unix socket (a stale socket file left by kill -9 refuses)."""
     with socket.socket(socket.AF_UNIX) as sock:
         try:
