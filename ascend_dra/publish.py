@@ -57,12 +57,10 @@ class FilePublisher:
             self._published = self._read_existing()
             self.generation = max((s["spec"]["pool"].get("generation", 0) for s in self._published), default=0)
         desired = build_slices(inventory, driver_name=self.driver_name, node_name=self.node_name,
-                               pool_generation=self.generation)
+                               pool_generation=self.generation + 1)
         if self._published and _specs_without_generation(desired) == _specs_without_generation(self._published):
             return False
         self.generation += 1
-        desired = build_slices(inventory, driver_name=self.driver_name, node_name=self.node_name,
-                               pool_generation=self.generation)
         for index, obj in enumerate(desired):
             write_atomic(self._file(index), yaml.dump(obj, Dumper=_Dumper, sort_keys=False).encode())
         index = len(desired)
