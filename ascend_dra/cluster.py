@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import anyio
+import orjson
 from anyio.abc import TaskStatus
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_jitter
 
@@ -83,8 +84,6 @@ class KubeApi:
 
 
 def _api_message(exc: Any) -> str:
-    import orjson
-
     try:
         return str(orjson.loads(exc.body).get("message") or exc.reason)
     except Exception:
@@ -183,12 +182,9 @@ def dropped_fields(sent: Mapping[str, Any], stored: Mapping[str, Any]) -> tuple[
     return fields, gates
 
 
-def _content(spec: Mapping[str, Any]) -> tuple[Any, ...]:
+def _content(spec: Mapping[str, Any]) -> bytes:
     """What identifies a slice's content, ignoring the pool's generation and slice count."""
-    import orjson
-
-    rest = {k: v for k, v in spec.items() if k != "pool"}
-    return (orjson.dumps(rest, option=orjson.OPT_SORT_KEYS),)
+    return orjson.dumps({k: v for k, v in spec.items() if k != "pool"}, option=orjson.OPT_SORT_KEYS)
 
 
 def _key(spec: Mapping[str, Any]) -> tuple[str, ...]:
@@ -220,7 +216,7 @@ class ApiPublisher:
         self._api: KubeApi | None = None
         self._owner: dict[str, str] | None = None
         # (contents we sent, contents the server stored) of the last write, for up-to-date checks.
-        self._written: tuple[list[Any], list[Any]] | None = None
+        self._written: tuple[list[bytes], list[bytes]] | None = None
 
     def update(self, inventory: Inventory) -> None:
         """Set the desired inventory; the reconcile loop publishes it promptly."""
