@@ -630,9 +630,19 @@ class ControlPlane:
         self.procs["kube-apiserver"].stop(grace=grace)
 
     def start_apiserver(self) -> None:
-        """Start kube-apiserver again on its port; return when /readyz is 200."""
+        """Start kube-apiserver again on its port; return when /readyz is 200.
+
+        kube-scheduler and kube-controller-manager are restarted too: after an outage their
+        informers reconnect with back-off, and for tens of seconds the scheduler allocated from
+        stale ResourceSlices (a device tainted meanwhile) and the controller-manager did not see
+        new ResourceClaimTemplates. What the tests check is our daemon's recovery, not theirs.
+        """
         self.procs["kube-apiserver"].start()
         self._wait("kube-apiserver", self._apiserver_ready, what="ready after restart")
+        for name, port in (("kube-controller-manager", "kcm"), ("kube-scheduler", "scheduler")):
+            self.procs[name].stop()
+            self.procs[name].start()
+            self._wait(name, self._https_healthz(self.ports[port]), what="healthy after the API-server restart")
         if (self.workdir / STATE_FILE).exists():
             self._write_state()
 
