@@ -99,8 +99,10 @@ def test_300_devices_make_3_slices_and_shrinking_removes_the_obsolete_ones(cp, s
     assert {(s["spec"]["pool"]["generation"], s["spec"]["pool"]["resourceSliceCount"]) for s in slices} == {(1, 3)}
     d.stop()
     start_daemon(fake_devices=10)
-    [shrunk] = wait_until(lambda: (s := our_slices(cp, cp.node_name)) and len(s) == 1 and s, "one slice left",
-                          within=15)
+    # Wait for the end of the sync, not a step of it: obsolete slices go first, then the kept one
+    # is rewritten (for a moment one slice with the old 128 devices is left).
+    [shrunk] = wait_until(lambda: (s := our_slices(cp, cp.node_name)) and len(s) == 1
+                          and s[0]["spec"]["pool"]["generation"] == 2 and s, "one slice left", within=15)
     assert len(shrunk["spec"]["devices"]) == 10
     assert shrunk["spec"]["pool"] == {"name": cp.node_name, "generation": 2, "resourceSliceCount": 1}
 
