@@ -177,7 +177,10 @@ async def test_apply_config_separate_requests_and_config(tmp_path: Path) -> None
 
 
 @pytest.mark.anyio
-async def test_apply_config_leaves_out_host_paths_that_do_not_exist(tmp_path: Path) -> None:
+async def test_apply_config_names_mandatory_nodes_even_when_missing_and_only_present_optional_ones(
+        tmp_path: Path) -> None:
+    # A missing mandatory node stays in the edits: DeviceState then refuses the Prepare naming it
+    # (tests/unit/test_state_answers.py), instead of a spec that silently lacks it.
     profile = Npu310PProfile(host_root=tmp_path / "empty-host")
     ctx = lab_310p3(tmp_path)
     (ctx.dev_root / "hisi_hdc").unlink()
@@ -188,7 +191,7 @@ async def test_apply_config_leaves_out_host_paths_that_do_not_exist(tmp_path: Pa
     assert edits["npu-1-0"] == ContainerEdits(
         env=("ASCEND_VISIBLE_DEVICES=2",),
         device_nodes=(DeviceNode("/dev/davinci2"), DeviceNode("/dev/davinci_manager"), DeviceNode("/dev/devmm_svm"),
-                      DeviceNode("/dev/dvpp_cmdlist")))
+                      DeviceNode("/dev/hisi_hdc"), DeviceNode("/dev/dvpp_cmdlist")))
 
 
 @pytest.mark.anyio

@@ -166,7 +166,12 @@ class AscendChipProfile:
             physical[allocated.device] = value
         visible = visible_per_request(devices, lambda a: physical[a.device])
         simulated = ctx.inventory.source == TIER_SIMULATED
-        shared = tuple(DeviceNode(path=p) for p in self.layout.device_nodes)
+        # Real chips always name the mandatory shared nodes: the daemon refuses the Prepare when one
+        # is missing, rather than hand out a spec without it (host.py).
+        present = self.layout.device_nodes
+        names = present if simulated else (*host.MANDATORY_DEVICE_NODES,
+                                           *(p for p in present if p not in host.MANDATORY_DEVICE_NODES))
+        shared = tuple(DeviceNode(path=p) for p in names)
         mounts = tuple(Mount(host_path=p, container_path=p) for p in self.layout.driver_mounts)
         if config.mount_tools:
             mounts += tuple(Mount(host_path=p, container_path=p) for p in self.layout.tool_mounts)
