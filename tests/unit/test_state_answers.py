@@ -341,8 +341,7 @@ async def test_a_device_record_without_cdi_ids_fails_the_replay_loudly(tmp_path)
 async def test_an_unreadable_record_is_kept_refused_and_holds_its_device(tmp_path):
     a, b = await two_prepared(tmp_path)
     ua, ub = a["metadata"]["uid"], b["metadata"]["uid"]
-    edit_checkpoint(tmp_path, lambda claims: claims[ua].update(devices="npu-0-0", boot_id=7))
-    edit_checkpoint(tmp_path, lambda claims: claims[ua].update(devices=[{"device": "npu-0-0", "request": 1}]))
+    edit_checkpoint(tmp_path, lambda claims: claims[ua].update(boot_id=7, devices=[{"device": "npu-0-0", "request": 1}]))
     state = await make_state(tmp_path, {"fake": FakeProfile()})
     results = await state.prepare([ref(a), ref(b)])
     assert str(results[ua]).startswith("ResourceClaim default/a: its checkpoint record was written by another "
@@ -368,7 +367,7 @@ async def test_a_damaged_checkpoint_that_records_no_claim_is_set_aside(tmp_path)
 
 
 async def test_a_damaged_checkpoint_that_records_claims_still_stops_start_up(tmp_path):
-    a, _ = await two_prepared(tmp_path)
+    await two_prepared(tmp_path)
     path = tmp_path / "plugin" / ckpt.CHECKPOINT_FILE
     path.write_bytes(path.read_bytes().replace(b'"npu-0-0"', b'"npu-0-9"'))  # checksum no longer matches
     with pytest.raises(ckpt.CheckpointCorrupt) as raised:
