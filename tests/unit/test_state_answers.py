@@ -341,7 +341,8 @@ async def test_a_device_record_without_cdi_ids_fails_the_replay_loudly(tmp_path)
 async def test_an_unreadable_record_is_kept_refused_and_holds_its_device(tmp_path):
     a, b = await two_prepared(tmp_path)
     ua, ub = a["metadata"]["uid"], b["metadata"]["uid"]
-    edit_checkpoint(tmp_path, lambda claims: claims[ua].update(boot_id=7, devices=[{"device": "npu-0-0", "request": 1}]))
+    odd = {"boot_id": 7, "devices": [{"device": "npu-0-0", "request": 1}]}  # another release's shape
+    edit_checkpoint(tmp_path, lambda claims: claims[ua].update(odd))
     state = await make_state(tmp_path, {"fake": FakeProfile()})
     results = await state.prepare([ref(a), ref(b)])
     assert str(results[ua]).startswith("ResourceClaim default/a: its checkpoint record was written by another "
