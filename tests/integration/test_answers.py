@@ -7,6 +7,7 @@ container runtime cannot resolve ("unresolvable CDI devices").
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import pytest
@@ -65,3 +66,34 @@ def test_prepares_re_create_a_removed_cdi_dir(node, api):
     shutil.rmtree(d.cdi_dir)
     fresh = write_claim(d.root, claim_object("fresh", results=[("npu", "npu-1-0")]))
     assert_answer_resolves(d, k.prepare(fresh, api=api), fresh)
+
+
+def test_an_undeletable_spec_keeps_its_device_held_and_a_restart_over_it_serves(small_cdi):
+    d = DaemonProcess(small_cdi).start()
+    k = Kubelet(d)
+    first = write_claim(d.root, claim_object("first", results=[("npu", "npu-0-0")]))
+    second = write_claim(d.root, claim_object("second", results=[("npu", "npu-0-0")]))
+    uid = first["metadata"]["uid"]
+    assert k.prepare(first).claims[uid].error == ""
+    stray = d.cdi_dir / "k8s.ascend.project-hami.io-npu_0c6f1f3e-0000-4000-8000-000000000002.yaml"
+    stray.write_text("kind: k8s.ascend.project-hami.io/npu\ndevices: []\n")  # an orphan no record backs
+    assert os.system(f"mount -o remount,ro {d.cdi_dir}") == 0
+    try:
+        assert "Read-only file system" in k.unprepare(first).claims[uid].error
+        # The device is still held: the spec that gives it to the first claim still exists.
+        assert "already prepared for ResourceClaim default/first" in k.prepare(second).claims[
+            second["metadata"]["uid"]].error
+        k.close()
+        d.stop()
+        d.start()  # over an undeletable orphan and a read-only CDI dir: serves, no crash loop
+        k = Kubelet(d)
+        assert "Read-only file system" in k.unprepare(first).claims[uid].error
+    finally:
+        os.system(f"mount -o remount,rw {d.cdi_dir}")
+    assert k.unprepare(first).claims[uid].error == ""
+    assert k.prepare(second).claims[second["metadata"]["uid"]].error == ""
+    k.close()
+    d.stop()
+    d.start()  # the next start-up removes the orphan
+    d.stop()
+    assert not stray.exists()
