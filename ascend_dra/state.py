@@ -28,7 +28,6 @@ import contextlib
 import logging
 import os
 import time
-from collections import defaultdict
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,11 +40,12 @@ from ascend_dra import guard
 from ascend_dra.cdi import naming
 from ascend_dra.cdi.spec import CdiDevice, ContainerEdits, Spec
 from ascend_dra.cdi.store import CdiStore
-from ascend_dra.checkpoint import ClaimRecord, DeviceRecord
+from ascend_dra.checkpoint import ClaimRecord
 from ascend_dra.claims import ClaimError, ClaimSource, check_claim_ref
 from ascend_dra.faults import crash_point
-from ascend_dra.model import AllocatedDevice, ClaimAllocation, Device, Inventory, OpaqueConfig, PreparedDevice
-from ascend_dra.profiles.base import ApplyContext, ConfigError, Profile, ProfileContext, decode_config
+from ascend_dra.model import ClaimAllocation, Inventory, PreparedDevice
+from ascend_dra.planning import Plan, PlanError, Planner, resolve_configs
+from ascend_dra.profiles.base import ApplyContext, ConfigError, Profile, ProfileContext
 
 __all__ = ("ClaimRef", "DeviceState", "PrepareError", "resolve_configs")
 
@@ -63,43 +63,6 @@ class ClaimRef:
     namespace: str
     name: str
     uid: str
-
-
-@attrs.frozen
-class _Plan:
-    """What Prepare will do for one claim, computed without side effects."""
-
-    claim: ClaimAllocation
-    devices: tuple[DeviceRecord, ...]
-    specs: Mapping[str, Spec]  # file name -> spec
-    groups: Mapping[str, tuple[AllocatedDevice, ...]]  # profile name -> its devices (for side effects)
-    device_nodes: tuple[str, ...]  # host paths the specs name, all present when planned
-
-
-def resolve_configs(
-    claim: ClaimAllocation,
-    result: AllocatedDevice,
-    kinds: Mapping[str, type],
-    other_kinds: frozenset[str] = frozenset(),
-) -> OpaqueConfig | None:
-    """Return the opaque config that applies to ``result``, or None for the profile's default.
-
-    Precedence (as in the reference driver, kubelet-dra-protocol.md §7.3): configs from the
-    DeviceClass (``FromClass``) lose to configs from the claim (``FromClaim``); within one
-    source a later entry wins. A config applies when its ``requests`` is empty or names the
-    result's request, or its base request for ``req/sub`` results. Configs whose ``kind`` is in
-    ``other_kinds`` (another loaded profile's) are not considered for this device.
-    """
-    chosen = None
-    ordered = sorted(claim.configs, key=lambda c: (c.source == "FromClaim", c.index))
-    for config in ordered:
-        if config.requests and result.request not in config.requests and result.base_request not in config.requests:
-            continue
-        kind = config.parameters.get("kind") if isinstance(config.parameters, Mapping) else None
-        if kind not in kinds and kind in other_kinds:
-            continue
-        chosen = config
-    return chosen
 
 
 class DeviceState:
@@ -127,7 +90,6 @@ class DeviceState:
         self.driver_name = driver_name
         self.node_name = node_name
         self.profiles = dict(profiles)
-        self.profile_ctx = profile_ctx
         self.cdi = cdi
         self.checkpoint_path = ckpt.checkpoint_path(plugin_dir)
         self.boot_id = boot_id
@@ -139,24 +101,32 @@ class DeviceState:
         self._flush_lock = anyio.Lock()
         self._version = 0  # bumped by every _save call
         self._durable = 0  # the highest version known to be on disk
-        self._device_profile: dict[str, str] = {}
-        self._devices: dict[str, Device] = {}
-        self.inventories: dict[str, Inventory] = {}
+        self.planner = Planner(driver_name=driver_name, node_name=node_name, profiles=profiles,
+                               profile_ctx=profile_ctx)
         self.set_inventories(inventories)
-        # Every loaded profile's config kinds: another profile's kind is skipped for a device,
-        # while a kind nobody knows is an error naming the allowed kinds.
-        self._all_kinds = frozenset(k for p in self.profiles.values() for k in p.config_types)
 
     # -- inventory ------------------------------------------------------------------------------
 
     def set_inventories(self, inventories: Mapping[str, Inventory]) -> None:
         """Replace the known devices (after a rediscovery). Prepared claims are not touched."""
-        self.inventories = dict(inventories)
-        self._device_profile = {d.name: p for p, inv in inventories.items() for d in inv.devices}
-        self._devices = {d.name: d for inv in inventories.values() for d in inv.devices}
+        self.planner.set_inventories(inventories)
+
+    @property
+    def inventories(self) -> Mapping[str, Inventory]:
+        """Profile name -> its last discovered inventory."""
+        return self.planner.inventories
+
+    @property
+    def profile_ctx(self) -> ProfileContext:
+        """The node context the profiles get (``dev_root``: where device nodes are checked)."""
+        return self.planner.profile_ctx
+
+    @profile_ctx.setter
+    def profile_ctx(self, ctx: ProfileContext) -> None:
+        self.planner.profile_ctx = ctx
 
     def cdi_kind(self, profile_name: str) -> str:
-        return naming.kind(self.driver_name, self.profiles[profile_name].cdi_class)
+        return self.planner.cdi_kind(profile_name)
 
     @property
     def prepared_claims(self) -> Mapping[str, ClaimRecord]:
@@ -313,7 +283,7 @@ class DeviceState:
                 tg.start_soon(fetch, ref)
 
         async with self._lock_claims(ref.uid for ref in refs if ref.uid not in results):
-            plans: list[_Plan] = []
+            plans: list[Plan] = []
             for ref in refs:
                 if ref.uid in results:
                     continue
@@ -338,8 +308,8 @@ class DeviceState:
                 # From here to the PrepareStarted record nothing awaits: the guard's view of which
                 # devices are taken and this claim's reservation are one atomic step for the loop.
                 try:
-                    plan = self._plan(fetched[ref.uid], self._holders())
-                except guard.GuardError as exc:
+                    plan = self.planner.plan(fetched[ref.uid], self._holders())
+                except (guard.GuardError, PlanError) as exc:
                     results[ref.uid] = PrepareError(str(exc))
                     continue
                 except ConfigError as exc:
@@ -360,7 +330,7 @@ class DeviceState:
                 await self._prepare_plans(plans, results)
         return results
 
-    async def _prepare_plans(self, plans: list[_Plan], results: dict[str, Any]) -> None:
+    async def _prepare_plans(self, plans: list[Plan], results: dict[str, Any]) -> None:
         """Make the reserved (PrepareStarted, in memory) claims of ``plans`` durable, then prepared."""
         crash_point("prepare:before-started-write")
         try:
@@ -441,7 +411,7 @@ class DeviceState:
             missing = await anyio.to_thread.run_sync(self._missing_spec_files, record)
             if rebooted or any(f in record.cdi_specs for f in missing):
                 claim = await self.claim_source.get(record.namespace, record.name, record.uid)
-                plan = self._plan(claim, self._holders(exclude=record.uid))
+                plan = self.planner.plan(claim, self._holders(exclude=record.uid))
                 side_effects = await self._run_side_effects(plan) if rebooted else record.side_effects
                 await anyio.to_thread.run_sync(self._write_specs, plan.specs)
                 self._records[record.uid] = attrs.evolve(record, boot_id=self.boot_id, side_effects=side_effects,
@@ -453,7 +423,7 @@ class DeviceState:
                 await anyio.to_thread.run_sync(self._write_specs, {})
                 log.info("re-created the common CDI spec", extra={"files": missing})
             self._check_answer(self._records[record.uid])
-        except guard.GuardError as exc:
+        except (guard.GuardError, PlanError) as exc:
             return PrepareError(str(exc))
         except PrepareError as exc:
             return exc
@@ -480,21 +450,11 @@ class DeviceState:
         if missing:
             raise PrepareError(f"{where}: CDI spec files {', '.join(missing)} are missing under {self.cdi.root} "
                                "right after they were written (is something removing them?)")
-        absent = self._absent_nodes(record.device_nodes)
+        absent = self.planner.absent_nodes(record.device_nodes)
         if absent:
             raise PrepareError(f"{where}: device nodes {', '.join(absent)} named by its CDI spec no longer exist "
                                f"on node {self.node_name} (looked for under {self.profile_ctx.dev_root}); the "
                                "device was removed or its driver unloaded")
-
-    def _absent_nodes(self, host_paths: Iterable[str]) -> list[str]:
-        """The device-node host paths that do not exist; ``/dev/...`` is looked up under ``--dev-root``."""
-        dev_root = self.profile_ctx.dev_root
-        absent = []
-        for path in host_paths:
-            seen = dev_root / path.removeprefix("/dev/") if path.startswith("/dev/") else Path(path)
-            if not os.path.exists(seen):
-                absent.append(path)
-        return absent
 
     def _prepared_devices(self, record: ClaimRecord) -> list[PreparedDevice]:
         return [
@@ -505,95 +465,7 @@ class DeviceState:
     def _holders(self, exclude: str | None = None) -> dict[str, list[guard.Hold]]:
         return guard.holders(self._records.values(), self._records.unreadable.values(), exclude)
 
-    def _plan(self, claim: ClaimAllocation, taken: guard.Holders) -> _Plan:
-        """Compute devices, configs and CDI specs for ``claim``; pure apart from reading state and
-        checking that the device nodes the specs name exist.
-
-        :raises PrepareError: unknown device, bad edits, a device node that does not exist.
-        :raises guard.GuardError: double allocation, capacity overflow.
-        :raises ConfigError: an opaque config that does not decode or validate.
-        """
-        ref = f"ResourceClaim {claim.namespace}/{claim.name}"
-        if not claim.results:
-            raise PrepareError(f"{ref} has no allocation results for driver {self.driver_name}")
-        groups: dict[str, list[AllocatedDevice]] = defaultdict(list)
-        seen: dict[str, list[AllocatedDevice]] = defaultdict(list)
-        for result in claim.results:
-            device = self._devices.get(result.device)
-            if result.pool != self.node_name or device is None:
-                raise PrepareError(f"{ref}: device {result.pool}/{result.device} was never published by "
-                                   f"{self.driver_name} on node {self.node_name}")
-            guard.check_free(ref, result, device, taken, seen[result.device])
-            seen[result.device].append(result)
-            groups[self._device_profile[result.device]].append(result)
-
-        decoded: dict[int, Any] = {}
-        specs: dict[str, Spec] = {}
-        records: list[DeviceRecord] = []
-        for profile_name, results in groups.items():
-            profile = self.profiles[profile_name]
-            kind = self.cdi_kind(profile_name)
-            by_config: dict[int, list[AllocatedDevice]] = defaultdict(list)
-            for result in results:
-                config = resolve_configs(claim, result, profile.config_types, self._all_kinds)
-                key = -1 if config is None else config.index
-                if config is not None and key not in decoded:
-                    decoded[key] = self._decode(config, profile, profile_name)
-                by_config[key].append(result)
-            ctx = ApplyContext(self.profile_ctx, self.inventories[profile_name], claim.uid, claim.namespace, claim.name)
-            edits: dict[tuple[str, str | None], ContainerEdits] = {}
-            for key, members in by_config.items():
-                config = profile.default_config() if key == -1 else decoded[key]
-                try:
-                    applied = profile.apply_config(config, members, ctx)
-                except Exception as exc:
-                    raise PrepareError(f"{ref}: profile {profile_name} failed to apply its config: "
-                                       f"{type(exc).__name__}: {exc}") from exc
-                for member in members:
-                    if member.device not in applied:
-                        raise PrepareError(f"{ref}: profile {profile_name} returned no container edits for "
-                                           f"device {member.device}")
-                    edits[(member.device, member.share_id)] = applied[member.device]
-            cdi_devices = []
-            for result in results:
-                name = naming.claim_device_name(claim.uid, result.device, result.share_id)
-                cdi_devices.append(CdiDevice(name, edits[(result.device, result.share_id)]))
-                records.append(DeviceRecord(
-                    request=result.request, pool=result.pool, device=result.device,
-                    cdi_device_ids=(naming.qualified_name(kind, naming.COMMON_DEVICE),
-                                    naming.qualified_name(kind, name)),
-                    share_id=result.share_id, consumed_capacity=dict(result.consumed_capacity),
-                    admin_access=result.admin_access,
-                ))
-            spec = Spec(kind, tuple(cdi_devices))
-            try:
-                spec.validate()
-            except ValueError as exc:
-                raise PrepareError(f"{ref}: profile {profile_name} produced {exc}") from None
-            specs[naming.claim_spec_file(kind, claim.uid)] = spec
-        nodes = tuple(dict.fromkeys(n.host_path or n.path for spec in specs.values() for d in spec.devices
-                                    for n in d.container_edits.device_nodes))
-        absent = self._absent_nodes(nodes)
-        if absent:
-            raise PrepareError(f"{ref}: device nodes {', '.join(absent)} do not exist on node {self.node_name} "
-                               f"(looked for under {self.profile_ctx.dev_root}); the NPU driver may not be loaded "
-                               "yet, or the device was removed. Nothing was prepared; the kubelet retries")
-        # Admin access (KEP-5018) gets the device's edits but never its side effects (no vNPU).
-        effects = {p: tuple(r for r in rs if not r.admin_access) for p, rs in groups.items()}
-        return _Plan(claim, tuple(records), specs, {p: rs for p, rs in effects.items() if rs}, nodes)
-
-    def _decode(self, config: OpaqueConfig, profile: Profile, profile_name: str) -> Any:
-        where = f"status.allocation.devices.config[{config.index}].opaque"
-        kind = config.parameters.get("kind") if isinstance(config.parameters, Mapping) else None
-        if kind not in profile.config_types and kind in self._all_kinds:
-            raise ConfigError.at(f"{where}.parameters.kind",
-                                 f"{kind!r} is not a config kind of profile {profile_name}")
-        try:
-            return decode_config(config.parameters, profile.config_types, self.driver_name, profile)
-        except ConfigError as exc:
-            raise ConfigError([(f"{where}.{path}", message) for path, message in exc.problems]) from None
-
-    async def _run_side_effects(self, plan: _Plan) -> dict[str, Any]:
+    async def _run_side_effects(self, plan: Plan) -> dict[str, Any]:
         done: dict[str, Any] = {}
         for profile_name, devices in plan.groups.items():
             hook = getattr(self.profiles[profile_name], "prepare_side_effects", None)
