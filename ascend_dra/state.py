@@ -571,7 +571,7 @@ class DeviceState:
         for file in bad.cdi_specs:
             if _is_our_spec_file(file):
                 await anyio.to_thread.run_sync(self.cdi.remove, file)
-        del self._records.unreadable[uid]
+        self._records.drop_unreadable(uid)
         await self._save()
 
     async def _remove_stray_specs(self, uid: str) -> None:
