@@ -26,12 +26,15 @@ class Broken:
 
 
 async def test_table_for_the_lab_host(tmp_path: Path) -> None:
-    text = await run([Npu310PProfile(), Npu910Profile(), Broken()], lab_310p3(tmp_path), "table")
+    ctx = lab_310p3(tmp_path)
+    text = await run([Npu310PProfile(), Npu910Profile(), Broken()], ctx, "table")
     assert text == (
         "PROFILE   DEVICE   CHIP   MEMORY   NUMA  TOPOLOGY  TIER\n"
         "npu-310P  npu-0-0  310P3  21525Mi  0     -         npu-smi\n"
         "npu-310P  npu-1-0  310P3  21525Mi  1     -         npu-smi\n"
         "npu-910: no devices (tier npu-smi)\n"
+        f"npu-310P: npu-smi: {ctx.npu_smi} (as given)\n"
+        f"npu-910: npu-smi: {ctx.npu_smi} (as given)\n"
         "broken: discovery failed: RuntimeError: no driver\n"
     )
 
@@ -42,7 +45,8 @@ async def test_table_with_topology_groups(tmp_path: Path) -> None:
     lines = (await run([Npu910Profile()], ctx, "table")).splitlines()
     assert lines[0] == "PROFILE  DEVICE   CHIP  MEMORY   NUMA  TOPOLOGY  TIER"
     assert lines[1] == "npu-910  npu-0-0  910A  32768Mi  0     hccs-0    npu-smi"
-    assert len(lines) == 9
+    assert lines[9] == f"npu-910: npu-smi: {ctx.npu_smi} (as given)"
+    assert len(lines) == 10
 
 
 async def test_yaml_is_the_resource_slices(tmp_path: Path) -> None:

@@ -478,8 +478,8 @@ def parse_template_info(text: str, *, command: str = "npu-smi info -t template-i
 
         templates.append(Template(
             name=first[0],
-            aicore=num(first[1], "AICORE", first_no, first_line),
-            memory_gib=num(first[2], "Memory", first_no, first_line),
+            aicore=_text.to_amount(command, first_no, first_line, first[1], "AICORE"),
+            memory_gib=_text.to_amount(command, first_no, first_line, first[2], "Memory"),
             aicpu=num(first[3], "AICPU", first_no, first_line),
             vpc=num(first[4], "VPC", first_no, first_line),
             venc=num(first[5], "VENC", first_no, first_line),
