@@ -34,7 +34,11 @@ async def test_table_for_the_lab_host(tmp_path: Path) -> None:
         "npu-310P  npu-1-0  310P3  21525Mi  1     -         npu-smi\n"
         "npu-910: no devices (tier npu-smi)\n"
         f"npu-310P: npu-smi: {ctx.npu_smi} (as given)\n"
+        "npu-310P: physical IDs by rank (no Phy-ID column, sysfs link or phyid-remap answer): "
+        "NPU 4 chip 0 -> davinci0, NPU 5 chip 0 -> davinci2\n"
         f"npu-910: npu-smi: {ctx.npu_smi} (as given)\n"
+        "npu-910: physical IDs by rank (no Phy-ID column, sysfs link or phyid-remap answer): "
+        "NPU 4 chip 0 -> davinci0, NPU 5 chip 0 -> davinci2\n"
         "broken: discovery failed: RuntimeError: no driver\n"
     )
 

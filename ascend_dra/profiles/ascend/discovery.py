@@ -109,20 +109,19 @@ async def discover_chips(
             if not located.found:
                 raise NpuSmiNotFound(f"{npu_smi} info", npu_smi, "not on $PATH nor in the driver's install "
                                      f"locations ({', '.join(located.searched[1:])})")
-            chips = await discover_npu_smi(NpuSmi(located.executable, timeout_s=timeout_s), dev_root=dev_root,
-                                           sys_root=sys_root)
+            answer = await discover_npu_smi(NpuSmi(located.executable, timeout_s=timeout_s), dev_root=dev_root,
+                                            sys_root=sys_root)
         except NpuSmiError as exc:
             failures.append(str(exc))
             logger.warning("discovery tier failed; trying the next",
                            extra={"tier": TIER_NPU_SMI, "error": str(exc), "profile": profile,
                                   "npu_smi": located.executable})
         else:
-            present, dropped = await anyio.to_thread.run_sync(_with_device_nodes, chips, dev_root)
-            for chip in dropped:
+            for chip in answer.dropped:
                 logger.warning("chip not published", extra={**chip.log_fields(), "tier": TIER_NPU_SMI,
                                                              "profile": profile})
-            return _found(Discovery(TIER_NPU_SMI, present, npu_smi=located, dropped=dropped,
-                                    notes=tuple(notes)), profile)
+            return _found(Discovery(TIER_NPU_SMI, answer.chips, npu_smi=located, dropped=answer.dropped,
+                                    notes=(*notes, *answer.notes)), profile)
         chips = await devfs.discover_devfs(dev_root, sys_root)
         if chips or simulate is SimulateMode.NEVER:
             chips, devfs_notes = _devfs_ids(chips, known, profile)
@@ -132,19 +131,6 @@ async def discover_chips(
     assert simulated_model is not None
     return _found(Discovery(TIER_SIMULATED, simulated_chips(node_name, simulated_model, simulated_count),
                             tuple(failures), npu_smi=located), profile)
-
-
-def _with_device_nodes(chips: tuple[NpuChip, ...], dev_root: Path) -> tuple[tuple[NpuChip, ...],
-                                                                             tuple[DroppedChip, ...]]:
-    """Split chips by whether ``<dev_root>/davinci<physicalID>`` exists (blocking)."""
-    present, dropped = [], []
-    for chip in chips:
-        node = dev_root / f"davinci{chip.physical_id}"
-        if node.exists():
-            present.append(chip)
-        else:
-            dropped.append(DroppedChip.of(chip, f"no device node {node}"))
-    return tuple(present), tuple(dropped)
 
 
 def _devfs_ids(chips: tuple[NpuChip, ...], known: Mapping[int, NpuChip] | None,
