@@ -132,3 +132,110 @@ async def test_a_chip_of_unknown_family_is_logged_and_counted(tmp_path: Path, ca
         "1 chip not published",
         "  not published: physical ID 0, logic ID 0 (NPU 0 chip 0, xxx): chip family unknown "
         "(chip name, PCI device ID and sysfs name none)")
+
+
+# -- a failing npu-smi info -m degrades per field -------------------------------------------------
+
+
+async def test_910_host_with_a_failing_info_m_keeps_what_info_gave(tmp_path: Path,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """Before: the whole npu-smi tier failed with a 'parse' error and devfs lost memory, AI cores and uuid."""
+    exe = fake_npu_smi(tmp_path, {"info": "910B3_info.txt",
+                                  "info -m": (1, "dcmi module initialize failed. ret is -8005"),
+                                  "info -t board -i 0 -c 0": "910A_info_-t_board_-i_-c_VDieID.txt"})
+    dev = dev_tree(tmp_path, [f"davinci{i}" for i in range(8)] + SHARED)
+    profile = Npu910Profile()
+    with caplog.at_level(logging.INFO):
+        inventory = await profile.discover(context(tmp_path, exe, dev, sys_tree(tmp_path, {})))
+    assert inventory.source == "npu-smi"
+    assert [(d.name, d.attributes["physicalID"], d.attributes["npuID"], d.capacities["memory"].value,
+             d.capacities["aicore"].value) for d in inventory.devices] == [
+        (f"npu-{i}-0", i, i, "65536Mi", "20") for i in range(8)]
+    assert inventory.devices[0].attributes["uuid"] == "42C711D4-20B03704-4A10C8D4-14CC040A-D2102003"
+    lost = [r for r in caplog.records if r.getMessage() == "npu-smi enrichment failed; its attributes are omitted"]
+    assert [r.what for r in lost if r.what == "npu-smi info -m"] == ["npu-smi info -m"]  # type: ignore[attr-defined]
+    assert any(r.getMessage() == "logic IDs not reported by npu-smi; inferred from physical order"
+               for r in caplog.records)
+    assert any(n.startswith("logic IDs not reported by npu-smi; inferred from physical order (the devfs rule): "
+                            "NPU 0 chip 0 -> 0, NPU 1 chip 0 -> 1") for n in profile.discovery_notes())
+
+
+# -- phyid-remap where the other sources disagree or are missing ----------------------------------
+
+
+async def test_phyid_remap_settles_910c_dies_that_print_the_same_phy_id(tmp_path: Path) -> None:
+    """The in-container 910C sample prints Phy-ID 0 for both dies; phyid-remap maps davinci1 to die 1.
+    (Its chip name is anonymised ``xxx``; it is put back to ``Ascend910``, the A3 name of reference §1.)"""
+    info = fixture("910C_A3_info_in_container_vcann-rt_anonymised.txt").replace("| 0     xxx          |",
+                                                                                  "| 0     Ascend910    |")
+    exe = fake_npu_smi(tmp_path, {"info": written(tmp_path, "info.txt", info),
+                                  "info -t phyid-remap -p 0": "910C_A3_info_-t_phyid-remap_-p_0_constructed.txt",
+                                  "info -t phyid-remap -p 1": "910C_A3_info_-t_phyid-remap_-p_1_constructed.txt"})
+    dev = dev_tree(tmp_path, ["davinci0", "davinci1", *SHARED])
+    profile = Npu910Profile()
+    inventory = await profile.discover(context(tmp_path, exe, dev, sys_tree(tmp_path, {})))
+    assert inventory.source == "npu-smi"
+    assert [(d.name, d.attributes["index"], d.attributes["physicalID"], d.attributes["npuID"], d.attributes["chipID"])
+            for d in inventory.devices] == [("npu-0-0", 0, 0, 0, 0), ("npu-1-0", 1, 1, 0, 1)]
+    assert "NPU 0 chip 1: physical ID 1 from phyid-remap, not 0" in profile.discovery_notes()
+
+
+# -- npu-smi info -t topo: NPU IDs, Phy-ID labels, NIC columns ------------------------------------
+
+
+def topo_npu_labels(affinities: list[str], link: str = "HCCS") -> str:
+    """An older-npu-smi ``-t topo`` (``NPU<k>`` labels) for len(affinities) NPUs, as in 910B3_info_-t_topo.txt."""
+    n = len(affinities)
+    header = "\t   " + "".join(f"NPU{k}".ljust(11) for k in range(n)) + "CPU Affinity"
+    rows = ["".join([f"NPU{a}".ljust(11), *(("X" if a == b else link).ljust(11) for b in range(n)), affinities[a]])
+            for a in range(n)]
+    return "\n".join([header, *rows, "", "Legend:", "", "  X    = Self", ""])
+
+
+async def test_topo_npu_labels_are_npu_ids_so_both_dies_of_a_card_share_its_row(tmp_path: Path) -> None:
+    """Before: NPU<k> was taken as logic ID k, so die 1 of NPU 0 got NPU 1's row and NPU 1's dies got none."""
+    topo = written(tmp_path, "topo.txt", topo_npu_labels(["0-39", "40-79"]))
+    exe = fake_npu_smi(tmp_path, {"info": A3_INFO, "info -t topo": topo})
+    dev = dev_tree(tmp_path, [f"davinci{i}" for i in range(4)] + SHARED)
+    inventory = await Npu910Profile().discover(context(tmp_path, exe, dev, sys_tree(tmp_path, {})))
+    assert [(d.name, d.attributes["npuID"], d.attributes["cpuAffinity"], d.attributes["topologyGroup"])
+            for d in inventory.devices] == [
+        ("npu-0-0", 0, "0-39", "hccs-0"), ("npu-1-0", 0, "0-39", "hccs-0"),
+        ("npu-2-0", 1, "40-79", "hccs-0"), ("npu-3-0", 1, "40-79", "hccs-0")]
+
+
+async def test_a3_topo_with_phy_id_labels_and_nic_columns(tmp_path: Path) -> None:
+    exe = fake_npu_smi(tmp_path, {"info": A3_INFO, "info -t topo": "910C_A3_info_-t_topo_Phy-ID_NIC_constructed.txt"})
+    dev = dev_tree(tmp_path, [f"davinci{i}" for i in range(4)] + SHARED)
+    inventory = await Npu910Profile().discover(context(tmp_path, exe, dev, sys_tree(tmp_path, {})))
+    assert [(d.attributes["physicalID"], d.attributes["hccs"], d.attributes["topologyGroup"],
+             d.attributes["cpuAffinity"]) for d in inventory.devices] == [
+        (0, True, "hccs-0", "0-39"), (1, True, "hccs-0", "0-39"), (2, True, "hccs-0", "40-79"),
+        (3, True, "hccs-0", "40-79")]
+
+
+async def test_910b_topo_with_nic_columns_keeps_topology(tmp_path: Path) -> None:
+    """Before: the NIC0..NIC3 columns of current npu-smi were a parse error and topology was dropped."""
+    exe = fake_npu_smi(tmp_path, {"info": "910B3_info.txt", "info -m": "910A_info_-m_atlas800-9010.txt",
+                                  "info -t topo": "910B3_info_-t_topo_NIC_constructed.txt"})
+    dev = dev_tree(tmp_path, [f"davinci{i}" for i in range(8)] + SHARED)
+    inventory = await Npu910Profile().discover(context(tmp_path, exe, dev, sys_tree(tmp_path, {})))
+    assert [d.attributes["cpuAffinity"] for d in inventory.devices] == [
+        "144-167", "144-167", "96-119", "96-119", "0-23", "0-23", "48-71", "48-71"]
+    assert {d.attributes["topologyGroup"] for d in inventory.devices} == {"hccs-0"}
+
+
+async def test_topo_labels_that_match_no_chip_are_reported_not_silently_dropped(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    topo = written(tmp_path, "topo.txt", topo_npu_labels([f"{k}-{k}" for k in range(10)]))
+    exe = fake_npu_smi(tmp_path, {"info": "910B3_info.txt", "info -m": "910A_info_-m_atlas800-9010.txt",
+                                  "info -t topo": topo})
+    dev = dev_tree(tmp_path, [f"davinci{i}" for i in range(8)] + SHARED)
+    profile = Npu910Profile()
+    with caplog.at_level(logging.WARNING):
+        inventory = await profile.discover(context(tmp_path, exe, dev, sys_tree(tmp_path, {})))
+    # The chips that match keep their rows (before: the whole topology was dropped).
+    assert [d.attributes["cpuAffinity"] for d in inventory.devices] == [f"{k}-{k}" for k in range(8)]
+    assert ("npu-smi info -t topo: labels [8, 9] name no chip of this node; 0 chips have no row "
+            "(labels are NPU IDs)") in profile.discovery_notes()
+    assert any(r.getMessage().startswith("npu-smi info -t topo does not match the chips") for r in caplog.records)
