@@ -150,8 +150,11 @@ def resolve_ids(partial: list[PartialChip], *, numbers: list[int], by_address: M
                                        npu_id=p.npu_id, chip_id=p.chip_id,
                                        chip_name=p.fields.get("chip_name")))  # type: ignore[arg-type]
     inferred = [i for i in kept if logic[i] is None]
+    # The devfs rule; the kept chips' nodes exist, so they are among the numbers (a node that
+    # appeared since the listing is ranked too).
+    ranks = sorted({*numbers, *(physical[i] for i in kept)})  # type: ignore[misc]
     for i in inferred:
-        logic[i] = numbers.index(physical[i])  # type: ignore[arg-type]
+        logic[i] = ranks.index(physical[i])  # type: ignore[arg-type]
     if inferred:
         labels = ", ".join(f"{partial[i].label()} -> {logic[i]}" for i in inferred)
         notes.append(f"logic IDs not reported by npu-smi; inferred from physical order (the devfs rule): {labels}")

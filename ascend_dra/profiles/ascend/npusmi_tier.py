@@ -70,16 +70,17 @@ class _Budget:
         self.limiter = anyio.CapacityLimiter(DEFAULT_CONCURRENCY)
 
 
-async def _optional(call: Callable[[], Awaitable[T]], what: str, budget: _Budget) -> T | None:
+async def _optional(call: Callable[[], Awaitable[T]], what: str, budget: _Budget,
+                    failure_level: int = logging.WARNING) -> T | None:
     async with budget.limiter:
         if budget.timed_out is not None:
             logger.debug("npu-smi enrichment skipped after a timeout",
                          extra={"what": what, "after": budget.timed_out})
             return None
-        return await _call(call, what, budget)
+        return await _call(call, what, budget, failure_level)
 
 
-async def _call(call: Callable[[], Awaitable[T]], what: str, budget: _Budget) -> T | None:
+async def _call(call: Callable[[], Awaitable[T]], what: str, budget: _Budget, failure_level: int) -> T | None:
     try:
         return await call()
     except NpuSmiTimeout as exc:
@@ -88,8 +89,8 @@ async def _call(call: Callable[[], Awaitable[T]], what: str, budget: _Budget) ->
                        extra={"what": what, "error": str(exc), "tier": "npu-smi"})
         return None
     except NpuSmiError as exc:
-        logger.warning("npu-smi enrichment failed; its attributes are omitted",
-                       extra={"what": what, "error": str(exc), "tier": "npu-smi"})
+        logger.log(failure_level, "npu-smi enrichment failed; its attributes are omitted",
+                   extra={"what": what, "error": str(exc), "tier": "npu-smi"})
         return None
 
 
@@ -170,17 +171,20 @@ async def discover_npu_smi(npu_smi: NpuSmi, *, dev_root: Path, sys_root: Path) -
 
 async def _remaps(npu_smi: NpuSmi, numbers: list[int], budget: _Budget, reason: str) -> dict[int, PhyIdRemap]:
     """``phyid-remap -p N`` for every davinci number; the first failure stops the rest (an npu-smi
-    without the command would fail them all, one WARNING is enough)."""
+    without the command would fail them all). A failure is logged at INFO: the fallback it leaves
+    (rank, the devfs rule) is itself logged and noted, and an npu-smi without the command must not
+    add a WARNING to every periodic rediscovery."""
     logger.info("asking npu-smi phyid-remap", extra={"reason": reason, "davinci": numbers, "tier": "npu-smi"})
     out: dict[int, PhyIdRemap] = {}
     first, rest = numbers[0], numbers[1:]
-    answer = await _optional(lambda: npu_smi.phyid_remap(first), f"phyid-remap -p {first}", budget)
+    answer = await _optional(lambda: npu_smi.phyid_remap(first), f"phyid-remap -p {first}", budget, logging.INFO)
     if answer is None:
         return out
     out[first] = answer
 
     async def one(number: int) -> None:
-        result = await _optional(lambda: npu_smi.phyid_remap(number), f"phyid-remap -p {number}", budget)
+        result = await _optional(lambda: npu_smi.phyid_remap(number), f"phyid-remap -p {number}", budget,
+                                 logging.INFO)
         if result is not None:
             out[number] = result
 
