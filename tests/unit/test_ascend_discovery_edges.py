@@ -127,11 +127,11 @@ async def test_a_chip_of_unknown_family_is_logged_and_counted(tmp_path: Path, ca
     (record,) = dropped_records(caplog)
     assert (record.physical_id, record.npu_id, record.chip_name, record.profile) == (  # type: ignore[attr-defined]
         0, 0, "xxx", "npu-310P")
-    assert record.reason.startswith("chip family unknown")  # type: ignore[attr-defined]
+    reason = ("chip family unknown: chip name 'xxx' matches no family, and no known PCI device ID "
+              "(npu-smi -t board, sysfs)")
+    assert record.reason == reason  # type: ignore[attr-defined]
     assert profile.discovery_notes()[-2:] == (
-        "1 chip not published",
-        "  not published: physical ID 0, logic ID 0 (NPU 0 chip 0, xxx): chip family unknown "
-        "(chip name, PCI device ID and sysfs name none)")
+        "1 chip not published", f"  not published: physical ID 0, logic ID 0 (NPU 0 chip 0, xxx): {reason}")
 
 
 # -- a failing npu-smi info -m degrades per field -------------------------------------------------
