@@ -154,6 +154,8 @@ async def test_910_host_with_a_failing_info_m_keeps_what_info_gave(tmp_path: Pat
     assert inventory.devices[0].attributes["uuid"] == "42C711D4-20B03704-4A10C8D4-14CC040A-D2102003"
     lost = [r for r in caplog.records if r.getMessage() == "npu-smi enrichment failed; its attributes are omitted"]
     assert [r.what for r in lost if r.what == "npu-smi info -m"] == ["npu-smi info -m"]  # type: ignore[attr-defined]
+    assert any(r.getMessage() == "npu-smi info -m failed; logic IDs come from phyid-remap or the physical order"
+               for r in caplog.records)
     assert any(r.getMessage() == "logic IDs not reported by npu-smi; inferred from physical order"
                for r in caplog.records)
     assert any(n.startswith("logic IDs not reported by npu-smi; inferred from physical order (the devfs rule): "

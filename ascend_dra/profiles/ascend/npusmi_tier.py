@@ -145,6 +145,13 @@ async def discover_npu_smi(npu_smi: NpuSmi, *, dev_root: Path, sys_root: Path) -
 
     partial = [_assemble(info, c, mapping, boards.get(c.npu_id), commons.get(c.npu_id),
                          chip_boards.get((c.npu_id, c.chip_id))) for c in info.chips]
+    if mapping is None and any(p.logic_from_device is None for p in partial):
+        # 910 family: no Device column, so -m was the source of logic IDs (and of nothing else
+        # that info did not give); the rest of the chip is kept.
+        notes.append("npu-smi info -m failed: logic IDs from phyid-remap or the physical order; "
+                     "the other fields come from npu-smi info and -t board/common")
+        logger.warning("npu-smi info -m failed; logic IDs come from phyid-remap or the physical order",
+                       extra={"chips": len(partial), "tier": "npu-smi"})
     numbers, by_address = await anyio.to_thread.run_sync(_davinci_nodes, dev_root, sys_root)
     reason = remap_reason(partial, numbers, by_address)
     remaps: dict[int, PhyIdRemap] = {}
