@@ -272,6 +272,11 @@ class RecordTable(MutableMapping[str, ClaimRecord]):
         self._dirty.clear()
         return changes
 
+    @property
+    def has_dirty(self) -> bool:
+        """Whether a change waits for :meth:`take_dirty`."""
+        return bool(self._dirty)
+
     def requeue(self, uids: Iterable[str]) -> None:
         """Mark ``uids`` as changed again (their write failed); the next write carries their current state."""
         self._dirty.update(uids)

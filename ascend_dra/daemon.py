@@ -196,6 +196,8 @@ class Daemon:
         try:
             await self._serve(task_status=task_status)
         finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await self.state.close()  # one snapshot for an older release to read
             close = getattr(self.state.claim_source, "aclose", None)
             if close is not None:  # the API claim source's HTTP session
                 with anyio.CancelScope(shield=True), anyio.move_on_after(2):

@@ -30,10 +30,11 @@ from typing import Any
 import attrs
 import orjson
 
+from ascend_dra import checkpoint as ckpt
 from ascend_dra.atomicfile import fsync_dir
 from ascend_dra.checkpoint import CheckpointCorrupt
 
-__all__ = ("JOURNAL_FILE", "Journal", "JournalContents", "change_lines", "read")
+__all__ = ("JOURNAL_FILE", "Journal", "JournalContents", "apply_journal", "change_lines", "load_state", "read")
 
 JOURNAL_FILE = "checkpoint.journal"
 _HEADER = {"kind": "AscendDRACheckpointJournal", "version": 1}
@@ -96,6 +97,27 @@ def read(path: Path) -> JournalContents:
             changes.append((entry["uid"], None if entry.get("deleted") else entry.get("record")))
         offset += len(line) + 1
     return JournalContents(tuple(changes), offset, offset != len(blob))
+
+
+def apply_journal(data: ckpt.CheckpointData, contents: JournalContents) -> ckpt.CheckpointData:
+    """The snapshot ``data`` with the journal's changes applied in order."""
+    if not contents.changes:
+        return data
+    claims = dict(data.raw)
+    for uid, record in contents.changes:
+        if record is None:
+            claims.pop(uid, None)
+        else:
+            claims[uid] = record
+    return ckpt.decode_records(claims, boot_id=data.boot_id)
+
+
+def load_state(plugin_dir: Path) -> ckpt.CheckpointData:
+    """The durable state of a plugin data directory: snapshot plus journal (for tools and tests).
+
+    :raises CheckpointCorrupt: either file is damaged.
+    """
+    return apply_journal(ckpt.load(ckpt.checkpoint_path(plugin_dir)), read(plugin_dir / JOURNAL_FILE))
 
 
 class Journal:
