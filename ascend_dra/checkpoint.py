@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -220,7 +220,9 @@ class RecordTable(MutableMapping[str, ClaimRecord]):
 
     def __init__(self, records: Mapping[str, ClaimRecord] | None = None, *,
                  unreadable: Mapping[str, UnreadableRecord] | None = None,
-                 raw: Mapping[str, Any] | None = None) -> None:
+                 raw: Mapping[str, Any] | None = None,
+                 on_change: Callable[[str, ClaimRecord | UnreadableRecord | None], None] | None = None) -> None:
+        self._on_change = on_change or (lambda uid, record: None)
         self._records: dict[str, ClaimRecord] = {}
         self._raw: dict[str, Any] = {}
         self._foreign: dict[str, dict[str, Any]] = {}  # uid -> fields this release does not know
@@ -233,6 +235,8 @@ class RecordTable(MutableMapping[str, ClaimRecord]):
                 self._foreign[uid] = {k: v for k, v in stored.items() if k not in known}
             self[uid] = record
         self._dirty.clear()  # loaded records are stored already
+        for uid, bad in self._unreadable.items():
+            self._on_change(uid, bad)
 
     @property
     def unreadable(self) -> Mapping[str, UnreadableRecord]:
@@ -243,11 +247,18 @@ class RecordTable(MutableMapping[str, ClaimRecord]):
         """Forget an unreadable record (its claim was unprepared)."""
         del self._unreadable[uid]
         self._dirty.add(uid)
+        self._on_change(uid, None)
 
     @classmethod
-    def from_data(cls, data: CheckpointData) -> RecordTable:
-        """The table of a loaded checkpoint (unknown fields and unreadable records included)."""
-        return cls(data.claims, unreadable=data.unreadable, raw=data.raw)
+    def from_data(cls, data: CheckpointData,
+                  on_change: Callable[[str, ClaimRecord | UnreadableRecord | None], None] | None = None
+                  ) -> RecordTable:
+        """The table of a loaded checkpoint (unknown fields and unreadable records included).
+
+        :param on_change: called with ``(uid, record or None)`` for every record loaded and every
+            change after (the guard's hold index follows the table this way).
+        """
+        return cls(data.claims, unreadable=data.unreadable, raw=data.raw, on_change=on_change)
 
     def __getitem__(self, uid: str) -> ClaimRecord:
         return self._records[uid]
@@ -258,12 +269,14 @@ class RecordTable(MutableMapping[str, ClaimRecord]):
         foreign = self._foreign.get(uid)
         self._raw[uid] = {**foreign, **raw} if foreign else raw
         self._dirty.add(uid)
+        self._on_change(uid, record)
 
     def __delitem__(self, uid: str) -> None:
         del self._records[uid]
         del self._raw[uid]
         self._foreign.pop(uid, None)
         self._dirty.add(uid)
+        self._on_change(uid, None)
 
     def take_dirty(self) -> list[tuple[str, Any]]:
         """The changes since the last call, as ``(uid, record as stored or None if deleted)``, and

@@ -101,7 +101,8 @@ class DeviceState:
         self.journal = Journal(Path(plugin_dir) / JOURNAL_FILE)
         self.boot_id = boot_id
         self.claim_source = claim_source
-        self._records = ckpt.RecordTable()
+        self._holds = guard.HoldIndex()
+        self._records = ckpt.RecordTable(on_change=self._holds.update)
         self._pending_rollback: set[str] = set()  # PrepareStarted claims whose rollback failed
         self._stray: set[str] = set()  # orphan spec files that could not be removed
         self._claim_locks: dict[str, anyio.Lock] = {}
@@ -153,7 +154,7 @@ class DeviceState:
         :raises checkpoint.CheckpointCorrupt: the daemon must not start over an unreadable checkpoint.
         """
         data, journal = await anyio.to_thread.run_sync(self._load_checkpoint)
-        self._records = ckpt.RecordTable.from_data(data)
+        self._records = ckpt.RecordTable.from_data(data, on_change=self._holds.update)
         await anyio.to_thread.run_sync(self.journal.open, journal)
         for uid, bad in self._records.unreadable.items():
             log.error("a checkpoint record cannot be read by this release; its claim will be refused and its "
@@ -327,7 +328,7 @@ class DeviceState:
                 # From here to the PrepareStarted record nothing awaits: the guard's view of which
                 # devices are taken and this claim's reservation are one atomic step for the loop.
                 try:
-                    plan = self.planner.plan(fetched[ref.uid], self._holders())
+                    plan = self.planner.plan(fetched[ref.uid], self._holds)
                 except (guard.GuardError, PlanError) as exc:
                     results[ref.uid] = PrepareError(str(exc))
                     continue
@@ -434,7 +435,7 @@ class DeviceState:
             missing = await anyio.to_thread.run_sync(self._missing_spec_files, record)
             if rebooted or any(f in record.cdi_specs for f in missing):
                 claim = await self.claim_source.get(record.namespace, record.name, record.uid)
-                plan = self.planner.plan(claim, self._holders(exclude=record.uid))
+                plan = self.planner.plan(claim, self._holds, exclude=record.uid)
                 side_effects = await self._run_side_effects(plan) if rebooted else record.side_effects
                 await anyio.to_thread.run_sync(self._write_specs, plan.specs)
                 self._records[record.uid] = attrs.evolve(record, boot_id=self.boot_id, side_effects=side_effects,
@@ -484,9 +485,6 @@ class DeviceState:
             PreparedDevice((d.request.split("/", 1)[0],), d.pool, d.device, d.cdi_device_ids, d.share_id)
             for d in record.devices
         ]
-
-    def _holders(self, exclude: str | None = None) -> dict[str, list[guard.Hold]]:
-        return guard.holders(self._records.values(), self._records.unreadable.values(), exclude)
 
     def _has_side_effects(self, plan: Plan) -> bool:
         return any(getattr(self.profiles[p], "prepare_side_effects", None) is not None for p in plan.groups)
