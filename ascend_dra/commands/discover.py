@@ -113,6 +113,7 @@ def _table(inventories: Mapping[str, Inventory], errors: Mapping[str, str], owne
     if len(rows) == 1:
         lines.append("(no devices)")
     lines.extend(empty)
+    lines.extend(f"{name}: {note}" for name, inventory in inventories.items() for note in inventory.notes)
     lines.extend(f"{name}: {message}" for name, message in errors.items())
     return "\n".join(lines) + "\n"
 
@@ -122,8 +123,9 @@ def render(inventories: Mapping[str, Inventory], errors: Mapping[str, str], ctx:
     """Render discovered inventories.
 
     :param output: ``table`` (one row per device: profile, device, chip, memory, NUMA node,
-        topology group, discovery tier; then one line per failed profile), ``yaml`` (the
-        ResourceSlices as a multi-document stream, failures as ``#`` comments on top) or ``json``
+        topology group, discovery tier; then each profile's ``Inventory.notes`` and one line per
+        failed profile), ``yaml`` (the ResourceSlices as a multi-document stream, notes and
+        failures as ``#`` comments on top) or ``json``
         (a ``v1`` ``List`` of the ResourceSlices; failures are not in it).
     :raises ValueError: if ``output`` is not one of :data:`OUTPUTS`.
     """
@@ -137,7 +139,8 @@ def render(inventories: Mapping[str, Inventory], errors: Mapping[str, str], ctx:
     if output == "json":
         document = {"apiVersion": "v1", "kind": "List", "items": slices}
         return orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n"
-    comments = "".join(f"# {name}: {message}\n" for name, message in errors.items())
+    comments = "".join(f"# {name}: {note}\n" for name, inventory in inventories.items() for note in inventory.notes)
+    comments += "".join(f"# {name}: {message}\n" for name, message in errors.items())
     return comments + yaml.safe_dump_all(slices, sort_keys=False)
 
 
