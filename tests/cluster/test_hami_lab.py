@@ -3,8 +3,8 @@ assertions.
 
 The daemon runs the ``HAMivNPUCore`` profile against the simulated lab node (an npu-smi stand-in
 printing real output formats, a fake host root and /dev), publishes to the real kube-apiserver, the
-real kube-scheduler allocates the lab's claims (``examples/claims/dra-ascend-e2e/``) for the lab's
-pods (``examples/pods/hami-lab-pods.yaml``), and the test plays the kubelet over the daemon's sockets.
+real kube-scheduler allocates the lab's claims for the lab's pods (``examples/hami-lab/``), and the
+test plays the kubelet over the daemon's sockets.
 HAMi-DRA's validating webhook deletes a pod's claim when the pod goes; the test does that itself.
 """
 
@@ -29,12 +29,17 @@ UUID_1 = "D8496E64-20C101B1-C0D42F23-AED8030A-40003039"
 KIND_FILE = f"k8s.{DRIVER}-vnpu_{{uid}}.yaml"
 
 
-def examples(path: str) -> dict[str, dict[str, Any]]:
-    return {d["metadata"]["name"]: d for d in yaml.safe_load_all((EXAMPLES / path).read_text())}
+def _lab_manifests() -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The lab's claims and pods by name, from ``examples/hami-lab/<pod>.yaml`` (claim, then pod)."""
+    claims, pods = {}, {}
+    for pod in ("ascend-share-a", "ascend-share-b", "ascend-share-c", "ascend-ctrl-a", "ascend-ctrl-b"):
+        claim, obj = yaml.safe_load_all((EXAMPLES / "hami-lab" / f"{pod}.yaml").read_text())
+        claims[claim["metadata"]["name"]] = claim
+        pods[obj["metadata"]["name"]] = obj
+    return claims, pods
 
 
-CLAIMS = examples("claims/dra-ascend-e2e/lab-claims.yaml")
-PODS = examples("pods/hami-lab-pods.yaml")
+CLAIMS, PODS = _lab_manifests()
 
 
 def claim_name(pod: str) -> str:
@@ -109,9 +114,9 @@ def lab(control_plane, short_tmp):
     cp = control_plane
     delete_our_slices(cp, cp.node_name)
     node = labnode.build(short_tmp / "lab")
-    create(cp, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-    create(cp, yaml.safe_load((EXAMPLES / "deviceclasses/hami-vnpu-core.yaml").read_text()))
-    create(cp, yaml.safe_load((EXAMPLES / "pods/runtimeclass-ascend.yaml").read_text()))
+    for manifest in ("hami-lab/namespace.yaml", "deviceclasses/hami-vnpu-core.yaml",
+                     "hami-lab/runtimeclass-ascend.yaml"):
+        create(cp, yaml.safe_load((EXAMPLES / manifest).read_text()))
     cleanup(cp)
     d = DaemonProcess(short_tmp / "node", node=cp.node_name, kubeconfig=cp.kubeconfig, profiles="HAMivNPUCore",
                       extra_args=node.flags()).start()
@@ -182,7 +187,7 @@ def test_steps_5_7_9_share_pending_release_reallocate(lab) -> None:
     wait_until(lambda: our_slices(cp, cp.node_name), "published")
     # Step 5 and 7: pods A and B, pinned to npu-0-0 by uuid, 8192 MiB / 50 cores each.
     lab_pod(cp, "ascend-share-a")
-    lab_pod(cp, "ascend-share-b", template="ascend-share-a")
+    lab_pod(cp, "ascend-share-b")
     a = wait_until(lambda: allocated(cp, "ascend-share-a"), "claim A allocated", within=30)
     b = wait_until(lambda: allocated(cp, "ascend-share-b"), "claim B allocated", within=30)
     assert a["spec"]["devices"] == CLAIMS[claim_name("ascend-share-a")]["spec"]["devices"]
@@ -204,7 +209,7 @@ def test_steps_5_7_9_share_pending_release_reallocate(lab) -> None:
             "NPU_LOCAL_SHM_PATH": "/hami-vnpu-shmem/vnpu_local_shmem", "NPU_MEM_QUOTA": "8192"}
         assert (local_dir(node, uid) / "npu").is_dir()
     # Step 9: pod C (8192 / 50) stays pending: npu-0-0 has 5141 MiB / 0 cores left.
-    lab_pod(cp, "ascend-share-c", template="ascend-share-a")
+    lab_pod(cp, "ascend-share-c")
     message = wait_until(lambda: unschedulable(cp, "ascend-share-c"), "pod C unschedulable", within=30)
     assert "cannot allocate all claims" in message
     assert allocated(cp, "ascend-share-c") is None
