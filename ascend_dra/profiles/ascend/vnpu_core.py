@@ -129,6 +129,7 @@ class VnpuCoreProfile(AscendChipProfile):
         super().__init__()
         self.refused: dict[str, str] = {}  # device name -> reason, as last logged
         self.install_info_exists = False  # found at discovery; the mount is added only then
+        self.noted: set[str] = set()  # node notes already logged
 
     def default_config(self) -> VnpuCoreConfig:
         """``VnpuCoreConfig()``: no tools mounted."""
@@ -170,8 +171,9 @@ class VnpuCoreProfile(AscendChipProfile):
         self._log_refusals(verdict.refused)
         notes = [*verdict.notes, *(f"{device_name(c)} (NPU {c.npu_id} chip {c.chip_id}) not offered: {reason}"
                                    for c, reason in verdict.refused)]
-        for note in verdict.notes:
+        for note in set(verdict.notes) - self.noted:
             logger.info("HAMivNPUCore note", extra={"profile": self.name, "note": note})
+        self.noted = set(verdict.notes)
         return Inventory(devices=tuple(self.device(c) for c in verdict.offered), source=found.source,
                          notes=tuple(notes))
 
