@@ -1,8 +1,13 @@
 """kill -9 of a HAMivNPUCore daemon between creating a claim's local dir and its Unprepare: a restart
-(or the kubelet's retry) leaves no local dir that no prepared claim owns, and none is lost."""
+(or the kubelet's retry) leaves no local dir that no prepared claim owns, and none is lost. Also
+``ascend-dra call --uid`` against that daemon, as the README's lab walkthrough uses it."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
+import orjson
 import pytest
 
 from ascend_dra.profiles.ascend import labnode
@@ -66,5 +71,31 @@ def test_kill9_inside_unprepare_removes_the_local_dir_at_start_up(short_tmp, poi
         k = Kubelet(d)
         assert k.unprepare(claim).claims[uid].error == ""  # the kubelet's retry succeeds
         k.close()
+    finally:
+        d.stop()
+
+
+def test_call_with_uid_prepares_through_the_kubelet_directories(short_tmp):
+    """``ascend-dra call --uid`` (cluster mode, as the README's lab walkthrough uses it): the kubelet
+    directories instead of ``--standalone``, the uid given instead of read from a claim file."""
+    d, claim, local = setup(short_tmp)
+    uid = claim["metadata"]["uid"]
+    d.start()
+    dirs = ["--kubelet-registrar-directory-path", str(d.root / "plugins_registry"),
+            "--kubelet-plugins-directory-path", str(d.root / "plugins")]
+    try:
+        without = subprocess.run([sys.executable, "-m", "ascend_dra.cli", "call", *dirs, "prepare",
+                                  "dra-ascend-e2e/share"], capture_output=True, text=True)
+        assert without.returncode != 0
+        assert "in cluster mode give --uid" in without.stderr
+        done = subprocess.run([sys.executable, "-m", "ascend_dra.cli", "call", *dirs, "prepare",
+                               "dra-ascend-e2e/share", "--uid", uid], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert orjson.loads(done.stdout)["claims"][uid]["devices"][0]["deviceName"] == "npu-1-0"
+        assert (local / "npu").is_dir()
+        undone = subprocess.run([sys.executable, "-m", "ascend_dra.cli", "call", *dirs, "unprepare",
+                                 "dra-ascend-e2e/share", "--uid", uid], capture_output=True, text=True)
+        assert undone.returncode == 0, undone.stderr
+        assert not local.exists()
     finally:
         d.stop()
