@@ -250,7 +250,7 @@ def one_core_claim(memory: str | None = None) -> dict[str, Any]:
 
 
 def test_step9_registry_64_one_core_claims_fit_the_65th_stays_pending(lab) -> None:
-    cp, _, k, _ = lab
+    cp, d, k, _ = lab
     wait_until(lambda: our_slices(cp, cp.node_name), "published")
     pods = [f"one-core-{i}" for i in range(64)]
     for pod in pods:
@@ -263,7 +263,8 @@ def test_step9_registry_64_one_core_claims_fit_the_65th_stays_pending(lab) -> No
     assert {tuple(sorted(r["consumedCapacity"].items())) for r in results} == {
         (("containers", "1"), ("cores", "1"), ("memory", "336Mi"))}
     # The 65th fits by memory (64 x 336 + 1 <= 21525 MiB) and cores (65 <= 100), not by the registry.
-    lab_pod(cp, "one-core-64", claim=one_core_claim(memory="1Mi"), template="ascend-ctrl-a")
+    # Its memory, 1000000 bytes, is not a whole MiB: the scheduler rounds it up to the 1Mi step.
+    lab_pod(cp, "one-core-64", claim=one_core_claim(memory="1000000"), template="ascend-ctrl-a")
     message = wait_until(lambda: unschedulable(cp, "one-core-64"), "the 65th unschedulable", within=30)
     assert "cannot allocate all claims" in message
     assert allocated(cp, "one-core-64") is None
@@ -278,3 +279,8 @@ def test_step9_registry_64_one_core_claims_fit_the_65th_stays_pending(lab) -> No
     delete_pod_and_claim(cp, pods[0])
     last = wait_until(lambda: allocated(cp, "one-core-64"), "the 65th allocated after a release", within=60)
     assert result_of(last)["consumedCapacity"] == {"containers": "1", "cores": "1", "memory": "1Mi"}
+    uid = last["metadata"]["uid"]
+    assert k.prepare(last).claims[uid].error == ""
+    [device] = yaml.safe_load((d.cdi_dir / KIND_FILE.format(uid=uid)).read_text())["devices"]
+    assert "NPU_MEM_QUOTA=1" in device["containerEdits"]["env"]
+    assert k.unprepare(last).claims[uid].error == ""

@@ -55,6 +55,7 @@ from ascend_dra.profiles.ascend.chip import NpuChip
 from ascend_dra.profiles.ascend.chips import MODELS, ChipFamily
 from ascend_dra.profiles.ascend.discovery import TIER_NPU_SMI, discover_chips
 from ascend_dra.profiles.ascend.errors import NpuSmiError
+from ascend_dra.profiles.ascend.keyvalue import DeviceShare
 from ascend_dra.profiles.ascend.npusmi import NpuSmi
 from ascend_dra.profiles.ascend.profile import AscendChipProfile
 from ascend_dra.profiles.ascend.vnpu_core_host import (
@@ -156,7 +157,8 @@ class VnpuCoreProfile(AscendChipProfile):
             simulate=self.simulate_mode(ctx), simulated_model=self.simulated_model,
             simulated_count=ctx.fake_devices, timeout_s=self.timeout_s, profile=self.name,
         )
-        share, share_problem = None, None
+        share: tuple[DeviceShare, ...] | None = None
+        share_problem: str | None = None
         if found.source == TIER_NPU_SMI and found.chips:
             try:
                 share = await NpuSmi(ctx.npu_smi, timeout_s=self.timeout_s).device_share()

@@ -80,8 +80,7 @@ def share_of(device: AllocatedDevice) -> Share:
 
 def _number(value: Decimal) -> str:
     """``Decimal("50")`` -> ``"50"``, ``Decimal("12.5")`` -> ``"12.5"`` (no exponent)."""
-    text = format(value.normalize(), "f")
-    return text
+    return format(value.normalize(), "f")
 
 
 def limiter_env(devices: Sequence[AllocatedDevice], physical_ids: Sequence[int]) -> tuple[str, ...]:
