@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from ascend_dra.profiles.ascend import labnode
+from tests.cluster.controlplane import DEFAULT_FEATURE_GATES, ControlPlane, default_bin_dir
 from tests.cluster.test_publish import EXAMPLES, RES, delete_our_slices, ok, our_slices, wait_until
 from tests.integration.daemon import DRIVER, DaemonProcess, Kubelet
 
@@ -284,3 +285,40 @@ def test_step9_registry_64_one_core_claims_fit_the_65th_stays_pending(lab) -> No
     [device] = yaml.safe_load((d.cdi_dir / KIND_FILE.format(uid=uid)).read_text())["devices"]
     assert "NPU_MEM_QUOTA=1" in device["containerEdits"]["env"]
     assert k.unprepare(last).claims[uid].error == ""
+
+
+def test_without_the_consumable_capacity_gate_prepare_names_the_gate(short_tmp) -> None:
+    """A control plane with ``DRAConsumableCapacity`` off: the API server drops the claim's capacity
+    requests and the slice's sharing fields, the scheduler allocates npu-0-0 whole and writes no
+    ``consumedCapacity``, and our Prepare refuses the claim naming the gate."""
+    gates = {**DEFAULT_FEATURE_GATES, "DRAConsumableCapacity": False}
+    cp = ControlPlane(short_tmp / "cp", default_bin_dir(), feature_gates=gates)
+    cp.start()
+    node = labnode.build(short_tmp / "lab")
+    d = DaemonProcess(short_tmp / "node", node=cp.node_name, kubeconfig=cp.kubeconfig, profiles="HAMivNPUCore",
+                      extra_args=node.flags())
+    try:
+        for manifest in ("hami-lab/namespace.yaml", "deviceclasses/hami-vnpu-core.yaml",
+                         "hami-lab/runtimeclass-ascend.yaml"):
+            create(cp, yaml.safe_load((EXAMPLES / manifest).read_text()))
+        d.start()
+        wait_until(lambda: our_slices(cp, cp.node_name), "published")
+        lab_pod(cp, "ascend-share-a")
+        a = wait_until(lambda: allocated(cp, "ascend-share-a"), "claim A allocated", within=30)
+        assert "capacity" not in a["spec"]["devices"]["requests"][0]["exactly"]  # dropped by the API server
+        assert result_of(a)["device"] == "npu-0-0"
+        assert "consumedCapacity" not in result_of(a)
+        k = Kubelet(d)
+        try:
+            error = k.prepare(a).claims[a["metadata"]["uid"]].error
+        finally:
+            k.close()
+        assert error == (
+            f"ResourceClaim {NS}/{claim_name('ascend-share-a')}: profile HAMivNPUCore failed to apply its config: "
+            "ValueError: device npu-0-0 (request npu) was allocated without consumedCapacity memory, cores: enable "
+            "the feature gate DRAConsumableCapacity on kube-apiserver, kube-scheduler, kube-controller-manager and "
+            "the kubelet, then recreate the claim")
+        assert not list((node.host_root / "usr/local/hami-vnpu-core/containers").iterdir())
+    finally:
+        d.stop()
+        cp.stop()
