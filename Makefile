@@ -4,8 +4,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 CLUSTER_DIR ?= .cluster
 
-.PHONY: venv test test-unit test-integration test-cluster test-plugins proto proto-check lint demo \
-        cluster-bins cluster-up cluster-down bench clean
+.PHONY: venv test test-unit test-integration test-cluster test-container test-plugins proto proto-check lint demo \
+        cluster-bins container-deps cluster-up cluster-down bench clean
 
 # The venv is (re)built when pyproject.toml changes; the stamp records the last install.
 $(VENV)/.installed: pyproject.toml plugins/example-profile/pyproject.toml
@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml plugins/example-profile/pyproject.toml
 
 venv: $(VENV)/.installed
 
-test: venv proto-check lint cluster-bins
+test: venv proto-check lint cluster-bins container-deps
 	$(PY) -m pytest tests -q
 	$(PY) -m pytest plugins/example-profile/tests -q
 
@@ -28,6 +28,13 @@ test-integration: venv
 
 test-cluster: venv cluster-bins
 	$(PY) -m pytest tests/cluster -q
+
+test-container: venv container-deps
+	$(PY) -m pytest tests/container -q
+
+# podman, runc and busybox for tests/container, from Debian, only what is missing (apt needs root or sudo).
+container-deps:
+	hack/install-container-deps.sh
 
 proto: venv
 	PYTHON=$(PY) hack/gen-proto.sh

@@ -254,9 +254,14 @@ class Daemon:
                     await self._republish()
 
     async def _health_loop(self) -> None:
+        assert self.state is not None
         while True:
             await anyio.sleep(self.settings.health_interval)
             await self.check_health()
+            # Same cadence: retry rollbacks and spec removals that failed (an immutable file, a
+            # read-only CDI dir); their devices stay held meanwhile.
+            if self.state.cleanup_pending:
+                await self.state.retry_cleanup()
 
     def observe(self, operation: str, seconds: float, errors: int, claims: int) -> None:
         """Called by the DRA service after each RPC: metrics, and the prepared-claims gauge."""

@@ -190,14 +190,11 @@ class Inventory:
     """Everything one profile found on the node: devices and the shared counter sets they consume.
 
     :ivar source: which discovery tier served it (``npu-smi``, ``devfs``, ``nvml``, ``simulated``).
-    :ivar notes: remarks for the operator, shown by ``ascend-dra discover`` (e.g. a chip not
-        offered and why); never published.
     """
 
     devices: tuple[Device, ...] = ()
     counter_sets: tuple[CounterSet, ...] = ()
     source: str = ""
-    notes: tuple[str, ...] = ()
 
     def device(self, name: str) -> Device | None:
         """Return the device called ``name``, or None."""

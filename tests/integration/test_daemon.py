@@ -313,20 +313,6 @@ def test_reboot_recreates_cdi_specs_when_the_kubelet_prepares_again(short_tmp):
     d.stop()
 
 
-def _mount_tmpfs(path, size="64k"):
-    path.mkdir(parents=True, exist_ok=True)
-    if os.system(f"mount -t tmpfs -o size={size} tmpfs {path}") != 0:
-        pytest.fail("mounting a tmpfs failed; these tests need root (CI runs as root)")
-
-
-@pytest.fixture
-def small_cdi(short_tmp):
-    root = short_tmp / "sa"
-    _mount_tmpfs(root / "cdi")
-    yield root
-    os.system(f"umount {root / 'cdi'}")
-
-
 def test_full_cdi_disk_fails_that_claim_and_the_daemon_lives(small_cdi):
     d = DaemonProcess(small_cdi).start()
     k = Kubelet(d)

@@ -105,7 +105,7 @@ async def test_chip_without_device_share_is_not_offered_and_the_reason_is_logged
         await profile.discover(ctx)
     assert [d.name for d in inventory.devices] == ["npu-0-0"]
     reason = "device-share is off (enable it with: npu-smi set -t device-share -i 5 -c 0 -d 1)"
-    assert f"npu-1-0 (NPU 5 chip 0) not offered: {reason}" in inventory.notes
+    assert f"npu-1-0 (NPU 5 chip 0) not offered: {reason}" in profile.discovery_notes()
     refusals = [r for r in caplog.records if r.getMessage() == "chip not offered by HAMivNPUCore"]
     assert [(r.device_name, r.npu_id, r.chip_id, r.reason) for r in refusals] == [("npu-1-0", 5, 0, reason)]
     lab.set_device_share(5, 0, True)
@@ -118,13 +118,14 @@ async def test_chip_without_device_share_is_not_offered_and_the_reason_is_logged
 @pytest.mark.anyio
 async def test_old_driver_and_missing_assets_refuse_every_chip(tmp_path) -> None:
     lab = labnode.build(tmp_path / "lab", driver_version="23.0.rc3", assets=False)
-    inventory = await loaded().discover(context(lab, tmp_path))
+    profile = loaded()
+    inventory = await profile.discover(context(lab, tmp_path))
     assert inventory.devices == ()
     host = lab.host_root
     reason = (f"driver 23.0.rc3 is older than 25.5 (HAMivNPUCore needs >= 25.5); hami-vnpu-core assets missing: "
               f"{host}/usr/local/hami-vnpu-core/libvnpu.so, {host}/usr/local/hami-vnpu-core/ld.so.preload, "
               f"{host}/usr/local/hami-shared-region")
-    assert [n for n in inventory.notes if "not offered" in n] == [
+    assert [n for n in profile.discovery_notes() if "not offered" in n] == [
         f"npu-0-0 (NPU 4 chip 0) not offered: {reason}", f"npu-1-0 (NPU 5 chip 0) not offered: {reason}"]
 
 
@@ -152,10 +153,11 @@ async def test_a_failing_device_share_query_is_the_reason(lab, tmp_path) -> None
                        f'exec {lab.npu_smi} "$@"\n')
     wrapper.chmod(0o755)
     ctx = attrs.evolve(context(lab, tmp_path), npu_smi=str(wrapper))
-    inventory = await loaded().discover(ctx)
+    profile = loaded()
+    inventory = await profile.discover(ctx)
     assert inventory.devices == ()
     reason = f"device-share mode unknown: run '{wrapper} info -t device-share': exit status 2: Error: unknown type"
-    assert f"npu-0-0 (NPU 4 chip 0) not offered: {reason}" in inventory.notes
+    assert f"npu-0-0 (NPU 4 chip 0) not offered: {reason}" in profile.discovery_notes()
 
 
 @pytest.mark.anyio

@@ -12,7 +12,8 @@ NPU IDs 4 and 5, chip 0 each, logic IDs 0/1, physical IDs 0/2, PCIe ``0000:81:00
   separator typo), ``info -m`` (``\\t%-30d %-30d %-30d %s %s`` rows), ``info -t board -i N`` and
   ``-c C`` (``\\t%-30s : %s`` lines; the chip level in the 310P layout of
   ``310P_info_-t_board_-i_-c_DieID.txt``, whose ``Die ID`` key carries the VDie ID), ``info -t
-  common -i N`` and ``info -t device-share [-i N]``, read from ``state/`` at each call.
+  common -i N``, ``info -t phyid-remap -p P`` (``key:value``, no space) and ``info -t device-share
+  [-i N]``, read from ``state/`` at each call.
   ``set -t device-share -i N [-c C] -d 0|1`` asks the real security question and exits **200**
   when stdin gives no answer (§4.1); on ``Y`` it changes ``state/`` and prints ``Status : OK``
   **[U: the real success text is not in the references]**. Anything else: exit 1 with
@@ -122,6 +123,14 @@ def render_chip_board(chip: LabChip) -> str:
     ]) + "\n"
 
 
+def render_phyid_remap(chip: LabChip) -> str:
+    """``npu-smi info -t phyid-remap -p <physical ID>``: ``key:value`` lines, no space after the colon
+    (reference ascend.md §5; key spellings as the constructed ``910C_A3_info_-t_phyid-remap_*`` samples **[U]**)."""
+    return "\n".join(f"\t{key}:{value}" for key, value in (
+        ("Chip Phy-ID", chip.physical_id), ("Chip Logic ID", chip.logic_id), ("NPU ID", chip.npu_id),
+        ("Chip ID", chip.chip_id))) + "\n"
+
+
 def render_common(npu_id: int, chips: Sequence[LabChip]) -> str:
     """``npu-smi info -t common -i N`` in the 310P layout of ``310P-duo_info_-t_common_-i_1_2chips.txt``."""
     mine = [c for c in chips if c.npu_id == npu_id]
@@ -211,6 +220,7 @@ def build(root: Path, chips: Sequence[LabChip] = LAB_CHIPS, *, driver_version: s
         answers[f"info -t common -i {npu_id}"] = render_common(npu_id, chips)
     for c in chips:
         answers[f"info -t board -i {c.npu_id} -c {c.chip_id}"] = render_chip_board(c)
+        answers[f"info -t phyid-remap -p {c.physical_id}"] = render_phyid_remap(c)
         state = root / "state" / f"device-share-{c.npu_id}-{c.chip_id}"
         state.write_text("True\n" if c.device_share else "False\n")
     cases = []

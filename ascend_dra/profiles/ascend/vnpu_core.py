@@ -51,7 +51,7 @@ import attrs
 from ascend_dra.model import ClaimAllocation
 from ascend_dra.profiles.ascend import host as ascend_host
 from ascend_dra.profiles.ascend.attributes import chip_attributes, device_name
-from ascend_dra.profiles.ascend.chip import NpuChip
+from ascend_dra.profiles.ascend.chip import DroppedChip, NpuChip
 from ascend_dra.profiles.ascend.chips import MODELS, ChipFamily
 from ascend_dra.profiles.ascend.discovery import TIER_NPU_SMI, discover_chips
 from ascend_dra.profiles.ascend.errors import NpuSmiError
@@ -128,9 +128,11 @@ class VnpuCoreProfile(AscendChipProfile):
 
     def __init__(self) -> None:
         super().__init__()
-        self.refused: dict[str, str] = {}  # device name -> reason, as last logged
+        #: Device name -> (where: ``NPU 5 chip 0``, reason) of each chip the last discovery did not offer.
+        self.refused: dict[str, tuple[str, str]] = {}
+        #: Node-level notes of the last discovery (the aarch64 one).
+        self.node_notes: tuple[str, ...] = ()
         self.install_info_exists = False  # found at discovery; the mount is added only then
-        self.noted: set[str] = set()  # node notes already logged
 
     def default_config(self) -> VnpuCoreConfig:
         """``VnpuCoreConfig()``: no tools mounted."""
@@ -147,43 +149,55 @@ class VnpuCoreProfile(AscendChipProfile):
         """Discover the chips (the Ascend chain), then keep those that meet the prerequisites.
 
         Each chip not offered is logged once per change of its reason (WARNING, fields
-        ``device_name``, ``npu_id``, ``chip_id``, ``reason``) and listed in ``Inventory.notes``.
+        ``device_name``, ``npu_id``, ``chip_id``, ``reason``) and listed by :meth:`discovery_notes`.
 
         :raises ValueError: for a bad profile option (naming it and the allowed values).
         """
         host = VnpuCoreHost.from_options(ctx.options, self.name)
+        self.host_root = Path(host.host_root)
         found = await discover_chips(
             npu_smi=ctx.npu_smi, dev_root=ctx.dev_root, sys_root=ctx.sys_root, node_name=ctx.node_name,
             simulate=self.simulate_mode(ctx), simulated_model=self.simulated_model,
             simulated_count=ctx.fake_devices, timeout_s=self.timeout_s, profile=self.name,
+            host_root=self.host_root, search_path=self.search_path, known=self._known,
         )
+        if found.source == TIER_NPU_SMI:
+            self._known = {c.physical_id: c for c in found.chips}
         share: tuple[DeviceShare, ...] | None = None
         share_problem: str | None = None
         if found.source == TIER_NPU_SMI and found.chips:
+            executable = found.npu_smi.executable if found.npu_smi is not None else ctx.npu_smi
             try:
-                share = await NpuSmi(ctx.npu_smi, timeout_s=self.timeout_s).device_share()
+                share = await NpuSmi(executable, timeout_s=self.timeout_s).device_share()
             except NpuSmiError as exc:
                 share_problem = str(exc)
         facts = await anyio.to_thread.run_sync(probe_host, host, abandon_on_cancel=True)
-        self.layout = await anyio.to_thread.run_sync(ascend_host.probe, ctx.dev_root, Path(host.host_root),
+        self.layout = await anyio.to_thread.run_sync(ascend_host.probe, ctx.dev_root, self.host_root,
                                                      abandon_on_cancel=True)
         self.install_info_exists = await anyio.to_thread.run_sync(os.path.isfile, host.install_info)
-        verdict = judge(found.chips, tier=found.source, device_share=share, device_share_problem=share_problem,
-                        facts=facts, machine=platform.machine())
+        unknown = tuple(DroppedChip.of(c, "chip family unknown") for c in found.chips if c.family is None)
+        self.last_discovery = found
+        self._dropped = (*found.dropped, *unknown)
+        verdict = judge([c for c in found.chips if c.family is not None], tier=found.source, device_share=share,
+                        device_share_problem=share_problem, facts=facts, machine=platform.machine())
         self._log_refusals(verdict.refused)
-        notes = [*verdict.notes, *(f"{device_name(c)} (NPU {c.npu_id} chip {c.chip_id}) not offered: {reason}"
-                                   for c, reason in verdict.refused)]
-        for note in set(verdict.notes) - self.noted:
+        for note in set(verdict.notes) - set(self.node_notes):
             logger.info("HAMivNPUCore note", extra={"profile": self.name, "note": note})
-        self.noted = set(verdict.notes)
-        return Inventory(devices=tuple(self.device(c) for c in verdict.offered), source=found.source,
-                         notes=tuple(notes))
+        self.node_notes = verdict.notes
+        return Inventory(devices=tuple(self.device(c) for c in verdict.offered), source=found.source)
+
+    def discovery_notes(self) -> tuple[str, ...]:
+        """The Ascend chain's notes (:meth:`AscendChipProfile.discovery_notes`), then the node's
+        notes (the aarch64 one) and one line per chip not offered: ``npu-1-0 (NPU 5 chip 0) not
+        offered: <reason>`` (``ascend-dra discover`` prints them)."""
+        return (*super().discovery_notes(), *self.node_notes,
+                *(f"{name} ({where}) not offered: {reason}" for name, (where, reason) in self.refused.items()))
 
     def _log_refusals(self, refused: Sequence[tuple[NpuChip, str]]) -> None:
-        now = {device_name(c): reason for c, reason in refused}
+        now = {device_name(c): (f"NPU {c.npu_id} chip {c.chip_id}", reason) for c, reason in refused}
         for chip, reason in refused:
             name = device_name(chip)
-            if self.refused.get(name) != reason:
+            if self.refused.get(name, ("", ""))[1] != reason:
                 logger.warning("chip not offered by HAMivNPUCore", extra={
                     "profile": self.name, "device_name": name, "npu_id": chip.npu_id, "chip_id": chip.chip_id,
                     "reason": reason})
