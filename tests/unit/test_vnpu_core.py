@@ -327,3 +327,13 @@ async def test_prepare_without_consumed_capacity_fails_the_claim_naming_the_gate
     assert isinstance(result[CLAIM_UID], Exception)
     assert "enable the feature gate DRAConsumableCapacity" in str(result[CLAIM_UID])
     assert not (lab.host_root / "usr/local/hami-vnpu-core/containers" / CLAIM_UID).exists()
+
+
+@pytest.mark.anyio
+async def test_a_missing_shared_device_node_fails_the_prepare_naming_it(lab, tmp_path) -> None:
+    (lab.dev_root / "hisi_hdc").unlink()
+    state = await lab_state(lab, tmp_path)
+    lab_claim(tmp_path)
+    result = await state.prepare([ClaimRef("dra-ascend-e2e", "share-a", CLAIM_UID)])
+    assert isinstance(result[CLAIM_UID], Exception)
+    assert f"device nodes {lab.dev_root}/hisi_hdc do not exist" in str(result[CLAIM_UID])
