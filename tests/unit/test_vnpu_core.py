@@ -11,6 +11,7 @@ from pathlib import Path
 
 import attrs
 import pytest
+import yaml
 
 from ascend_dra import checkpoint as ckpt
 from ascend_dra.cdi.spec import DeviceNode, Mount
@@ -337,3 +338,24 @@ async def test_a_missing_shared_device_node_fails_the_prepare_naming_it(lab, tmp
     result = await state.prepare([ClaimRef("dra-ascend-e2e", "share-a", CLAIM_UID)])
     assert isinstance(result[CLAIM_UID], Exception)
     assert f"device nodes {lab.dev_root}/hisi_hdc do not exist" in str(result[CLAIM_UID])
+
+
+@pytest.mark.anyio
+async def test_an_admin_access_claim_sees_the_chip_with_no_quota_limiter_or_local_dir(lab, tmp_path) -> None:
+    state = await lab_state(lab, tmp_path)
+    lab_claim(tmp_path)  # a workload share on npu-0-0
+    admin_uid = "5b6f0d2e-0000-4000-8000-00000000ad01"
+    admin = {"request": "npu", "driver": DRIVER, "pool": NODE, "device": "npu-0-0", "adminAccess": True}
+    write_claim(tmp_path, claim_object("monitor", namespace="dra-ascend-e2e", uid=admin_uid, node=NODE,
+                                       results=[admin]))
+    refs = [ClaimRef("dra-ascend-e2e", "share-a", CLAIM_UID), ClaimRef("dra-ascend-e2e", "monitor", admin_uid)]
+    results = await state.prepare(refs)
+    assert not any(isinstance(r, Exception) for r in results.values()), results
+    spec = yaml.safe_load(next((tmp_path / "cdi").glob(f"*{admin_uid}.yaml")).read_text())
+    edits = spec["devices"][0]["containerEdits"]
+    assert edits["env"] == ["ASCEND_VISIBLE_DEVICES=0"]
+    assert {m["containerPath"] for m in edits["mounts"]} == {
+        "/etc/ascend_install.info", "/usr/local/Ascend/driver/lib64/driver", "/usr/local/Ascend/driver/version.info"}
+    assert edits["deviceNodes"][0]["path"] == "/dev/davinci0"
+    assert state.prepared_claims[admin_uid].side_effects == {}  # no local dir made for it
+    assert not (lab.host_root / "usr/local/hami-vnpu-core/containers" / admin_uid).exists()

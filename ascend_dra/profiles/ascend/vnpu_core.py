@@ -231,12 +231,24 @@ class VnpuCoreProfile(AscendChipProfile):
             by_request.setdefault(allocated.base_request, []).append(allocated)
         edits: dict[str, ContainerEdits] = {}
         for request, members in by_request.items():
-            physical = [self._physical_id(ctx, m.device) for m in members]
-            env = limiter_env(members, physical)
-            mounts = self._mounts(host, config, f"{claim_dir}/{_component(request, 'request name')}")
-            for allocated, number in zip(members, physical, strict=True):
-                edits[allocated.device] = ContainerEdits(env=env, device_nodes=self._nodes(ctx, number),
-                                                         mounts=mounts)
+            # Admin access (KEP-5018: monitoring, debugging) sees the chips but is not a share:
+            # no quota, no limiter preload, no local dir (docs/durable-state.md).
+            admin = [m for m in members if m.admin_access]
+            shares = [m for m in members if not m.admin_access]
+            if admin:
+                physical = [self._physical_id(ctx, m.device) for m in admin]
+                env = (f"ASCEND_VISIBLE_DEVICES={','.join(str(p) for p in physical)}",)
+                mounts = tuple(self._driver_mounts(host, config))
+                for allocated, number in zip(admin, physical, strict=True):
+                    edits[allocated.device] = ContainerEdits(env=env, device_nodes=self._nodes(ctx, number),
+                                                             mounts=mounts)
+            if shares:
+                physical = [self._physical_id(ctx, m.device) for m in shares]
+                env = limiter_env(shares, physical)
+                mounts = self._mounts(host, config, f"{claim_dir}/{_component(request, 'request name')}")
+                for allocated, number in zip(shares, physical, strict=True):
+                    edits[allocated.device] = ContainerEdits(env=env, device_nodes=self._nodes(ctx, number),
+                                                             mounts=mounts)
         return edits
 
     def _physical_id(self, ctx: ApplyContext, device: str) -> int:
@@ -255,13 +267,22 @@ class VnpuCoreProfile(AscendChipProfile):
         return tuple(DeviceNode(path=p, host_path=str(ctx.profile.dev_root / p.removeprefix("/dev/")) if custom
                                 else None) for p in names)
 
-    def _mounts(self, host: VnpuCoreHost, config: VnpuCoreConfig, local_dir: str) -> tuple[Mount, ...]:
+    def _driver_mounts(self, host: VnpuCoreHost, config: VnpuCoreConfig, *, tools: bool = True) -> list[Mount]:
+        """The driver's files (all an admin-access container gets: no limiter)."""
         mounts = []
         if self.install_info_exists:
             mounts.append(Mount(host.install_info, "/etc/ascend_install.info", _RO))
         mounts += [
             Mount(host.driver_libs, "/usr/local/Ascend/driver/lib64/driver", _RO),
             Mount(host.version_info, "/usr/local/Ascend/driver/version.info", _RO),
+        ]
+        if tools and config.mount_tools:
+            mounts += [Mount(host.on_host(p), p, _RO) for p in self.layout.tool_mounts]
+        return mounts
+
+    def _mounts(self, host: VnpuCoreHost, config: VnpuCoreConfig, local_dir: str) -> tuple[Mount, ...]:
+        mounts = self._driver_mounts(host, config, tools=False)
+        mounts += [
             Mount(host.vnpu_core_dir, CONTAINER_VNPU_CORE_DIR, _RO),
             Mount(host.ld_so_preload, "/etc/ld.so.preload", _RO),
             Mount(host.shared_region_dir, CONTAINER_SHARED_REGION, _RW),
