@@ -343,8 +343,12 @@ class DeviceState:
                     results[ref.uid] = PrepareError(f"{where}: {type(exc).__name__}: {exc}")
                     continue
                 c = plan.claim
+                # A profile whose side effects will run is recorded first with no result: a crash
+                # inside its hook then still rolls back through unprepare_side_effects(None, ctx).
+                pending = {p: None for p in plan.groups if self._hook(p, "prepare_side_effects") is not None}
                 self._records[c.uid] = ClaimRecord(c.uid, c.namespace, c.name, ckpt.PREPARE_STARTED, self.boot_id,
-                                                   plan.devices, tuple(plan.specs), device_nodes=plan.device_nodes)
+                                                   plan.devices, tuple(plan.specs), side_effects=pending,
+                                                   device_nodes=plan.device_nodes)
                 plans.append(plan)
             if plans:
                 await self._prepare_plans(plans, results)
@@ -370,6 +374,7 @@ class DeviceState:
             c = plan.claim
             try:
                 side_effects = await self._run_side_effects(plan)
+                crash_point("prepare:side-effects-done-unrecorded")  # the node changed, the record does not say how
                 if side_effects:
                     self._records[c.uid] = attrs.evolve(self._records[c.uid], side_effects=side_effects)
                     await self._save()
@@ -486,8 +491,11 @@ class DeviceState:
             for d in record.devices
         ]
 
+    def _hook(self, profile_name: str, name: str) -> Any:
+        return getattr(self.profiles.get(profile_name), name, None)
+
     def _has_side_effects(self, plan: Plan) -> bool:
-        return any(getattr(self.profiles[p], "prepare_side_effects", None) is not None for p in plan.groups)
+        return any(self._hook(p, "prepare_side_effects") is not None for p in plan.groups)
 
     async def _run_side_effects(self, plan: Plan) -> dict[str, Any]:
         done: dict[str, Any] = {}

@@ -308,13 +308,16 @@ class VnpuCoreProfile(AscendChipProfile):
                     extra={"claim_uid": claim.uid, "path": claim_dir, "requests": requests})
         return {"claimDir": claim_dir}
 
-    async def unprepare_side_effects(self, record: Mapping[str, Any], ctx: ApplyContext) -> None:
+    async def unprepare_side_effects(self, record: Mapping[str, Any] | None, ctx: ApplyContext) -> None:
         """Remove the claim's local dir (and the limiter's files in it); a missing dir is fine.
 
+        :param record: what :meth:`prepare_side_effects` returned, or None when the daemon rolls back
+            a Prepare that crashed before recording it: the dir is then found from ``ctx.claim_uid``.
         :raises ValueError: when the record names a path outside ``<vnpuCoreDir>/containers``.
         """
         host = VnpuCoreHost.from_options(ctx.profile.options, self.name)
-        path = str(record.get("claimDir", ""))
+        path = str(record.get("claimDir", "")) if record is not None else \
+            host.claim_dir(_component(ctx.claim_uid, "claim UID"))
         if os.path.dirname(path) != host.containers_dir or not _COMPONENT.fullmatch(os.path.basename(path)):
             raise ValueError(f"unprepare {self.name}: {path!r} is not a claim dir under {host.containers_dir}")
         await anyio.to_thread.run_sync(_remove_dir, path)
