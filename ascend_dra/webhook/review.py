@@ -92,7 +92,7 @@ def parse_review(body: bytes) -> ReviewRequest:
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise ReviewError(f"body is not JSON: {exc}") from None
+        raise ReviewError(f"body is not JSON (invalid at character {exc.pos})") from None
     if not isinstance(doc, dict):
         raise ReviewError(f"body must be a JSON object (an AdmissionReview), got {type(doc).__name__}")
     request = doc.get("request")

@@ -20,6 +20,7 @@ import logging
 import os
 import ssl
 import tempfile
+import time
 from pathlib import Path
 
 import anyio
@@ -120,6 +121,10 @@ class ServingCertificate:
 
         directories = sorted({str(self.cert_file.parent.resolve()), str(self.key_file.parent.resolve())})
         task_status.started()
-        async for _ in watchfiles.awatch(*directories, yield_on_timeout=True, rust_timeout=int(recheck_s * 1000),
-                                         debounce=50, step=20):
-            await anyio.to_thread.run_sync(self.reload)
+        last = time.monotonic()
+        # A short rust_timeout: cancelling awatch waits for its worker thread, which returns at the timeout.
+        async for changes in watchfiles.awatch(*directories, yield_on_timeout=True, rust_timeout=1000,
+                                               debounce=50, step=20):
+            if changes or time.monotonic() - last >= recheck_s:
+                last = time.monotonic()
+                await anyio.to_thread.run_sync(self.reload)

@@ -92,7 +92,7 @@ def test_long_name_is_truncated_with_the_sha256_suffix():
     raw = f"ns-{long}-app-ascend910b4-1"
     expected = raw[:54].rstrip("-") + "-" + hashlib.sha256(raw.encode()).hexdigest()[:8]
     assert claim_name("ns", long, "app", "Ascend910B4-1") == expected
-    assert len(expected) == 63
+    assert len(expected) <= 63 and not expected[:-9].endswith("-")
     assert truncate_dns_label("-" * 70) == hashlib.sha256(("-" * 70).encode()).hexdigest()[:8]
 
 
