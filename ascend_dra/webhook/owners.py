@@ -65,15 +65,15 @@ class OwnerLoop:
 
     :param grace_s: seconds an ownerless claim may wait for its pod before the sweep deletes it;
         well above a review's 10 s timeout plus the pod's own admission.
-    :param sweep_interval_s: seconds between sweeps.
+    :param sweep_interval_s: seconds between sweeps; default ``min(30, grace_s / 2)``.
     """
 
     def __init__(self, api: KubeApi, metrics: WebhookMetrics, *, grace_s: float = 60.0,
-                 sweep_interval_s: float = 30.0) -> None:
+                 sweep_interval_s: float | None = None) -> None:
         self.api = api
         self.metrics = metrics
         self.grace_s = grace_s
-        self.sweep_interval_s = sweep_interval_s
+        self.sweep_interval_s = sweep_interval_s if sweep_interval_s is not None else min(30.0, grace_s / 2)
         self._owned: set[tuple[str, str]] = set()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
