@@ -17,6 +17,7 @@ from ascend_dra.webhook.hami import (
     go_quote,
     truncate_dns_label,
 )
+from tests.jsonpatch import apply_patch
 
 UUID = "68496E64-20E05477-92C31323-6E78030A-BD003019"
 TYPE = ('device.driver == "ascend.project-hami.io" && '
@@ -39,22 +40,6 @@ def lab_pod() -> dict[str, Any]:
 def pod_with(limits: dict[str, str], annotations: dict[str, str] | None = None, name: str = "p") -> dict[str, Any]:
     return {"metadata": {"name": name, "annotations": annotations or {}},
             "spec": {"containers": [{"name": "c", "resources": {"limits": limits}}]}}
-
-
-def apply_patch(doc: dict[str, Any], patch) -> dict[str, Any]:
-    """A minimal RFC 6902 applier for add/replace (what the conversion emits)."""
-    doc = copy.deepcopy(doc)
-    for op in patch:
-        parts = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
-        target = doc
-        for part in parts[:-1]:
-            target = target[int(part)] if isinstance(target, list) else target[part]
-        last = parts[-1]
-        if isinstance(target, list):
-            target.append(op["value"]) if last == "-" else target.__setitem__(int(last), op["value"])
-        else:
-            target[last] = op["value"]
-    return doc
 
 
 def test_lab_pod_converts_to_the_labs_claim_and_pod_in_claim_mode():
