@@ -225,7 +225,7 @@ def _webhook(args: argparse.Namespace) -> int:
         return 2
     try:
         return webhook_main(settings)
-    except (TlsError, ValueError) as exc:
+    except (TlsError, ValueError, OSError) as exc:
         print(f"ascend-dra webhook: {exc}", file=sys.stderr)
         return 1
 

@@ -70,7 +70,8 @@ class KubeApi:
     def open(cls, kubeconfig: str | None) -> KubeApi:
         """A client from ``kubeconfig`` (a path), or from the service account when it is None.
 
-        :raises ValueError: when the kubeconfig lacks a server or names files that do not exist.
+        :raises ValueError: when the kubeconfig is not one or lacks a server.
+        :raises OSError: when it, or a file it names, cannot be read.
         """
         if not kubeconfig:
             host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT", "443")
@@ -80,6 +81,8 @@ class KubeApi:
             host = f"[{host}]" if ":" in host else host
             return cls(f"https://{host}:{port}", ctx, token_file=SERVICE_ACCOUNT / "token")
         doc = yaml.safe_load(Path(kubeconfig).read_text())
+        if not isinstance(doc, dict):
+            raise ValueError(f"kubeconfig {kubeconfig} is not a kubeconfig (a YAML mapping)")
         base = Path(kubeconfig).parent
         contexts = {c["name"]: c["context"] for c in doc.get("contexts") or ()}
         context = contexts.get(doc.get("current-context")) or next(iter(contexts.values()), {})

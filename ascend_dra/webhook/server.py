@@ -164,15 +164,28 @@ def _port(site: web.TCPSite) -> int:
     return int(server.sockets[0].getsockname()[1])
 
 
-async def serve(settings: WebhookSettings, *, task_status: TaskStatus[dict[str, int]] = anyio.TASK_STATUS_IGNORED
-                ) -> None:
-    """Run the webhook until cancelled; reports ``{"port": ..., "metrics_port": ...}`` once serving."""
+def prepare(settings: WebhookSettings) -> tuple[WebhookMetrics, ServingCertificate, dict[str, Profile]]:
+    """What must work before serving: the certificate pair and the profiles.
+
+    :raises TlsError: the certificate or key cannot be used.
+    :raises SystemExit: a named profile is missing or broken (the message names it).
+    """
+    metrics = WebhookMetrics()
+    certificate = ServingCertificate(settings.tls_cert_file, settings.tls_private_key_file, metrics)
+    return metrics, certificate, load_profiles(settings.profiles)
+
+
+async def serve(settings: WebhookSettings, *, task_status: TaskStatus[dict[str, int]] = anyio.TASK_STATUS_IGNORED,
+                prepared: tuple[WebhookMetrics, ServingCertificate, dict[str, Profile]] | None = None) -> None:
+    """Run the webhook until cancelled; reports ``{"port": ..., "metrics_port": ...}`` once serving.
+
+    :param prepared: the result of :func:`prepare`, made here when None.
+    :raises ValueError: no kubeconfig and not in a pod (from :meth:`KubeApi.open`).
+    """
     from ascend_dra.webhook.kubeapi import KubeApi
     from ascend_dra.webhook.owners import OwnerLoop
 
-    metrics = WebhookMetrics()
-    certificate = ServingCertificate(settings.tls_cert_file, settings.tls_private_key_file, metrics)
-    profiles = load_profiles(settings.profiles)
+    metrics, certificate, profiles = prepared or prepare(settings)
     api = KubeApi.open(settings.kubeconfig)
     webhook = Webhook(settings.driver_name, profiles, PodMutator(api, settings.conversion_mode, settings.driver_name),
                       metrics)
@@ -211,6 +224,10 @@ async def serve(settings: WebhookSettings, *, task_status: TaskStatus[dict[str, 
 
 
 async def _main(settings: WebhookSettings) -> None:
+    prepared = prepare(settings)  # start-up errors reach the caller as they are, not in an exception group
+    from ascend_dra.webhook.kubeapi import KubeApi
+
+    await KubeApi.open(settings.kubeconfig).close()  # an unusable kubeconfig is said now, not at the first review
     async with anyio.create_task_group() as tg:
         async def stop_on_signal() -> None:
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -220,7 +237,7 @@ async def _main(settings: WebhookSettings) -> None:
                     return
 
         tg.start_soon(stop_on_signal)
-        await serve(settings)
+        await serve(settings, prepared=prepared)
 
 
 def main(settings: WebhookSettings) -> int:
