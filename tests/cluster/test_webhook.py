@@ -167,6 +167,10 @@ def test_bad_config_is_refused_with_our_message_and_a_good_one_stored(cp, hook, 
     stored = ok(cp, "POST", base, claim("good", GOOD_GPU, version))
     assert stored["spec"]["devices"]["config"][0]["opaque"]["parameters"] == GOOD_GPU
     assert ok(cp, "GET", f"{base}/good")["metadata"]["name"] == "good"
+    metrics = hook.proc.metrics()
+    assert 'ascend_dra_webhook_reviews_total{endpoint="validate-resource-claim-parameters",outcome="denied"}' in metrics
+    assert 'ascend_dra_webhook_review_seconds_count{endpoint="validate-resource-claim-parameters",outcome="allowed"}' \
+        in metrics
 
 
 def test_template_with_a_bad_config_is_refused_and_other_drivers_pass(cp, hook):
@@ -344,6 +348,10 @@ def test_reinvocation_reuses_the_claim_and_an_orphan_is_swept(cp, hook):
 
     proc = hook.use("claim")
     ns = hook.namespace()
+    # A user's claim with no owner that no pod references: never the sweep's business.
+    ok(cp, "POST", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims", {
+        "metadata": {"name": "users-idle", "labels": {"hami.io/dra": "true"}}, "spec": {"devices": {"requests": [
+            {"name": "x", "exactly": {"deviceClassName": "gpu.example.com"}}]}}})
     pod = {"metadata": {"name": "never"}, "spec": {"containers": [{"name": "c", "image": "x", "resources": {
         "limits": {"huawei.com/Ascend310P": "1"}}}]}}
     review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
@@ -363,6 +371,7 @@ def test_reinvocation_reuses_the_claim_and_an_orphan_is_swept(cp, hook):
     assert ok(cp, "GET", path)["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "ascend-dra-webhook"
     wait_until(lambda: cp.api("GET", path)[0] == 404, "orphaned claim swept", within=45)
     assert "ascend_dra_webhook_orphans_deleted_total 1.0" in proc.metrics()
+    assert ok(cp, "GET", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/users-idle")
 
 
 def test_certificate_rotation_while_reviews_flow_loses_none(cp, hook):
