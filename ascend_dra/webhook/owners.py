@@ -159,7 +159,11 @@ class OwnerLoop:
         try:
             await self.api.request("PATCH", _claim_path(*key), body=patch, content_type="application/merge-patch+json")
         except ApiError as exc:
-            # 409: changed meanwhile; the next event or sweep tries again.
+            if exc.status == 409:
+                # Changed meanwhile (another replica set the owner, say): the next event or sweep looks again.
+                logger.debug("claim changed before its owner was set", extra={"claim_namespace": key[0],
+                                                                             "claim_name": key[1]})
+                return
             self.metrics.owner_updates.labels("error").inc()
             logger.warning("claim owner not set", extra={"claim_namespace": key[0], "claim_name": key[1],
                                                          "error": str(exc)})
