@@ -56,7 +56,7 @@ def _for_requests(names: object, classes: Mapping[str, str]) -> str:
         return "for all requests"
     if not isinstance(names, list):
         return "for requests ?"
-    shown = [f"{n} (class {classes[n]})" if n in classes else str(n) for n in names]
+    shown = [f"{n} (class {classes[n]})" if isinstance(n, str) and n in classes else str(n) for n in names]
     return ("for request " if len(shown) == 1 else "for requests ") + ", ".join(shown)
 
 
