@@ -9,6 +9,8 @@ Figures, each from ``--reviews`` reviews sent by ``--concurrency`` keep-alive HT
 - ``claim-bad``: the same with a wrong ``NpuConfig`` (two faults), answered denied;
 - ``hami-pod``: ``/mutate-pods`` with the seed lab's step-4 pod (``dryRun: true``, template mode): the
   conversion plus one server-side dry-run create of its ResourceClaimTemplate in the real API server;
+- ``api-alone``: the dry-run create ``hami-pod`` makes, sent straight to the API server (its floor);
+- ``convert_pod alone``: the pure conversion of the lab pod, in microseconds, in the bench process;
 - ``rss``: the webhook's resident memory (``VmRSS``) after all of it, and its peak (``VmHWM``).
 
 The server processes are pinned to CPU 0 (``--server-cpu``), the load generator to CPU 1 when the
@@ -91,11 +93,13 @@ def echo_server(port: int, cert: str, key: str) -> None:
                 print=None)
 
 
-async def load(url: str, body: bytes, reviews: int, concurrency: int, ca: Path) -> tuple[float, list[float]]:
+async def load(url: str, body: bytes, reviews: int, concurrency: int, ca: Path,
+               headers: dict[str, str] | None = None) -> tuple[float, list[float]]:
     """Send ``reviews`` POSTs over ``concurrency`` connections; returns (seconds, latencies in s)."""
     import aiohttp
 
     context = ssl.create_default_context(cafile=str(ca))
+    headers = {"Content-Type": "application/json", **(headers or {})}
     latencies: list[float] = []
     remaining = reviews
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context, limit=concurrency)) as session:
@@ -104,18 +108,28 @@ async def load(url: str, body: bytes, reviews: int, concurrency: int, ca: Path) 
             while remaining > 0:
                 remaining -= 1
                 started = time.perf_counter()
-                async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as reply:
+                async with session.post(url, data=body, headers=headers) as reply:
                     payload = await reply.read()
-                    assert reply.status == 200, payload[:300]
+                    assert reply.status in (200, 201), payload[:300]
                 latencies.append(time.perf_counter() - started)
 
         warm = min(50, reviews)
         for _ in range(warm):  # connections up, caches warm
-            async with session.post(url, data=body) as reply:
+            async with session.post(url, data=body, headers=headers) as reply:
                 await reply.read()
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         return time.perf_counter() - started, latencies
+
+
+def convert_time(pod: dict[str, Any], rounds: int = 2000) -> float:
+    """Seconds per :func:`convert_pod` of ``pod`` (template mode), in this process."""
+    from ascend_dra.webhook.hami import convert_pod
+
+    started = time.perf_counter()
+    for _ in range(rounds):
+        convert_pod(pod, "bench")
+    return (time.perf_counter() - started) / rounds
 
 
 def wait_listening(port: int, within_s: float = 20.0) -> None:
@@ -178,9 +192,21 @@ def main() -> int:
                 ("hami-pod", f"https://127.0.0.1:{hook.port}/mutate-pods",
                  review({"group": "", "version": "v1", "kind": "Pod"}, LAB_POD, "bench", dry_run=True)),
             ]
+            # The API part of hami-pod on its own: the same dry-run create, sent straight to the API server.
+            from ascend_dra.webhook.hami import convert_pod
+
+            [planned] = convert_pod(LAB_POD, "bench").claims
+            template = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                        "metadata": {"name": planned.object_name}, "spec": {"spec": planned.spec}}
+            scenarios.append(("api-alone", f"{cp.server}/apis/resource.k8s.io/v1/namespaces/bench/"
+                              "resourceclaimtemplates?dryRun=All", orjson.dumps(template)))
             results = {}
+            convert_us = convert_time(LAB_POD) * 1e6
             for name, url, body in scenarios:
-                seconds, latencies = asyncio.run(load(url, body, args.reviews, args.concurrency, ca[0]))
+                api = name == "api-alone"
+                seconds, latencies = asyncio.run(load(
+                    url, body, args.reviews, args.concurrency, cp.ca_file if api else ca[0],
+                    {"Authorization": f"Bearer {cp.token}"} if api else None))
                 latencies.sort()
                 results[name] = (len(latencies) / seconds, statistics.median(latencies) * 1000,
                                  latencies[int(len(latencies) * 0.99) - 1] * 1000)
@@ -200,6 +226,8 @@ def main() -> int:
     print(f"{'figure':<10} {'reviews/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'/s vs echo':>11} {'p99/echo':>9}")
     for name, (rate, p50, p99) in results.items():
         print(f"{name:<10} {rate:>10.0f} {p50:>8.2f} {p99:>8.2f} {rate / floor_rate:>11.2f} {p99 / floor_p99:>9.2f}")
+    print(f"convert_pod alone (in the bench process): {convert_us:.0f} us per lab pod; api-alone is the API "
+          "server's dry-run create that hami-pod makes, sent directly")
     print(f"webhook rss {int(status['VmRSS']) / 1024:.1f} MiB (peak {int(status['VmHWM']) / 1024:.1f} MiB)")
     return 0
 
