@@ -24,6 +24,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+import anyio
+
 from ascend_dra.webhook import review
 from ascend_dra.webhook.hami import (
     DRA_LABEL,
@@ -134,8 +136,10 @@ class PodMutator:
                         raise _Refused(f"creating {self._what(claim, namespace)} failed: {exc}", 500) from None
                     await self._reuse(claim, namespace, for_pod)
         except BaseException:
-            if self.mode is Mode.CLAIM:
-                await self._roll_back(created, namespace)
+            if self.mode is Mode.CLAIM and created:
+                # Also when the review is cancelled (client gone, shutdown): bounded, shielded.
+                with anyio.CancelScope(shield=True), anyio.move_on_after(2 * CALL_TIMEOUT_S):
+                    await self._roll_back(created, namespace)
             raise
 
     def _what(self, claim: PlannedClaim, namespace: str) -> str:

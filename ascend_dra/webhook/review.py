@@ -19,9 +19,11 @@ import orjson
 __all__ = (
     "API_VERSION",
     "KIND",
+    "MAX_BODY_BYTES",
     "ReviewError",
     "ReviewRequest",
     "allowed",
+    "bad_request_status",
     "denied",
     "parse_review",
     "patched",
