@@ -11,7 +11,6 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,8 +18,8 @@ import yaml
 
 from tests.cluster.controlplane import ControlPlane, default_bin_dir
 from tests.cluster.test_publish import ok, wait_until
-from tests.cluster.webhook_process import TEST_LABEL, WebhookProcess, configurations
-from tests.webhook_certs import issue, make_ca
+from tests.cluster.webhook_process import Hook, installed_hook
+from tests.webhook_certs import issue
 
 pytestmark = pytest.mark.cluster
 
@@ -85,60 +84,10 @@ def cp(tmp_path_factory) -> Iterator[ControlPlane]:
         plane.stop()
 
 
-class Hook:
-    """The one webhook process of this module (restartable, in either mode), and its certificates."""
-
-    def __init__(self, cp: ControlPlane, workdir: Path) -> None:
-        self.cp = cp
-        self.workdir = workdir
-        self.ca = make_ca(workdir / "pki")
-        self.cert, self.key = issue(workdir / "pki", self.ca, "serving")
-        self.run_id = uuid.uuid4().hex[:8]
-        self.proc: WebhookProcess | None = None
-        self.port = 0
-
-    def use(self, mode: str) -> WebhookProcess:
-        if self.proc is not None and self.proc.mode == mode and self.proc.proc is not None:
-            return self.proc
-        self.stop()
-        self.proc = WebhookProcess(self.workdir, self.cp.kubeconfig, self.cert, self.key, self.ca[0], mode=mode,
-                                   port=self.port or None).start()
-        self.port = self.proc.port
-        return self.proc
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.stop()
-
-    def namespace(self, name: str | None = None) -> str:
-        name = name or f"wh-{uuid.uuid4().hex[:8]}"
-        status, reply = self.cp.api("POST", "/api/v1/namespaces", {"metadata": {"name": name, "labels": {
-            TEST_LABEL: self.run_id, "hami.io/webhook": "ignore"}}})
-        assert status in (201, 409), reply
-        wait_until(lambda: self.cp.api("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default")[0] == 200,
-                   "default service account")
-        return name
-
-
 @pytest.fixture(scope="module")
 def hook(cp, tmp_path_factory) -> Iterator[Hook]:
-    h = Hook(cp, tmp_path_factory.mktemp("webhook"))
-    h.use("claim")
-    created = []
-    for doc in configurations(h.port, h.ca[0], h.run_id):
-        plural = ("validatingwebhookconfigurations" if doc["kind"] == "ValidatingWebhookConfiguration"
-                  else "mutatingwebhookconfigurations")
-        ok(cp, "POST", f"/apis/admissionregistration.k8s.io/v1/{plural}", doc)
-        created.append(f"/apis/admissionregistration.k8s.io/v1/{plural}/{doc['metadata']['name']}")
-    ok(cp, "POST", "/apis/node.k8s.io/v1/runtimeclasses", {"metadata": {"name": "ascend"}, "handler": "ascend"})
-    # The API server picks up new configurations through an informer: wait until a denial proves it.
-    probe_ns = h.namespace()
-    wait_until(lambda: cp.api("POST", f"/apis/resource.k8s.io/v1/namespaces/{probe_ns}/resourceclaims?dryRun=All",
-                              claim("probe", BAD_GPU))[0] == 422, "webhook configurations active", within=20)
-    yield h
-    for path in created:
-        cp.api("DELETE", path)
-    h.stop()
+    with installed_hook(cp, tmp_path_factory.mktemp("webhook")) as h:
+        yield h
 
 
 def claim(name: str, parameters: Any, version: str = "v1") -> dict[str, Any]:

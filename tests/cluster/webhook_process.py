@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import signal
 import ssl
@@ -10,12 +11,15 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from tests.cluster.controlplane import free_port
+from tests.webhook_certs import issue, make_ca
 
 DEPLOYMENTS = Path(__file__).resolve().parents[2] / "deployments" / "webhook"
 TEST_LABEL = "ascend-dra-webhook-test"
@@ -103,3 +107,84 @@ def configurations(port: int, ca: Path, run_id: str) -> list[dict[str, Any]]:
                 {"key": TEST_LABEL, "operator": "In", "values": [run_id]})
         result.append(doc)
     return result
+
+
+class Hook:
+    """One webhook process for a test module (restartable on the same port, in either mode), its
+    certificates, and the namespaces it serves (labelled with this run's id)."""
+
+    def __init__(self, cp: Any, workdir: Path, mode: str = "claim") -> None:
+        self.cp = cp
+        self.workdir = workdir
+        self.ca = make_ca(workdir / "pki")
+        self.cert, self.key = issue(workdir / "pki", self.ca, "serving")
+        self.run_id = uuid.uuid4().hex[:8]
+        self.proc: WebhookProcess | None = None
+        self.port = 0
+        self.first_mode = mode
+
+    def use(self, mode: str) -> WebhookProcess:
+        """The running webhook in ``mode``, restarted on the same port if it runs in the other mode or not at all."""
+        if self.proc is not None and self.proc.mode == mode and self.proc.proc is not None:
+            return self.proc
+        self.stop()
+        self.proc = WebhookProcess(self.workdir, self.cp.kubeconfig, self.cert, self.key, self.ca[0], mode=mode,
+                                   port=self.port or None).start()
+        self.port = self.proc.port
+        return self.proc
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stop()
+
+    def namespace(self, name: str | None = None) -> str:
+        """Create (or reuse) a namespace the webhook configurations select; returns its name."""
+        name = name or f"wh-{uuid.uuid4().hex[:8]}"
+        status, reply = self.cp.api("POST", "/api/v1/namespaces", {"metadata": {"name": name, "labels": {
+            TEST_LABEL: self.run_id, "hami.io/webhook": "ignore"}}})
+        assert status in (201, 409), reply
+        if status == 409:  # left by an earlier hook: select it for this one
+            status, reply = self.cp.api("PATCH", f"/api/v1/namespaces/{name}",
+                                        {"metadata": {"labels": {TEST_LABEL: self.run_id}}},
+                                        content_type="application/merge-patch+json")
+            assert status == 200, reply
+        deadline = time.monotonic() + 10
+        while self.cp.api("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default")[0] != 200:
+            assert time.monotonic() < deadline, f"no default service account in {name}"
+            time.sleep(0.1)
+        return name
+
+
+@contextlib.contextmanager
+def installed_hook(cp: Any, workdir: Path, mode: str = "claim") -> Iterator[Hook]:
+    """A running webhook with both configurations on ``cp`` (and RuntimeClass ``ascend``), removed afterwards.
+
+    Returns once the API server uses the configurations (a bad claim's dry run is denied).
+    """
+    hook = Hook(cp, workdir, mode)
+    hook.use(mode)
+    created = []
+    try:
+        for doc in configurations(hook.port, hook.ca[0], hook.run_id):
+            plural = ("validatingwebhookconfigurations" if doc["kind"] == "ValidatingWebhookConfiguration"
+                      else "mutatingwebhookconfigurations")
+            status, reply = cp.api("POST", f"/apis/admissionregistration.k8s.io/v1/{plural}", doc)
+            assert status == 201, reply
+            created.append(f"/apis/admissionregistration.k8s.io/v1/{plural}/{doc['metadata']['name']}")
+        status, reply = cp.api("POST", "/apis/node.k8s.io/v1/runtimeclasses",
+                               {"metadata": {"name": "ascend"}, "handler": "ascend"})
+        assert status in (201, 409), reply
+        probe = hook.namespace()
+        bad = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "probe"},
+               "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "x"}}], "config": [
+                   {"opaque": {"driver": "ascend.project-hami.io", "parameters": {"kind": "Nope"}}}]}}}
+        deadline = time.monotonic() + 20
+        # The API server picks up new configurations through an informer.
+        while cp.api("POST", f"/apis/resource.k8s.io/v1/namespaces/{probe}/resourceclaims?dryRun=All", bad)[0] != 422:
+            assert time.monotonic() < deadline, "webhook configurations not in use after 20 s"
+            time.sleep(0.2)
+        yield hook
+    finally:
+        for path in created:
+            cp.api("DELETE", path)
+        hook.stop()
