@@ -62,6 +62,7 @@ class ReviewRequest:
     :ivar namespace, name: ``request.namespace`` / ``request.name`` (``name`` may be empty with
         ``generateName``).
     :ivar object: ``request.object`` (a JSON object; None on DELETE).
+    :ivar old_object: ``request.oldObject`` (UPDATE and DELETE), else None.
     :ivar dry_run: ``request.dryRun``: nothing may be persisted (sideEffects ``NoneOnDryRun``).
     """
 
@@ -74,6 +75,7 @@ class ReviewRequest:
     name: str
     object: Mapping[str, Any] | None
     dry_run: bool
+    old_object: Mapping[str, Any] | None = None
 
 
 def _text(value: object, field: str, uid: str | None, *, required: bool = True) -> str:
@@ -112,6 +114,9 @@ def parse_review(body: bytes) -> ReviewRequest:
     obj = request.get("object")
     if obj is not None and not isinstance(obj, dict):
         raise ReviewError(f"request.object must be an object, got {type(obj).__name__}", uid)
+    old = request.get("oldObject")
+    if old is not None and not isinstance(old, dict):
+        raise ReviewError(f"request.oldObject must be an object, got {type(old).__name__}", uid)
     dry_run = request.get("dryRun", False)
     if not isinstance(dry_run, bool | None):
         raise ReviewError(f"request.dryRun must be a boolean, got {type(dry_run).__name__}", uid)
@@ -125,6 +130,7 @@ def parse_review(body: bytes) -> ReviewRequest:
         name=_text(request.get("name"), "request.name", uid, required=False),
         object=obj,
         dry_run=bool(dry_run),
+        old_object=old,
     )
 
 

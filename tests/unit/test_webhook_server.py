@@ -83,6 +83,17 @@ async def test_good_config_and_other_kinds_are_allowed(server):
         "response"]["allowed"] is True
 
 
+async def test_update_that_keeps_the_spec_is_allowed_so_finalizers_can_go(server):
+    doc = orjson.loads(review_body(BAD))
+    doc["request"]["operation"] = "UPDATE"
+    doc["request"]["oldObject"] = {**BAD, "metadata": {"name": "c", "finalizers": ["x"]}}
+    assert (await post(server, "/validate-resource-claim-parameters", orjson.dumps(doc)))[1]["response"] == {
+        "uid": "u-1", "allowed": True}
+    doc["request"]["oldObject"] = {"metadata": {"name": "c"}, "spec": {}}
+    assert (await post(server, "/validate-resource-claim-parameters", orjson.dumps(doc)))[1]["response"][
+        "allowed"] is False
+
+
 @pytest.mark.parametrize(("body", "status", "message"), [
     (b"{not json", 400, "malformed AdmissionReview: body is not JSON (invalid at character 1)"),
     (b"[]", 400, "malformed AdmissionReview: body must be a JSON object (an AdmissionReview), got list"),
