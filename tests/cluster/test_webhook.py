@@ -362,3 +362,32 @@ def test_certificate_rotation_while_reviews_flow_loses_none(cp, hook):
 
     served = ssl.get_server_certificate(("127.0.0.1", proc.port), ca_certs=str(hook.ca[0]))
     assert ssl.PEM_cert_to_DER_cert(served) == ssl.PEM_cert_to_DER_cert(new_cert.read_text())
+
+
+PLURALS = {"Namespace": "/api/v1/namespaces", "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
+           "Service": "/api/v1/namespaces/{ns}/services", "Deployment": "/apis/apps/v1/namespaces/{ns}/deployments",
+           "PodDisruptionBudget": "/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
+           "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+           "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+           "ValidatingWebhookConfiguration": "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+           "MutatingWebhookConfiguration": "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"}
+
+
+def test_deployment_manifests_are_accepted_by_the_api_server(cp):
+    """Every manifest except cert-manager's (no CRDs here) passes a server-side dry-run create."""
+    from tests.cluster.webhook_process import DEPLOYMENTS
+
+    kustomization = yaml.safe_load((DEPLOYMENTS / "kustomization.yaml").read_text())
+    kinds = []
+    for name in kustomization["resources"]:
+        for doc in yaml.safe_load_all((DEPLOYMENTS / name).read_text()):
+            kinds.append(doc["kind"])
+            if doc["apiVersion"].startswith("cert-manager.io/"):
+                continue
+            if doc["kind"] == "Namespace":
+                status, reply = cp.api("POST", PLURALS["Namespace"], doc)  # namespaced dry runs need it
+                assert status in (201, 409), reply
+                continue
+            path = PLURALS[doc["kind"]].format(ns=doc["metadata"].get("namespace", ""))
+            ok(cp, "POST", f"{path}?dryRun=All", doc)
+    assert sorted(set(kinds)) == sorted({*PLURALS, "Issuer", "Certificate"})
