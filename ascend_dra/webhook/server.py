@@ -229,9 +229,9 @@ async def serve(settings: WebhookSettings, *, task_status: TaskStatus[dict[str, 
 
 
 async def _main(settings: WebhookSettings) -> None:
-    prepared = prepare(settings)  # start-up errors reach the caller as they are, not in an exception group
     from ascend_dra.webhook.kubeapi import KubeApi
 
+    prepared = prepare(settings)  # start-up errors reach the caller as they are, not in an exception group
     await KubeApi.open(settings.kubeconfig).close()  # an unusable kubeconfig is said now, not at the first review
     async with anyio.create_task_group() as tg:
         async def stop_on_signal() -> None:
