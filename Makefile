@@ -59,6 +59,7 @@ bench: venv cluster-bins
 	$(PY) bench/bench_prepare.py
 	$(PY) bench/bench_discovery.py
 	$(PY) bench/bench_startup.py
+	$(PY) bench/bench_webhook.py
 
 clean:
 	rm -rf $(VENV) demo .cluster

@@ -270,12 +270,21 @@ def test_refused_conversion_names_the_field(cp, hook):
     assert ok(cp, "GET", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims")["items"] == []
 
 
-def test_opt_out_label_and_generate_name(cp, hook):
+def test_opt_out_labels_on_pod_and_namespace_and_generate_name(cp, hook):
     hook.use("claim")
     ns = hook.namespace()
     opted = {"metadata": {"name": "o", "labels": {"ascend.project-hami.io/webhook": "ignore"}}, "spec": {
         "containers": [{"name": "c", "image": "x", "resources": {"limits": {"huawei.com/Ascend310P": "1"}}}]}}
     stored = ok(cp, "POST", f"/api/v1/namespaces/{ns}/pods", opted)
+    assert stored["spec"]["containers"][0]["resources"]["limits"] == {"huawei.com/Ascend310P": "1"}
+    opted_ns = hook.namespace()
+    status, reply = cp.api("PATCH", f"/api/v1/namespaces/{opted_ns}",
+                           {"metadata": {"labels": {"ascend.project-hami.io/webhook": "ignore"}}},
+                           content_type="application/merge-patch+json")
+    assert status == 200, reply
+    plain = {"metadata": {"name": "n"}, "spec": opted["spec"]}
+    stored = wait_until(lambda: (r := cp.api("POST", f"/api/v1/namespaces/{opted_ns}/pods?dryRun=All", plain))[0]
+                        == 201 and "resourceClaims" not in r[1]["spec"] and r[1], "namespace opt-out in effect")
     assert stored["spec"]["containers"][0]["resources"]["limits"] == {"huawei.com/Ascend310P": "1"}
     generated = {"metadata": {"generateName": "job-"}, "spec": {
         "containers": [{"name": "c", "image": "x", "resources": {"limits": {"huawei.com/Ascend310P": "2"}}}]}}
