@@ -4,8 +4,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 CLUSTER_DIR ?= .cluster
 
-.PHONY: venv test test-unit test-integration test-cluster test-plugins proto proto-check lint demo \
-        cluster-bins cluster-up cluster-down bench clean
+.PHONY: venv test test-unit test-integration test-cluster test-container test-plugins proto proto-check lint demo \
+        cluster-bins container-deps cluster-up cluster-down bench soak clean
 
 # The venv is (re)built when pyproject.toml changes; the stamp records the last install.
 $(VENV)/.installed: pyproject.toml plugins/example-profile/pyproject.toml
@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml plugins/example-profile/pyproject.toml
 
 venv: $(VENV)/.installed
 
-test: venv proto-check lint cluster-bins
+test: venv proto-check lint cluster-bins container-deps
 	$(PY) -m pytest tests -q
 	$(PY) -m pytest plugins/example-profile/tests -q
 
@@ -28,6 +28,13 @@ test-integration: venv
 
 test-cluster: venv cluster-bins
 	$(PY) -m pytest tests/cluster -q
+
+test-container: venv container-deps
+	$(PY) -m pytest tests/container -q
+
+# podman, runc and busybox for tests/container, from Debian, only what is missing (apt needs root or sudo).
+container-deps:
+	hack/install-container-deps.sh
 
 proto: venv
 	PYTHON=$(PY) hack/gen-proto.sh
@@ -60,6 +67,10 @@ bench: venv cluster-bins
 	$(PY) bench/bench_discovery.py
 	$(PY) bench/bench_startup.py
 	$(PY) bench/bench_webhook.py
+
+# The full kill -9 storm (tests/storm.py): 200 trials per profile, prints the tallies (all must be 0).
+soak: venv
+	$(PY) -m tests.storm --trials 200
 
 clean:
 	rm -rf $(VENV) demo .cluster

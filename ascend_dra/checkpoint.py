@@ -10,15 +10,23 @@ and ignored) do not break it. A checkpoint that cannot be read is never overwrit
 refuses to start and says what to do (STYLE §1: losing every other claim's record is worse).
 
 Each claim moves ``PrepareStarted`` -> ``PrepareCompleted``; Unprepare removes its record.
+
+Compatibility in both directions (docs/durable-state.md): ``version`` is the envelope's version and
+stays 1 while records evolve additively. A reader keeps going over what it does not know: unknown
+fields are ignored and kept when the record is rewritten, ``null`` stands for a field's default,
+a record in a state it does not know is kept as is (its claim is refused loudly, its devices stay
+held), and a record that does not decode at all is kept byte for byte as an
+:class:`UnreadableRecord`. Only a damaged file (bad JSON, checksum, kind, version) stops start-up,
+and even then a file that records no claim is set aside instead (:attr:`CheckpointCorrupt.records_nothing`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import attrs
 import cattrs
@@ -34,6 +42,8 @@ __all__ = (
     "ClaimRecord",
     "DeviceRecord",
     "RecordTable",
+    "UnreadableRecord",
+    "decode_records",
     "load",
     "save",
 )
@@ -44,6 +54,7 @@ _KIND = "AscendDRACheckpoint"
 
 PREPARE_STARTED = "PrepareStarted"
 PREPARE_COMPLETED = "PrepareCompleted"
+KNOWN_STATES = frozenset((PREPARE_STARTED, PREPARE_COMPLETED))
 
 
 class CheckpointCorrupt(Exception):
@@ -51,11 +62,14 @@ class CheckpointCorrupt(Exception):
 
     :ivar path: the file; it is left untouched for inspection.
     :ivar reason: what is wrong (truncated JSON, checksum mismatch, unknown version, ...).
+    :ivar records_nothing: the file is provably empty of claims (zero bytes, or JSON whose ``data``
+        names no claim): setting it aside loses nothing, so the daemon may start without it.
     """
 
-    def __init__(self, path: Path, reason: str) -> None:
+    def __init__(self, path: Path, reason: str, *, records_nothing: bool = False) -> None:
         self.path = path
         self.reason = reason
+        self.records_nothing = records_nothing
         super().__init__(
             f"checkpoint {path} is unreadable: {reason}. It records which claims are prepared on this node, "
             "so the daemon will not start over it. Inspect it, then either restore it from a backup or move it "
@@ -68,6 +82,8 @@ class DeviceRecord:
     """One prepared device: what the kubelet was told, plus what the double-allocation guard needs.
 
     :ivar consumed_capacity: capacity name -> Quantity string (shared devices only).
+    :ivar admin_access: the result was allocated with ``adminAccess`` (KEP-5018): it neither holds
+        the device nor is refused by other claims' holds.
     """
 
     request: str
@@ -76,6 +92,13 @@ class DeviceRecord:
     cdi_device_ids: tuple[str, ...] = ()
     share_id: str | None = None
     consumed_capacity: Mapping[str, str] = attrs.field(factory=dict)
+    admin_access: bool = False
+
+    @property
+    def holds_exclusively(self) -> bool:
+        """Whether this hold takes the whole device: an allocation with no share ID was made while the
+        device allowed one allocation only, whatever the device publishes now (DESIGN §6)."""
+        return not self.admin_access and self.share_id is None
 
 
 @attrs.frozen
@@ -83,33 +106,86 @@ class ClaimRecord:
     """A claim's durable state.
 
     :ivar state: ``PrepareStarted`` (devices chosen, CDI spec / side effects maybe half done) or
-        ``PrepareCompleted`` (CDI spec written, kubelet may have been told).
+        ``PrepareCompleted`` (CDI spec written, kubelet may have been told); any other value was
+        written by a newer release (see :data:`KNOWN_STATES`).
     :ivar boot_id: the node's boot id when the claim was prepared; a different one means the
         node rebooted and tmpfs CDI specs and node side effects must be re-created.
     :ivar cdi_specs: spec file names written for the claim (under ``--cdi-root``).
     :ivar side_effects: per profile name, what ``prepare_side_effects`` returned.
+    :ivar device_nodes: host paths of the device nodes the claim's CDI specs name (checked to
+        exist before the claim is answered, again on every replay).
     """
 
     uid: str
     namespace: str
     name: str
-    state: Literal["PrepareStarted", "PrepareCompleted"]
+    state: str
     boot_id: str
     devices: tuple[DeviceRecord, ...] = ()
     cdi_specs: tuple[str, ...] = ()
     side_effects: Mapping[str, Any] = attrs.field(factory=dict)
+    device_nodes: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class UnreadableRecord:
+    """A claim record this release cannot decode (another release's shape), kept byte for byte.
+
+    Its claim is refused loudly; its devices (as far as :attr:`device_names` can tell) stay held.
+
+    :ivar raw: the record as found in ``data.claims``.
+    :ivar reason: why it does not decode (cattrs' error, with the field path).
+    """
+
+    uid: str
+    raw: Any
+    reason: str
+
+    @property
+    def device_names(self) -> tuple[str, ...]:
+        """The ``devices[].device`` strings of the raw record, where it has them."""
+        devices = self.raw.get("devices") if isinstance(self.raw, Mapping) else None
+        if not isinstance(devices, list):
+            return ()
+        return tuple(d["device"] for d in devices if isinstance(d, Mapping) and isinstance(d.get("device"), str))
+
+    @property
+    def cdi_specs(self) -> tuple[str, ...]:
+        """The ``cdi_specs`` strings of the raw record, where it has them."""
+        specs = self.raw.get("cdi_specs") if isinstance(self.raw, Mapping) else None
+        return tuple(s for s in specs if isinstance(s, str)) if isinstance(specs, list) else ()
 
 
 @attrs.frozen
 class CheckpointData:
-    """Everything in the checkpoint: the boot id of the last write and the claim records by UID."""
+    """Everything in the checkpoint: the boot id of the last write and the claim records by UID.
+
+    :ivar raw: each decoded record as stored, so that fields of a newer release survive a rewrite.
+    """
 
     boot_id: str = ""
     claims: Mapping[str, ClaimRecord] = attrs.field(factory=dict)
+    unreadable: Mapping[str, UnreadableRecord] = attrs.field(factory=dict)
+    raw: Mapping[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
 
 
-# Tolerant: fields a newer driver added are ignored rather than fatal (STYLE §1).
+# Tolerant: fields a newer driver added are ignored rather than fatal (STYLE §1), and a null
+# stands for the field's default (an older or newer release may write one).
 _converter = cattrs.Converter(forbid_extra_keys=False)
+
+
+def _without_nulls(cls: type) -> Any:
+    structure = _converter.gen_structure_attrs_fromdict(cls)
+
+    def hook(value: Any, _: type) -> Any:
+        if isinstance(value, Mapping):
+            value = {k: v for k, v in value.items() if v is not None}
+        return structure(value, cls)
+    return hook
+
+
+for _cls in (DeviceRecord, ClaimRecord):
+    _converter.register_structure_hook(_cls, _without_nulls(_cls))
 
 
 def _canonical(data: Any) -> bytes:
@@ -121,8 +197,8 @@ def _checksum(data_bytes: bytes) -> str:
 
 
 def encode(data: CheckpointData) -> bytes:
-    """Serialize ``data`` as the checkpoint file's bytes."""
-    return encode_raw(_converter.unstructure(data))
+    """Serialize ``data`` as the checkpoint file's bytes (its unreadable records as they were read)."""
+    return RecordTable.from_data(data).encode(data.boot_id)
 
 
 def encode_raw(raw: Mapping[str, Any]) -> bytes:
@@ -137,25 +213,100 @@ class RecordTable(MutableMapping[str, ClaimRecord]):
     """Claim records by UID, keeping each record's unstructured form beside it.
 
     A save then serializes cached dicts instead of unstructuring every record again: with 1,000
-    prepared claims that was most of a Prepare's time (bench/bench_prepare.py).
+    prepared claims that was most of a Prepare's time (bench/bench_prepare.py). Fields a newer
+    release stored in a record are carried into its rewrites; :attr:`unreadable` records are
+    written back exactly as they were read.
     """
 
-    def __init__(self, records: Mapping[str, ClaimRecord] | None = None) -> None:
+    def __init__(self, records: Mapping[str, ClaimRecord] | None = None, *,
+                 unreadable: Mapping[str, UnreadableRecord] | None = None,
+                 raw: Mapping[str, Any] | None = None,
+                 on_change: Callable[[str, ClaimRecord | UnreadableRecord | None], None] | None = None) -> None:
+        self._on_change = on_change or (lambda uid, record: None)
         self._records: dict[str, ClaimRecord] = {}
         self._raw: dict[str, Any] = {}
+        self._foreign: dict[str, dict[str, Any]] = {}  # uid -> fields this release does not know
+        self._unreadable: dict[str, UnreadableRecord] = dict(unreadable or {})
+        self._dirty: set[str] = set()  # uids changed since the last take_dirty()
         for uid, record in (records or {}).items():
+            stored = (raw or {}).get(uid)
+            if isinstance(stored, Mapping):
+                known = _converter.unstructure(record)
+                self._foreign[uid] = {k: v for k, v in stored.items() if k not in known}
             self[uid] = record
+        self._dirty.clear()  # loaded records are stored already
+        for uid, bad in self._unreadable.items():
+            self._on_change(uid, bad)
+
+    @property
+    def unreadable(self) -> Mapping[str, UnreadableRecord]:
+        """Records another release wrote that this one cannot decode (kept as they were read)."""
+        return self._unreadable
+
+    def drop_unreadable(self, uid: str) -> None:
+        """Forget an unreadable record (its claim was unprepared)."""
+        del self._unreadable[uid]
+        self._dirty.add(uid)
+        self._on_change(uid, None)
+
+    @classmethod
+    def from_data(cls, data: CheckpointData,
+                  on_change: Callable[[str, ClaimRecord | UnreadableRecord | None], None] | None = None
+                  ) -> RecordTable:
+        """The table of a loaded checkpoint (unknown fields and unreadable records included).
+
+        :param on_change: called with ``(uid, record or None)`` for every record loaded and every
+            change after (the guard's hold index follows the table this way).
+        """
+        return cls(data.claims, unreadable=data.unreadable, raw=data.raw, on_change=on_change)
 
     def __getitem__(self, uid: str) -> ClaimRecord:
         return self._records[uid]
 
     def __setitem__(self, uid: str, record: ClaimRecord) -> None:
         self._records[uid] = record
-        self._raw[uid] = _converter.unstructure(record)
+        raw = _converter.unstructure(record)
+        foreign = self._foreign.get(uid)
+        self._raw[uid] = {**foreign, **raw} if foreign else raw
+        self._dirty.add(uid)
+        self._on_change(uid, record)
 
     def __delitem__(self, uid: str) -> None:
         del self._records[uid]
         del self._raw[uid]
+        self._foreign.pop(uid, None)
+        self._dirty.add(uid)
+        self._on_change(uid, None)
+
+    def take_dirty(self) -> list[tuple[str, Any]]:
+        """The changes since the last call, as ``(uid, record as stored or None if deleted)``, and
+        forget them (a failed write gives them back with :meth:`requeue`)."""
+        changes = [(uid, self.stored(uid)) for uid in sorted(self._dirty)]
+        self._dirty.clear()
+        return changes
+
+    @property
+    def has_dirty(self) -> bool:
+        """Whether a change waits for :meth:`take_dirty`."""
+        return bool(self._dirty)
+
+    def requeue(self, uids: Iterable[str]) -> None:
+        """Mark ``uids`` as changed again (their write failed); the next write carries their current state."""
+        self._dirty.update(uids)
+
+    def stored(self, uid: str) -> Any:
+        """The record of ``uid`` as it is stored (an unreadable one as read), or None."""
+        if uid in self._raw:
+            return self._raw[uid]
+        bad = self._unreadable.get(uid)
+        return bad.raw if bad is not None else None
+
+    def snapshot_claims(self) -> dict[str, Any]:
+        """``{uid: record as stored}`` of every record, unreadable ones included (a shallow copy:
+        stored records are never changed in place, so another thread may encode it)."""
+        claims = {uid: u.raw for uid, u in self._unreadable.items()}
+        claims.update(self._raw)
+        return claims
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._records)
@@ -165,32 +316,58 @@ class RecordTable(MutableMapping[str, ClaimRecord]):
 
     def encode(self, boot_id: str) -> bytes:
         """The checkpoint file's bytes for these records (what :func:`save` would write)."""
-        return encode_raw({"boot_id": boot_id, "claims": self._raw})
+        return encode_raw({"boot_id": boot_id, "claims": self.snapshot_claims()})
 
 
 def decode(blob: bytes, path: Path) -> CheckpointData:
     """Parse the checkpoint file's bytes.
 
-    :raises CheckpointCorrupt: unparsable JSON, wrong kind, unknown version, checksum mismatch or
-        records of the wrong shape.
+    A record that does not decode is returned in :attr:`CheckpointData.unreadable` rather than
+    failing the whole file: one claim of another release's shape must not stop every other claim.
+
+    :raises CheckpointCorrupt: unparsable JSON, wrong kind, unknown version, checksum mismatch, or a
+        ``data`` that is not an object of records.
     """
     try:
         doc = orjson.loads(blob)
     except orjson.JSONDecodeError as exc:
-        raise CheckpointCorrupt(path, f"not valid JSON ({exc}); the file is probably truncated") from None
+        raise CheckpointCorrupt(path, f"not valid JSON ({exc}); the file is probably truncated",
+                                records_nothing=not blob.strip()) from None
     if not isinstance(doc, dict) or doc.get("kind") != _KIND:
-        raise CheckpointCorrupt(path, f"kind is not {_KIND}")
+        raise CheckpointCorrupt(path, f"kind is not {_KIND}", records_nothing=_names_no_claim(doc))
     if doc.get("version") != CHECKPOINT_VERSION:
         raise CheckpointCorrupt(path, f"version {doc.get('version')!r} is not {CHECKPOINT_VERSION} "
                                 "(written by another ascend-dra release)")
     raw = doc.get("data")
     if _checksum(_canonical(raw)) != doc.get("checksum"):
-        raise CheckpointCorrupt(path, "checksum mismatch (the file was modified or damaged)")
-    try:
-        return _converter.structure(raw, CheckpointData)
-    except Exception as exc:
-        detail = "; ".join(cattrs.transform_error(exc, path="data"))
-        raise CheckpointCorrupt(path, f"records of an unexpected shape: {detail}") from None
+        raise CheckpointCorrupt(path, "checksum mismatch (the file was modified or damaged)",
+                                records_nothing=_names_no_claim(doc))
+    if not isinstance(raw, dict) or not isinstance(raw.get("claims", {}), dict) \
+            or not isinstance(raw.get("boot_id") or "", str):
+        raise CheckpointCorrupt(path, "data is not an object with a boot_id string and a claims object")
+    return decode_records(raw.get("claims") or {}, boot_id=raw.get("boot_id") or "")
+
+
+def decode_records(raw_claims: Mapping[str, Any], *, boot_id: str = "") -> CheckpointData:
+    """Structure stored records one by one (``{uid: record as stored}``); a record that does not
+    decode becomes an :class:`UnreadableRecord` instead of failing the others."""
+    claims: dict[str, ClaimRecord] = {}
+    unreadable: dict[str, UnreadableRecord] = {}
+    for uid, record in raw_claims.items():
+        try:
+            claims[uid] = _converter.structure(record, ClaimRecord)
+        except Exception as exc:
+            detail = "; ".join(cattrs.transform_error(exc, path=f"data.claims[{uid!r}]"))
+            unreadable[uid] = UnreadableRecord(uid, record, detail)
+    return CheckpointData(boot_id=boot_id, claims=claims, unreadable=unreadable, raw=dict(raw_claims))
+
+
+def _names_no_claim(doc: Any) -> bool:
+    """Whether a damaged document provably records no claim (so setting it aside loses nothing)."""
+    if not isinstance(doc, dict):
+        return doc is None or doc == [] or doc == ""
+    data = doc.get("data")
+    return data is None or (isinstance(data, dict) and not data.get("claims"))
 
 
 def load(path: Path) -> CheckpointData:

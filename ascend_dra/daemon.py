@@ -196,6 +196,8 @@ class Daemon:
         try:
             await self._serve(task_status=task_status)
         finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await self.state.close()  # one snapshot for an older release to read
             close = getattr(self.state.claim_source, "aclose", None)
             if close is not None:  # the API claim source's HTTP session
                 with anyio.CancelScope(shield=True), anyio.move_on_after(2):
@@ -254,9 +256,14 @@ class Daemon:
                     await self._republish()
 
     async def _health_loop(self) -> None:
+        assert self.state is not None
         while True:
             await anyio.sleep(self.settings.health_interval)
             await self.check_health()
+            # Same cadence: retry rollbacks and spec removals that failed (an immutable file, a
+            # read-only CDI dir); their devices stay held meanwhile.
+            if self.state.cleanup_pending:
+                await self.state.retry_cleanup()
 
     def observe(self, operation: str, seconds: float, errors: int, claims: int) -> None:
         """Called by the DRA service after each RPC: metrics, and the prepared-claims gauge."""

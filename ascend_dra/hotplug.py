@@ -22,7 +22,7 @@ __all__ = ("DEVICE_NODE", "watch_device_nodes")
 log = logging.getLogger(__name__)
 
 #: Device-node names whose appearance or disappearance changes what profiles discover.
-DEVICE_NODE = re.compile(r"^(davinci\d+|davinci_manager|devmm_svm|hisi_hdc|nvidia\d+|nvidiactl)$")
+DEVICE_NODE = re.compile(r"^(davinci\d+|davinci_manager|devmm_svm|hisi_hdc|dvpp_cmdlist|nvidia\d+|nvidiactl)$")
 
 
 def _interesting(_: Change, path: str) -> bool:

@@ -13,13 +13,21 @@ A Prepare of a batch of claims runs in this order, each step durable before the 
 A crash anywhere leaves ``PrepareStarted`` records (rolled back on restart or on a retried
 Prepare) or ``PrepareCompleted`` ones (answered again from the checkpoint). One claim's error is
 reported in its own entry and never fails the others.
+
+Every answer is true when it is given (docs/durable-state.md): a CDI id we return names a spec
+file on disk (the CDI dir and the common spec are re-created when someone removed them), every
+device node a spec names exists (checked at Prepare and again on every replay), and a device is
+released only after its spec and side effects are gone. What cannot be cleaned up now (an
+undeletable spec, a failed rollback) is logged and retried by :meth:`DeviceState.retry_cleanup`,
+never fatal.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections import defaultdict
+import os
+import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,27 +36,26 @@ import anyio
 import attrs
 
 from ascend_dra import checkpoint as ckpt
+from ascend_dra import guard
 from ascend_dra.cdi import naming
 from ascend_dra.cdi.spec import CdiDevice, ContainerEdits, Spec
 from ascend_dra.cdi.store import CdiStore
-from ascend_dra.checkpoint import ClaimRecord, DeviceRecord
+from ascend_dra.checkpoint import ClaimRecord
 from ascend_dra.claims import ClaimError, ClaimSource, check_claim_ref
 from ascend_dra.faults import crash_point
-from ascend_dra.model import (
-    AllocatedDevice,
-    ClaimAllocation,
-    Device,
-    Inventory,
-    OpaqueConfig,
-    PreparedDevice,
-    canonical_quantity,
-    parse_quantity,
-)
-from ascend_dra.profiles.base import ApplyContext, ConfigError, Profile, ProfileContext, decode_config
+from ascend_dra.journal import JOURNAL_FILE, Journal, JournalContents, apply_journal, change_lines
+from ascend_dra.journal import read as read_journal
+from ascend_dra.model import ClaimAllocation, Inventory, PreparedDevice
+from ascend_dra.planning import Plan, PlanError, Planner, resolve_configs
+from ascend_dra.profiles.base import ApplyContext, ConfigError, Profile, ProfileContext
 
 __all__ = ("ClaimRef", "DeviceState", "PrepareError", "resolve_configs")
 
 log = logging.getLogger(__name__)
+
+#: The journal is compacted into a new snapshot when it holds more change lines than this, or than
+#: twice the number of records: a write stays O(1), and compaction is amortised O(1) per write.
+COMPACT_MIN_LINES = 1024
 
 
 class PrepareError(Exception):
@@ -62,42 +69,6 @@ class ClaimRef:
     namespace: str
     name: str
     uid: str
-
-
-@attrs.frozen
-class _Plan:
-    """What Prepare will do for one claim, computed without side effects."""
-
-    claim: ClaimAllocation
-    devices: tuple[DeviceRecord, ...]
-    specs: Mapping[str, Spec]  # file name -> spec
-    groups: Mapping[str, tuple[AllocatedDevice, ...]]  # profile name -> its devices (for side effects)
-
-
-def resolve_configs(
-    claim: ClaimAllocation,
-    result: AllocatedDevice,
-    kinds: Mapping[str, type],
-    other_kinds: frozenset[str] = frozenset(),
-) -> OpaqueConfig | None:
-    """Return the opaque config that applies to ``result``, or None for the profile's default.
-
-    Precedence (as in the reference driver, kubelet-dra-protocol.md §7.3): configs from the
-    DeviceClass (``FromClass``) lose to configs from the claim (``FromClaim``); within one
-    source a later entry wins. A config applies when its ``requests`` is empty or names the
-    result's request, or its base request for ``req/sub`` results. Configs whose ``kind`` is in
-    ``other_kinds`` (another loaded profile's) are not considered for this device.
-    """
-    chosen = None
-    ordered = sorted(claim.configs, key=lambda c: (c.source == "FromClaim", c.index))
-    for config in ordered:
-        if config.requests and result.request not in config.requests and result.base_request not in config.requests:
-            continue
-        kind = config.parameters.get("kind") if isinstance(config.parameters, Mapping) else None
-        if kind not in kinds and kind in other_kinds:
-            continue
-        chosen = config
-    return chosen
 
 
 class DeviceState:
@@ -125,34 +96,45 @@ class DeviceState:
         self.driver_name = driver_name
         self.node_name = node_name
         self.profiles = dict(profiles)
-        self.profile_ctx = profile_ctx
         self.cdi = cdi
         self.checkpoint_path = ckpt.checkpoint_path(plugin_dir)
+        self.journal = Journal(Path(plugin_dir) / JOURNAL_FILE)
         self.boot_id = boot_id
         self.claim_source = claim_source
-        self._records = ckpt.RecordTable()
+        self._holds = guard.HoldIndex()
+        self._records = ckpt.RecordTable(on_change=self._holds.update)
+        self._pending_rollback: set[str] = set()  # PrepareStarted claims whose rollback failed
+        self._stray: set[str] = set()  # orphan spec files that could not be removed
         self._claim_locks: dict[str, anyio.Lock] = {}
         self._flush_lock = anyio.Lock()
         self._version = 0  # bumped by every _save call
         self._durable = 0  # the highest version known to be on disk
-        self._device_profile: dict[str, str] = {}
-        self._devices: dict[str, Device] = {}
-        self.inventories: dict[str, Inventory] = {}
+        self.planner = Planner(driver_name=driver_name, node_name=node_name, profiles=profiles,
+                               profile_ctx=profile_ctx)
         self.set_inventories(inventories)
-        # Every loaded profile's config kinds: another profile's kind is skipped for a device,
-        # while a kind nobody knows is an error naming the allowed kinds.
-        self._all_kinds = frozenset(k for p in self.profiles.values() for k in p.config_types)
 
     # -- inventory ------------------------------------------------------------------------------
 
     def set_inventories(self, inventories: Mapping[str, Inventory]) -> None:
         """Replace the known devices (after a rediscovery). Prepared claims are not touched."""
-        self.inventories = dict(inventories)
-        self._device_profile = {d.name: p for p, inv in inventories.items() for d in inv.devices}
-        self._devices = {d.name: d for inv in inventories.values() for d in inv.devices}
+        self.planner.set_inventories(inventories)
+
+    @property
+    def inventories(self) -> Mapping[str, Inventory]:
+        """Profile name -> its last discovered inventory."""
+        return self.planner.inventories
+
+    @property
+    def profile_ctx(self) -> ProfileContext:
+        """The node context the profiles get (``dev_root``: where device nodes are checked)."""
+        return self.planner.profile_ctx
+
+    @profile_ctx.setter
+    def profile_ctx(self, ctx: ProfileContext) -> None:
+        self.planner.profile_ctx = ctx
 
     def cdi_kind(self, profile_name: str) -> str:
-        return naming.kind(self.driver_name, self.profiles[profile_name].cdi_class)
+        return self.planner.cdi_kind(profile_name)
 
     @property
     def prepared_claims(self) -> Mapping[str, ClaimRecord]:
@@ -165,40 +147,134 @@ class DeviceState:
         """Load the checkpoint, roll back ``PrepareStarted`` claims, remove orphan CDI specs, write
         the common specs.
 
+        Nothing here is fatal but an unreadable checkpoint that records claims: a rollback or a
+        spec removal that fails (an immutable file, a read-only CDI dir) is logged, its claim's
+        record stays (its devices stay held), and :meth:`retry_cleanup` tries again later.
+
         :raises checkpoint.CheckpointCorrupt: the daemon must not start over an unreadable checkpoint.
         """
-        data = await anyio.to_thread.run_sync(ckpt.load, self.checkpoint_path)
-        self._records = ckpt.RecordTable(data.claims)
-        await anyio.to_thread.run_sync(self.cdi.ensure_root)
-        changed = False
+        data, journal = await anyio.to_thread.run_sync(self._load_checkpoint)
+        self._records = ckpt.RecordTable.from_data(data, on_change=self._holds.update)
+        await anyio.to_thread.run_sync(self.journal.open, journal)
+        for uid, bad in self._records.unreadable.items():
+            log.error("a checkpoint record cannot be read by this release; its claim will be refused and its "
+                      "devices stay held until it is unprepared", extra={"claim_uid": uid, "error": bad.reason})
+        for record in self._records.values():
+            if record.state not in ckpt.KNOWN_STATES:
+                log.error("a checkpoint record is in a state this release does not know; its claim will be "
+                          "refused until it is unprepared", extra={"claim_uid": record.uid, "state": record.state})
         for record in list(self._records.values()):
             if record.state == ckpt.PREPARE_STARTED:
                 log.warning("rolling back a claim whose Prepare was interrupted",
                             extra={"claim_uid": record.uid, "claim": f"{record.namespace}/{record.name}"})
-                await self._rollback(record)
-                del self._records[record.uid]
-                changed = True
+                await self._try_rollback(record)
         if data.boot_id and data.boot_id != self.boot_id:
             log.info("node rebooted since the last checkpoint; CDI specs are re-created as the kubelet "
                      "prepares claims again", extra={"old_boot_id": data.boot_id, "boot_id": self.boot_id})
+        await self._remove_orphan_specs()
+        for profile_name in self.profiles:
+            try:
+                await anyio.to_thread.run_sync(self._ensure_common_spec, self.cdi_kind(profile_name), True)
+            except OSError as exc:  # every Prepare tries again, and fails its claim clearly meanwhile
+                log.warning("cannot write the common CDI spec; Prepare will retry",
+                            extra={"profile": profile_name, "error": _describe(exc)})
+        # Start from a fresh snapshot when anything changed (journal entries, rollbacks, a reboot),
+        # so an older release that reads only the snapshot sees this state too.
+        if journal.changes or self._records.has_dirty or data.boot_id != self.boot_id:
+            await self._save(compact=True)
+
+    def _load_checkpoint(self) -> tuple[ckpt.CheckpointData, JournalContents]:
+        """The snapshot with the journal applied (blocking).
+
+        A damaged snapshot that records no claim is set aside (renamed
+        ``checkpoint.json.corrupt-<unix time>``) with a warning: nothing is lost by it.
+
+        :raises checkpoint.CheckpointCorrupt: a damaged snapshot that records claims, or a damaged journal.
+        """
+        try:
+            data = ckpt.load(self.checkpoint_path)
+        except ckpt.CheckpointCorrupt as exc:
+            if not exc.records_nothing:
+                raise
+            aside = self.checkpoint_path.with_name(f"{self.checkpoint_path.name}.corrupt-{int(time.time())}")
+            os.replace(self.checkpoint_path, aside)
+            log.warning("the checkpoint is damaged but records no claim; set it aside and starting empty",
+                        extra={"file": str(aside), "error": exc.reason})
+            data = ckpt.CheckpointData()
+        journal = read_journal(self.journal.path)
+        if journal.torn_tail:
+            log.warning("the checkpoint journal ends in a torn write (an append the daemon never confirmed); "
+                        "it is cut off", extra={"file": str(self.journal.path)})
+        return apply_journal(data, journal), journal
+
+    async def _remove_orphan_specs(self) -> None:
+        """Remove per-claim specs of our kinds that no record names; a failure is retried later."""
         kinds = [self.cdi_kind(p) for p in self.profiles]
         live = {name for r in self._records.values() for name in r.cdi_specs}
-        orphans = await anyio.to_thread.run_sync(self.cdi.claim_specs, kinds)
-        for uid, files in orphans.items():
+        live.update(name for r in self._records.unreadable.values() for name in r.cdi_specs)
+        found = await anyio.to_thread.run_sync(self.cdi.claim_specs, kinds)
+        for uid, files in found.items():
             for file in files:
-                if file not in live:
-                    log.info("removing orphan CDI spec", extra={"file": file, "claim_uid": uid})
+                if file in live:
+                    continue
+                try:
                     await anyio.to_thread.run_sync(self.cdi.remove, file)
-        for profile_name in self.profiles:
-            await anyio.to_thread.run_sync(self._write_common_spec, profile_name)
-        if changed or data.boot_id != self.boot_id:
-            await self._save()
+                    log.info("removed orphan CDI spec", extra={"file": file, "claim_uid": uid})
+                    self._stray.discard(file)
+                except OSError as exc:
+                    log.warning("cannot remove an orphan CDI spec; will retry",
+                                extra={"file": file, "claim_uid": uid, "error": _describe(exc)})
+                    self._stray.add(file)
 
-    def _write_common_spec(self, profile_name: str) -> None:
-        kind = self.cdi_kind(profile_name)
-        edits = ContainerEdits(env=(f"ASCEND_DRA_NODE_NAME={self.node_name}",
-                                    f"ASCEND_DRA_DRIVER_NAME={self.driver_name}"))
-        self.cdi.write(naming.common_spec_file(kind), Spec(kind, (CdiDevice(naming.COMMON_DEVICE, edits),)))
+    async def _try_rollback(self, record: ClaimRecord) -> bool:
+        """Roll back a ``PrepareStarted`` record and drop it; return whether it was dropped. On
+        failure the record stays (its devices held) and is queued for :meth:`retry_cleanup`."""
+        try:
+            await self._rollback(record)
+        except Exception as exc:
+            log.warning("rolling back an interrupted Prepare failed; its devices stay held, will retry",
+                        extra={"claim_uid": record.uid, "error": _describe(exc)})
+            self._pending_rollback.add(record.uid)
+            return False
+        del self._records[record.uid]
+        self._pending_rollback.discard(record.uid)
+        return True
+
+    @property
+    def cleanup_pending(self) -> bool:
+        """Whether a rollback or a stray spec removal failed and waits for :meth:`retry_cleanup`."""
+        return bool(self._pending_rollback or self._stray)
+
+    async def retry_cleanup(self) -> None:
+        """Retry what failed earlier: rolling back interrupted Prepares, removing orphan specs.
+
+        Called periodically by the daemon; each claim under its own lock, so it never races a
+        Prepare or Unprepare of the same claim. Never raises for a file that still resists.
+        """
+        for uid in sorted(self._pending_rollback):
+            async with self._lock_claims((uid,)):
+                record = self._records.get(uid)
+                if record is None or record.state != ckpt.PREPARE_STARTED:
+                    self._pending_rollback.discard(uid)
+                    continue
+                if await self._try_rollback(record):
+                    log.info("rolled back an interrupted Prepare on retry", extra={"claim_uid": uid})
+                    try:
+                        await self._save()
+                    except OSError as exc:  # the record is gone in memory; the next write carries it
+                        log.warning("writing the checkpoint failed", extra={"error": _describe(exc)})
+        if self._stray:
+            await self._remove_orphan_specs()
+
+    def _ensure_common_spec(self, kind: str, rewrite: bool = False) -> None:
+        """Make sure the CDI dir and ``kind``'s common spec exist (blocking). ``rewrite`` writes it
+        even when present (start-up: node name or driver name may have changed)."""
+        self.cdi.ensure_root()
+        file = naming.common_spec_file(kind)
+        if rewrite or not self.cdi.path(file).exists():
+            edits = ContainerEdits(env=(f"ASCEND_DRA_NODE_NAME={self.node_name}",
+                                        f"ASCEND_DRA_DRIVER_NAME={self.driver_name}"))
+            self.cdi.write(file, Spec(kind, (CdiDevice(naming.COMMON_DEVICE, edits),)))
 
     # -- Prepare --------------------------------------------------------------------------------
 
@@ -227,15 +303,19 @@ class DeviceState:
                 tg.start_soon(fetch, ref)
 
         async with self._lock_claims(ref.uid for ref in refs if ref.uid not in results):
-            plans: list[_Plan] = []
+            plans: list[Plan] = []
             for ref in refs:
                 if ref.uid in results:
                     continue
                 record = self._records.get(ref.uid)
+                where = f"ResourceClaim {ref.namespace}/{ref.name}"
+                foreign = self._foreign_record_error(ref.uid, where)
+                if foreign is not None:
+                    results[ref.uid] = foreign
+                    continue
                 if record is not None and record.state == ckpt.PREPARE_COMPLETED:
                     results[ref.uid] = await self._replay(record)
                     continue
-                where = f"ResourceClaim {ref.namespace}/{ref.name}"
                 if record is not None:  # PrepareStarted by an earlier, failed or crashed attempt
                     try:
                         await self._rollback(record)
@@ -244,10 +324,14 @@ class DeviceState:
                                                         f"{_describe(exc)}")
                         continue
                     del self._records[ref.uid]
+                    self._pending_rollback.discard(ref.uid)
                 # From here to the PrepareStarted record nothing awaits: the guard's view of which
                 # devices are taken and this claim's reservation are one atomic step for the loop.
                 try:
-                    plan = self._plan(fetched[ref.uid], self._holders())
+                    plan = self.planner.plan(fetched[ref.uid], self._holds)
+                except (guard.GuardError, PlanError) as exc:
+                    results[ref.uid] = PrepareError(str(exc))
+                    continue
                 except ConfigError as exc:
                     results[ref.uid] = PrepareError(f"{where}: invalid opaque config: {exc}")
                     continue
@@ -259,18 +343,26 @@ class DeviceState:
                     results[ref.uid] = PrepareError(f"{where}: {type(exc).__name__}: {exc}")
                     continue
                 c = plan.claim
+                # A profile whose side effects will run is recorded first with no result: a crash
+                # inside its hook then still rolls back through unprepare_side_effects(None, ctx).
+                pending = {p: None for p in plan.groups if self._hook(p, "prepare_side_effects") is not None}
                 self._records[c.uid] = ClaimRecord(c.uid, c.namespace, c.name, ckpt.PREPARE_STARTED, self.boot_id,
-                                                   plan.devices, tuple(plan.specs))
+                                                   plan.devices, tuple(plan.specs), side_effects=pending,
+                                                   device_nodes=plan.device_nodes)
                 plans.append(plan)
             if plans:
                 await self._prepare_plans(plans, results)
         return results
 
-    async def _prepare_plans(self, plans: list[_Plan], results: dict[str, Any]) -> None:
+    async def _prepare_plans(self, plans: list[Plan], results: dict[str, Any]) -> None:
         """Make the reserved (PrepareStarted, in memory) claims of ``plans`` durable, then prepared."""
         crash_point("prepare:before-started-write")
         try:
-            await self._save()
+            # The reservation must be durable before a side effect changes the node, so that a
+            # crash is rolled back; without side effects a crash leaves at most an orphan spec,
+            # which start-up removes, so the only durable write is the PrepareCompleted one.
+            if any(self._has_side_effects(plan) for plan in plans):
+                await self._save()
         except OSError as exc:
             for plan in plans:
                 del self._records[plan.claim.uid]
@@ -282,12 +374,14 @@ class DeviceState:
             c = plan.claim
             try:
                 side_effects = await self._run_side_effects(plan)
+                crash_point("prepare:side-effects-done-unrecorded")  # the node changed, the record does not say how
                 if side_effects:
                     self._records[c.uid] = attrs.evolve(self._records[c.uid], side_effects=side_effects)
                     await self._save()
                 crash_point("prepare:after-side-effects")
                 await anyio.to_thread.run_sync(self._write_specs, plan.specs)
                 crash_point("prepare:after-cdi-write")
+                self._check_answer(self._records[c.uid])
             except Exception as exc:
                 log.warning("prepare failed; rolling back", extra={"claim_uid": c.uid, "error": str(exc)})
                 results[c.uid] = PrepareError(f"ResourceClaim {c.namespace}/{c.name}: {_describe(exc)}")
@@ -315,25 +409,81 @@ class DeviceState:
         for plan in done:
             results[plan.claim.uid] = self._prepared_devices(self._records[plan.claim.uid])
 
+    def _foreign_record_error(self, uid: str, where: str) -> PrepareError | None:
+        """The error for a claim whose record another release wrote in a way we cannot honour."""
+        bad = self._records.unreadable.get(uid)
+        if bad is not None:
+            return PrepareError(f"{where}: its checkpoint record was written by another ascend-dra release and "
+                                f"cannot be read by this one ({bad.reason}); unprepare the claim (delete its pod) "
+                                "or run the release that wrote it")
+        record = self._records.get(uid)
+        if record is not None and record.state not in ckpt.KNOWN_STATES:
+            return PrepareError(f"{where}: its checkpoint record is in state {record.state!r}, which this release "
+                                f"does not know (it knows {', '.join(sorted(ckpt.KNOWN_STATES))}); unprepare the "
+                                "claim or run the release that wrote it")
+        return None
+
     async def _replay(self, record: ClaimRecord) -> list[PreparedDevice] | Exception:
-        """Answer a Prepare for a completed claim again; re-create its CDI spec (and side effects
-        after a reboot) when they are gone."""
+        """Answer a Prepare for a completed claim again, only if the answer is still true.
+
+        The claim's spec is re-created (with side effects, after a reboot) when it is gone; the CDI
+        dir and the common spec when they are gone; a record that cannot give the same answer (no
+        CDI ids: an incompatible release wrote it) or whose device nodes vanished fails loudly.
+        """
+        where = f"ResourceClaim {record.namespace}/{record.name}"
+        if not record.devices or not record.cdi_specs or any(not d.cdi_device_ids for d in record.devices):
+            return PrepareError(f"{where}: its checkpoint record names no CDI device ids or spec files (written by "
+                                "an incompatible release), so the answer cannot be given again; unprepare the "
+                                "claim (delete its pod) and prepare it again")
         rebooted = record.boot_id != self.boot_id
-        missing = [f for f in record.cdi_specs if not self.cdi.path(f).exists()]
-        if rebooted or missing:
-            try:
+        try:
+            missing = await anyio.to_thread.run_sync(self._missing_spec_files, record)
+            if rebooted or any(f in record.cdi_specs for f in missing):
                 claim = await self.claim_source.get(record.namespace, record.name, record.uid)
-                plan = self._plan(claim, self._holders(exclude=record.uid))
+                plan = self.planner.plan(claim, self._holds, exclude=record.uid)
                 side_effects = await self._run_side_effects(plan) if rebooted else record.side_effects
                 await anyio.to_thread.run_sync(self._write_specs, plan.specs)
-                self._records[record.uid] = attrs.evolve(record, boot_id=self.boot_id, side_effects=side_effects)
+                self._records[record.uid] = attrs.evolve(record, boot_id=self.boot_id, side_effects=side_effects,
+                                                         device_nodes=plan.device_nodes)
                 await self._save()
                 log.info("re-created the CDI spec of a prepared claim", extra={"claim_uid": record.uid,
                                                                                "rebooted": rebooted})
-            except Exception as exc:
-                return PrepareError(f"ResourceClaim {record.namespace}/{record.name}: re-creating its CDI spec: "
-                                    f"{_describe(exc)}")
+            elif missing:  # only common specs (or the whole dir) went away
+                await anyio.to_thread.run_sync(self._write_specs, {})
+                log.info("re-created the common CDI spec", extra={"files": missing})
+            self._check_answer(self._records[record.uid])
+        except (guard.GuardError, PlanError) as exc:
+            return PrepareError(str(exc))
+        except PrepareError as exc:
+            return exc
+        except Exception as exc:
+            return PrepareError(f"{where}: re-creating its CDI spec: {_describe(exc)}")
         return self._prepared_devices(self._records[record.uid])
+
+    def _kinds_of(self, record: ClaimRecord) -> set[str]:
+        return {cdi_id.partition("=")[0] for d in record.devices for cdi_id in d.cdi_device_ids}
+
+    def _missing_spec_files(self, record: ClaimRecord) -> list[str]:
+        """Spec files that the record's CDI ids need and that are not on disk (blocking)."""
+        files = [*record.cdi_specs, *(naming.common_spec_file(k) for k in sorted(self._kinds_of(record)))]
+        return [f for f in files if not self.cdi.path(f).exists()]
+
+    def _check_answer(self, record: ClaimRecord) -> None:
+        """The last check before an answer: every spec file its CDI ids need is on disk and every
+        device node its specs name exists.
+
+        :raises PrepareError: naming what is missing.
+        """
+        where = f"ResourceClaim {record.namespace}/{record.name}"
+        missing = self._missing_spec_files(record)
+        if missing:
+            raise PrepareError(f"{where}: CDI spec files {', '.join(missing)} are missing under {self.cdi.root} "
+                               "right after they were written (is something removing them?)")
+        absent = self.planner.absent_nodes(record.device_nodes)
+        if absent:
+            raise PrepareError(f"{where}: device nodes {', '.join(absent)} named by its CDI spec no longer exist "
+                               f"on node {self.node_name} (looked for under {self.profile_ctx.dev_root}); the "
+                               "device was removed or its driver unloaded")
 
     def _prepared_devices(self, record: ClaimRecord) -> list[PreparedDevice]:
         return [
@@ -341,133 +491,13 @@ class DeviceState:
             for d in record.devices
         ]
 
-    def _holders(self, exclude: str | None = None) -> dict[str, list[DeviceRecord]]:
-        holders: dict[str, list[DeviceRecord]] = defaultdict(list)
-        for uid, record in self._records.items():
-            if uid != exclude:
-                for device in record.devices:
-                    holders[device.device].append(device)
-        return holders
+    def _hook(self, profile_name: str, name: str) -> Any:
+        return getattr(self.profiles.get(profile_name), name, None)
 
-    def _plan(self, claim: ClaimAllocation, taken: Mapping[str, list[DeviceRecord]]) -> _Plan:
-        """Compute devices, configs and CDI specs for ``claim``; pure apart from reading state.
+    def _has_side_effects(self, plan: Plan) -> bool:
+        return any(self._hook(p, "prepare_side_effects") is not None for p in plan.groups)
 
-        :raises PrepareError: unknown device, double allocation, capacity overflow, bad edits.
-        :raises ConfigError: an opaque config that does not decode or validate.
-        """
-        ref = f"ResourceClaim {claim.namespace}/{claim.name}"
-        if not claim.results:
-            raise PrepareError(f"{ref} has no allocation results for driver {self.driver_name}")
-        groups: dict[str, list[AllocatedDevice]] = defaultdict(list)
-        seen: dict[str, list[AllocatedDevice]] = defaultdict(list)
-        for result in claim.results:
-            device = self._devices.get(result.device)
-            if result.pool != self.node_name or device is None:
-                raise PrepareError(f"{ref}: device {result.pool}/{result.device} was never published by "
-                                   f"{self.driver_name} on node {self.node_name}")
-            self._check_free(ref, claim.uid, result, device, taken, seen[result.device])
-            seen[result.device].append(result)
-            groups[self._device_profile[result.device]].append(result)
-
-        decoded: dict[int, Any] = {}
-        specs: dict[str, Spec] = {}
-        records: list[DeviceRecord] = []
-        for profile_name, results in groups.items():
-            profile = self.profiles[profile_name]
-            kind = self.cdi_kind(profile_name)
-            by_config: dict[int, list[AllocatedDevice]] = defaultdict(list)
-            for result in results:
-                config = resolve_configs(claim, result, profile.config_types, self._all_kinds)
-                key = -1 if config is None else config.index
-                if config is not None and key not in decoded:
-                    decoded[key] = self._decode(config, profile, profile_name)
-                by_config[key].append(result)
-            ctx = ApplyContext(self.profile_ctx, self.inventories[profile_name], claim.uid, claim.namespace, claim.name)
-            edits: dict[tuple[str, str | None], ContainerEdits] = {}
-            for key, members in by_config.items():
-                config = profile.default_config() if key == -1 else decoded[key]
-                try:
-                    applied = profile.apply_config(config, members, ctx)
-                except Exception as exc:
-                    raise PrepareError(f"{ref}: profile {profile_name} failed to apply its config: "
-                                       f"{type(exc).__name__}: {exc}") from exc
-                for member in members:
-                    if member.device not in applied:
-                        raise PrepareError(f"{ref}: profile {profile_name} returned no container edits for "
-                                           f"device {member.device}")
-                    edits[(member.device, member.share_id)] = applied[member.device]
-            cdi_devices = []
-            for result in results:
-                name = naming.claim_device_name(claim.uid, result.device, result.share_id)
-                cdi_devices.append(CdiDevice(name, edits[(result.device, result.share_id)]))
-                records.append(DeviceRecord(
-                    request=result.request, pool=result.pool, device=result.device,
-                    cdi_device_ids=(naming.qualified_name(kind, naming.COMMON_DEVICE),
-                                    naming.qualified_name(kind, name)),
-                    share_id=result.share_id, consumed_capacity=dict(result.consumed_capacity),
-                ))
-            spec = Spec(kind, tuple(cdi_devices))
-            try:
-                spec.validate()
-            except ValueError as exc:
-                raise PrepareError(f"{ref}: profile {profile_name} produced {exc}") from None
-            specs[naming.claim_spec_file(kind, claim.uid)] = spec
-        return _Plan(claim, tuple(records), specs, {p: tuple(r) for p, r in groups.items()})
-
-    def _decode(self, config: OpaqueConfig, profile: Profile, profile_name: str) -> Any:
-        where = f"status.allocation.devices.config[{config.index}].opaque"
-        kind = config.parameters.get("kind") if isinstance(config.parameters, Mapping) else None
-        if kind not in profile.config_types and kind in self._all_kinds:
-            raise ConfigError.at(f"{where}.parameters.kind",
-                                 f"{kind!r} is not a config kind of profile {profile_name}")
-        try:
-            return decode_config(config.parameters, profile.config_types, self.driver_name, profile)
-        except ConfigError as exc:
-            raise ConfigError([(f"{where}.{path}", message) for path, message in exc.problems]) from None
-
-    def _check_free(
-        self,
-        ref: str,
-        uid: str,
-        result: AllocatedDevice,
-        device: Device,
-        taken: Mapping[str, list[DeviceRecord]],
-        same_claim: list[AllocatedDevice],
-    ) -> None:
-        """The double-allocation guard (DESIGN §6).
-
-        :raises PrepareError: the device is held by another claim (or twice by this one) and does
-            not allow multiple allocations, or the shares' consumed capacities exceed the device's.
-        """
-        holders = taken.get(result.device, [])
-        if not device.allow_multiple_allocations:
-            if holders:
-                owner = next((r for r in self._records.values() if any(d in r.devices for d in holders)), None)
-                who = f"ResourceClaim {owner.namespace}/{owner.name} (uid {owner.uid})" if owner else "another claim"
-                raise PrepareError(f"{ref}: device {result.device} is already prepared for {who} and does not "
-                                   "allow multiple allocations")
-            if same_claim:
-                raise PrepareError(f"{ref}: device {result.device} is allocated twice in this claim and does not "
-                                   "allow multiple allocations")
-            return
-        for name, asked in result.consumed_capacity.items():
-            try:
-                parse_quantity(asked)
-            except ValueError as exc:
-                raise PrepareError(f"{ref}: consumedCapacity {name} of device {result.device}: {exc}") from None
-        for name, capacity in device.capacities.items():
-            # Records in the checkpoint and earlier results of this claim were checked already.
-            used = sum((parse_quantity(h.consumed_capacity[name]) for h in holders if name in h.consumed_capacity),
-                       start=parse_quantity(0))
-            used += sum((parse_quantity(r.consumed_capacity[name]) for r in same_claim if name in r.consumed_capacity),
-                        start=parse_quantity(0))
-            asked = result.consumed_capacity.get(name, "0")
-            total = parse_quantity(capacity.value)
-            if used + parse_quantity(asked) > total:
-                raise PrepareError(f"{ref}: device {result.device} capacity {name}: {asked} requested but only "
-                                   f"{canonical_quantity(int(total - used))} of {capacity.value} is free")
-
-    async def _run_side_effects(self, plan: _Plan) -> dict[str, Any]:
+    async def _run_side_effects(self, plan: Plan) -> dict[str, Any]:
         done: dict[str, Any] = {}
         for profile_name, devices in plan.groups.items():
             hook = getattr(self.profiles[profile_name], "prepare_side_effects", None)
@@ -478,6 +508,10 @@ class DeviceState:
         return done
 
     def _write_specs(self, specs: Mapping[str, Spec]) -> None:
+        """Write a claim's specs, first re-creating the CDI dir and the common spec of every loaded
+        profile if someone removed them (blocking)."""
+        for profile_name in self.profiles:
+            self._ensure_common_spec(self.cdi_kind(profile_name))
         for file, spec in specs.items():
             self.cdi.write(file, spec)
 
@@ -486,10 +520,14 @@ class DeviceState:
     async def unprepare(self, refs: Sequence[ClaimRef]) -> dict[str, Exception | None]:
         """Unprepare a batch of claims; return ``{claim uid: None or the claim's error}``.
 
-        A claim we do not know succeeds (its stray CDI specs, if any, are removed). The checkpoint
-        is written first: a claim without node side effects loses its record (a crash then leaves
-        at most an orphan spec, removed at start-up); a claim with side effects goes back to
-        ``PrepareStarted`` (a crash then leaves a record that start-up rolls back).
+        A claim we do not know succeeds (its stray CDI specs, if any, are removed). A device is
+        released (its record dropped) only after the claim's specs and side effects are gone: a
+        spec that cannot be removed fails the claim and keeps the record, so the device stays
+        held until the kubelet's retry succeeds. A claim with node side effects first goes back to
+        ``PrepareStarted`` durably, so a crash half-way leaves a record that start-up rolls back;
+        a claim without them needs one durable write, after its specs are removed (a crash before
+        it leaves a completed record whose spec is gone: the retried Unprepare drops it, a
+        retried Prepare re-creates the spec).
         """
         results: dict[str, Exception | None] = {}
         async with self._lock_claims(ref.uid for ref in refs):
@@ -498,29 +536,30 @@ class DeviceState:
                 try:
                     check_claim_ref(ref.namespace, ref.name, ref.uid)
                     record = self._records.get(ref.uid)
-                    if record is None:
+                    if ref.uid in self._records.unreadable:
+                        await self._unprepare_unreadable(ref.uid)
+                    elif record is None:
                         await self._remove_stray_specs(ref.uid)
                     else:
                         targets.append(record)
                     results[ref.uid] = None
                 except Exception as exc:
-                    results[ref.uid] = exc if isinstance(exc, ClaimError) else PrepareError(
+                    results[ref.uid] = exc if isinstance(exc, (ClaimError, PrepareError)) else PrepareError(
                         f"ResourceClaim {ref.namespace}/{ref.name}: {_describe(exc)}")
             if not targets:
                 return results
-            for record in targets:
-                if record.side_effects:
-                    self._records[record.uid] = attrs.evolve(record, state=ckpt.PREPARE_STARTED)
-                else:
-                    del self._records[record.uid]
+            with_effects = [r for r in targets if r.side_effects]
+            for record in with_effects:
+                self._records[record.uid] = attrs.evolve(record, state=ckpt.PREPARE_STARTED)
             crash_point("unprepare:before-checkpoint-write")
-            try:
-                await self._save()
-            except OSError as exc:
-                for record in targets:
-                    self._records[record.uid] = record
-                    results[record.uid] = PrepareError(f"writing the checkpoint: {exc}")
-                return results
+            if with_effects:
+                try:
+                    await self._save()
+                except OSError as exc:
+                    for record in with_effects:
+                        self._records[record.uid] = record
+                        results[record.uid] = PrepareError(f"writing the checkpoint: {exc}")
+                    targets = [r for r in targets if not r.side_effects]
             crash_point("unprepare:after-checkpoint-write")
             undone = []
             for record in targets:
@@ -528,18 +567,44 @@ class DeviceState:
                     await self._rollback(record)
                     undone.append(record)
                 except Exception as exc:
-                    log.warning("unprepare failed", extra={"claim_uid": record.uid, "error": str(exc)})
+                    log.warning("unprepare failed; the claim's devices stay held until a retry succeeds",
+                                extra={"claim_uid": record.uid, "error": str(exc)})
                     results[record.uid] = PrepareError(
-                        f"ResourceClaim {record.namespace}/{record.name}: {_describe(exc)}")
+                        f"ResourceClaim {record.namespace}/{record.name}: {_describe(exc)}; its devices stay "
+                        "held until Unprepare succeeds")
             crash_point("unprepare:after-cdi-remove")
-            if any(r.side_effects for r in undone):
+            if not undone:
+                return results
+            for record in undone:
+                del self._records[record.uid]
+                self._pending_rollback.discard(record.uid)
+            try:
+                await self._save()
+            except OSError as exc:
+                # Specs and side effects are gone but the disk still holds the records: keep them in
+                # memory too (as they are on disk) and let the kubelet retry.
                 for record in undone:
-                    self._records.pop(record.uid, None)
-                try:
-                    await self._save()
-                except OSError as exc:  # the records stay PrepareStarted on disk: start-up rolls back again
-                    log.warning("writing the checkpoint after unprepare failed", extra={"error": str(exc)})
+                    self._records[record.uid] = record if not record.side_effects else \
+                        attrs.evolve(record, state=ckpt.PREPARE_STARTED)
+                    results[record.uid] = PrepareError(f"writing the checkpoint: {exc}")
         return results
+
+    async def _unprepare_unreadable(self, uid: str) -> None:
+        """Drop a record another release wrote, after removing the specs it names.
+
+        :raises PrepareError: it records side effects, which only a profile that understands the
+            record can undo.
+        """
+        bad = self._records.unreadable[uid]
+        if isinstance(bad.raw, Mapping) and bad.raw.get("side_effects"):
+            raise PrepareError(f"claim uid {uid}: its checkpoint record (written by another release) records node "
+                               "side effects this release cannot undo; run the release that wrote it to unprepare "
+                               "the claim")
+        for file in bad.cdi_specs:
+            if _is_our_spec_file(file):
+                await anyio.to_thread.run_sync(self.cdi.remove, file)
+        self._records.drop_unreadable(uid)
+        await self._save()
 
     async def _remove_stray_specs(self, uid: str) -> None:
         for profile_name in self.profiles:
@@ -559,13 +624,16 @@ class DeviceState:
         for file in record.cdi_specs:
             await anyio.to_thread.run_sync(self.cdi.remove, file)
 
-    async def _save(self) -> None:
-        """Return once a checkpoint that includes every change made before this call is on disk.
+    async def _save(self, *, compact: bool = False) -> None:
+        """Return once every change made to the records before this call is durable.
 
-        Group commit: while one write is in flight, later callers queue; the first of them writes
-        one snapshot for all, and the others find their changes already durable.
+        A write appends the changed records to the journal and fdatasyncs once (group commit:
+        while one write is in flight, later callers queue; the first of them writes every change
+        for all, and the others find theirs already durable). Now and then, and with ``compact``,
+        it writes a new snapshot instead and empties the journal (journal.py); the snapshot's
+        bytes are encoded in the worker thread, so a large checkpoint never stalls the loop.
 
-        :raises OSError: the write failed (the previous checkpoint file is intact).
+        :raises OSError: the write failed; the changes stay pending for the next write.
         """
         self._version += 1
         wanted = self._version
@@ -573,9 +641,33 @@ class DeviceState:
             if self._durable >= wanted:
                 return
             version = self._version
-            blob = self._records.encode(self.boot_id)  # on the loop: no change can interleave
-            await anyio.to_thread.run_sync(ckpt.save, self.checkpoint_path, blob)
+            changes = self._records.take_dirty()  # on the loop: no change can interleave
+            try:
+                if compact or self.journal.lines + len(changes) > max(COMPACT_MIN_LINES, 2 * len(self._records)):
+                    await anyio.to_thread.run_sync(self._write_snapshot, self._records.snapshot_claims())
+                elif changes:
+                    await anyio.to_thread.run_sync(self.journal.append, change_lines(changes))
+            except BaseException:
+                self._records.requeue(uid for uid, _ in changes)
+                raise
             self._durable = max(self._durable, version)
+
+    def _write_snapshot(self, claims: Mapping[str, Any]) -> None:
+        """Replace the snapshot with ``claims``, then empty the journal (blocking)."""
+        ckpt.save(self.checkpoint_path, ckpt.encode_raw({"boot_id": self.boot_id, "claims": claims}))
+        self.journal.reset()
+
+    async def close(self) -> None:
+        """Compact the checkpoint into one snapshot and close the journal (clean shutdown), so an
+        older release started next reads the whole state from the snapshot alone."""
+        try:
+            if self.journal.lines:
+                await self._save(compact=True)
+        except OSError as exc:
+            log.warning("compacting the checkpoint at shutdown failed; the journal keeps the changes",
+                        extra={"error": _describe(exc)})
+        finally:
+            await anyio.to_thread.run_sync(self.journal.close)
 
     @contextlib.asynccontextmanager
     async def _lock_claims(self, uids: Iterable[str]) -> AsyncIterator[None]:
@@ -594,6 +686,11 @@ class DeviceState:
                 lock.release()
                 if not lock.locked() and not lock.statistics().tasks_waiting and self._claim_locks.get(uid) is lock:
                     del self._claim_locks[uid]
+
+
+def _is_our_spec_file(name: str) -> bool:
+    """A plain ``*.yaml`` file name (no directory part): safe to remove under the CDI root."""
+    return name.endswith(".yaml") and "/" not in name and not name.startswith(".")
 
 
 def _describe(exc: BaseException) -> str:

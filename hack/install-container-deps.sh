@@ -10,8 +10,13 @@ command -v runc >/dev/null || need+=(runc)
 # podman runs containers as root with --network=none here, so no uidmap/slirp4netns are needed;
 # fuse-overlayfs and conmon come with podman's own dependencies.
 if ((${#need[@]})); then
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  SUDO=""
+  if [[ $(id -u) -ne 0 ]]; then
+    command -v sudo >/dev/null || { echo "install-container-deps.sh: need root or sudo to apt-get install ${need[*]}" >&2; exit 1; }
+    SUDO=sudo
+  fi
+  echo "== apt-get install ${need[*]} (for tests/container)"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 podman --version

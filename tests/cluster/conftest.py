@@ -110,3 +110,38 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+# -- per-test fixtures shared by the cluster tests ---------------------------------------------------
+
+
+@pytest.fixture
+def cp(control_plane):
+    """The session's control plane, with none of our ResourceSlices before and after the test."""
+    _delete_our_slices(control_plane, control_plane.node_name)
+    yield control_plane
+    _delete_our_slices(control_plane, control_plane.node_name)
+
+
+@pytest.fixture
+def start_daemon(cp, short_tmp):
+    """``start(fake_devices, extra_args)`` runs a fake-profile daemon against ``cp``; all stop after the test."""
+    from tests.integration.daemon import DaemonProcess
+
+    started: list = []
+
+    def start(fake_devices: int = 4, extra_args: tuple[str, ...] = ()):
+        d = DaemonProcess(short_tmp / "node", node=cp.node_name, kubeconfig=cp.kubeconfig,
+                          fake_devices=fake_devices, extra_args=extra_args).start()
+        started.append(d)
+        return d
+
+    yield start
+    for d in started:
+        d.stop()
+
+
+def _delete_our_slices(cp, node: str) -> None:
+    from tests.cluster.test_publish import delete_our_slices  # the helper lives beside its tests
+
+    delete_our_slices(cp, node)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.integration.daemon import DRIVER, DaemonProcess, Kubelet
+from tests.integration.daemon import DRIVER, Kubelet
 
 pytestmark = pytest.mark.cluster
 
@@ -49,28 +49,6 @@ def our_slices(cp, node: str) -> list[dict[str, Any]]:
 def delete_our_slices(cp, node: str) -> None:
     selector = urllib.parse.quote(f"spec.driver={DRIVER},spec.nodeName={node}")
     ok(cp, "DELETE", f"{RES}/resourceslices?fieldSelector={selector}")
-
-
-@pytest.fixture
-def cp(control_plane):
-    delete_our_slices(control_plane, control_plane.node_name)
-    yield control_plane
-    delete_our_slices(control_plane, control_plane.node_name)
-
-
-@pytest.fixture
-def start_daemon(cp, short_tmp):
-    started: list[DaemonProcess] = []
-
-    def start(fake_devices: int = 4, extra_args: tuple[str, ...] = ()) -> DaemonProcess:
-        d = DaemonProcess(short_tmp / "node", node=cp.node_name, kubeconfig=cp.kubeconfig,
-                          fake_devices=fake_devices, extra_args=extra_args).start()
-        started.append(d)
-        return d
-
-    yield start
-    for d in started:
-        d.stop()
 
 
 def test_published_slices_are_accepted_with_owner_attributes_and_capacities(cp, start_daemon):

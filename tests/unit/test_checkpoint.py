@@ -8,6 +8,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import attrs
 import orjson
 import pytest
 
@@ -170,19 +171,114 @@ def test_unknown_version(tmp_path, version, shown):
         path, f"version {shown} is not 1 (written by another ascend-dra release)")
 
 
-def test_records_of_the_wrong_shape(tmp_path):
-    path = tmp_path / ckpt.CHECKPOINT_FILE
-    ckpt.save(path, sample())
+def _rewrite(path: Path, edit) -> None:
+    """Apply ``edit`` to the stored ``data`` and store it again with a valid checksum (another release's write)."""
     doc = orjson.loads(path.read_bytes())
-    doc["data"]["claims"][UID]["state"] = "PrepareHalfDone"
+    edit(doc["data"])
     doc["checksum"] = checksum(doc["data"])
     path.write_bytes(orjson.dumps(doc))
+
+
+def test_a_state_of_a_newer_release_is_kept_not_fatal(tmp_path):
+    path = tmp_path / ckpt.CHECKPOINT_FILE
+    ckpt.save(path, sample())
+    _rewrite(path, lambda d: d["claims"][UID].update(state="UnprepareStarted"))
+    data = ckpt.load(path)
+    assert data.claims[UID].state == "UnprepareStarted"
+    assert data.claims[UID].state not in ckpt.KNOWN_STATES
+    assert not data.unreadable
+
+
+def test_nulls_stand_for_defaults(tmp_path):
+    path = tmp_path / ckpt.CHECKPOINT_FILE
+    ckpt.save(path, sample())
+
+    def nulls(d):
+        d["claims"][UID]["side_effects"] = None
+        for device in d["claims"][UID]["devices"]:
+            device["consumed_capacity"] = None
+            device["share_id"] = None
+    _rewrite(path, nulls)
+    record = ckpt.load(path).claims[UID]
+    assert record.side_effects == {}
+    assert [d.consumed_capacity for d in record.devices] == [{}, {}]
+    assert [d.share_id for d in record.devices] == [None, None]
+
+
+def test_an_older_record_without_optional_fields_decodes_with_defaults(tmp_path):
+    path = tmp_path / ckpt.CHECKPOINT_FILE
+    ckpt.save(path, sample())
+
+    def older(d):
+        record = d["claims"][UID]
+        for key in ("side_effects", "device_nodes", "cdi_specs"):
+            record.pop(key, None)
+        for device in record["devices"]:
+            for key in ("cdi_device_ids", "admin_access", "consumed_capacity"):
+                device.pop(key, None)
+    _rewrite(path, older)
+    record = ckpt.load(path).claims[UID]
+    assert record.cdi_specs == () and record.device_nodes == ()
+    assert [d.cdi_device_ids for d in record.devices] == [(), ()]  # state.py refuses to replay this
+
+
+def test_a_record_that_does_not_decode_is_kept_byte_for_byte_and_the_others_load(tmp_path):
+    path = tmp_path / ckpt.CHECKPOINT_FILE
+    ckpt.save(path, sample(claims=2))
+    other = next(uid for uid in ckpt.load(path).claims if uid != UID)
+    odd = {"uid": UID, "state": "PrepareCompleted", "devices": [{"device": "npu-0-0", "request": 7}],
+           "cdi_specs": ["a.yaml", 3], "future": {"x": 1}}
+    _rewrite(path, lambda d: d["claims"].update({UID: odd}))
+    data = ckpt.load(path)
+    assert list(data.claims) == [other]
+    bad = data.unreadable[UID]
+    assert bad.raw == odd
+    assert bad.device_names == ("npu-0-0",) and bad.cdi_specs == ("a.yaml",)
+    assert f"data.claims['{UID}']" in bad.reason
+    # Written back unchanged beside the readable records.
+    table = ckpt.RecordTable.from_data(data)
+    again = ckpt.decode(table.encode("boot-1"), path)
+    assert again.unreadable[UID].raw == odd and list(again.claims) == [other]
+
+
+def test_fields_of_a_newer_release_survive_a_rewrite(tmp_path):
+    path = tmp_path / ckpt.CHECKPOINT_FILE
+    ckpt.save(path, sample())
+    _rewrite(path, lambda d: d["claims"][UID].update(journal_seq=42, vnpu={"id": 103}))
+    table = ckpt.RecordTable.from_data(ckpt.load(path))
+    table[UID] = attrs.evolve(table[UID], state=ckpt.PREPARE_STARTED)
+    stored = orjson.loads(table.encode("boot-1"))["data"]["claims"][UID]
+    assert (stored["journal_seq"], stored["vnpu"], stored["state"]) == (42, {"id": 103}, "PrepareStarted")
+    del table[UID]
+    table[UID] = sample().claims[UID]  # a new Prepare of the same uid starts clean
+    assert "journal_seq" not in orjson.loads(table.encode("boot-1"))["data"]["claims"][UID]
+
+
+@pytest.mark.parametrize("blob, nothing", [
+    (b"", True),
+    (b"  \n", True),
+    (b'{"kind":"AscendDRACheckpoint","version":1,"checksum":"sha256:00","data":{"boot_id":"b","claims":{}}}', True),
+    (b'{"kind":"AscendDRACheckpoint","version":1,"checksum":"sha256:00","data":null}', True),
+    (b'{"kind":"AscendDRACheckpoint","version":1,"checksum":"sha256:00","data":{"claims":{"u":{}}}}', False),
+    (b'{"kind":"AscendDRACheckpoint","version":1,"checksum":"sha256:00","data":{"claims"', False),
+    (b"null", True),
+])
+def test_a_damaged_file_says_whether_it_records_any_claim(tmp_path, blob, nothing):
+    path = tmp_path / ckpt.CHECKPOINT_FILE
+    path.write_bytes(blob)
     with pytest.raises(CheckpointCorrupt) as raised:
         ckpt.load(path)
-    assert str(raised.value) == corrupt_message(
-        path, "records of an unexpected shape: unknown error (PrepareHalfDone not in literal "
-              "typing.Literal['PrepareStarted', 'PrepareCompleted']) @ "
-              f"data.claims['{UID}'].state")
+    assert raised.value.records_nothing is nothing
+
+
+def test_data_that_is_not_an_object_of_records_is_corrupt(tmp_path):
+    path = tmp_path / ckpt.CHECKPOINT_FILE
+    ckpt.save(path, sample())
+    _rewrite(path, lambda d: d.update(claims=["not", "a", "map"]))
+    with pytest.raises(CheckpointCorrupt) as raised:
+        ckpt.load(path)
+    assert raised.value.reason == "data is not an object with a boot_id string and a claims object"
+    assert raised.value.records_nothing is False
 
 
 def test_save_replaces_the_file_and_leaves_no_temp_file(tmp_path):

@@ -7,8 +7,13 @@ media work. The driver is mounted read-only: ``/usr/local/Ascend/driver/lib64`` 
 libascend_hal) and ``/usr/local/Ascend/driver/version.info``; the tools ``/usr/local/dcmi`` and
 ``/usr/local/bin/npu-smi`` come from the runtime's ``base.list``.
 
-A CDI edit that names a missing host path makes the container fail to start, so discovery
-probes which of them exist (:func:`probe`) and the profiles inject only those. Paths in CDI
+A CDI edit that names a missing host path makes the container fail to start. The shared device
+nodes every supported family needs (:data:`MANDATORY_DEVICE_NODES`; only 310B / Atlas 200 lack
+``devmm_svm`` and ``hisi_hdc``, and we do not serve those) are always named for real chips, so a
+node where the driver has not created them yet fails the Prepare with a message naming them (the
+daemon checks every device node of a spec at Prepare time) instead of handing out a spec without
+them. Optional nodes and the driver mounts are probed (:func:`probe`) and injected only when
+present. Paths in CDI
 edits are always host paths (``/dev/...``); the probe reads them under ``dev_root`` /
 ``host_root`` so tests (and a daemon with the host mounted elsewhere) can point at another tree.
 """

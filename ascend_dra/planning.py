@@ -1,0 +1,196 @@
+"""Planning a Prepare: which devices, which opaque configs, which container edits and CDI specs.
+
+Pure apart from reading the node: a plan is computed on the event loop with no await, so the
+guard's view of the held devices and the claim's reservation are one atomic step (state.py).
+The only I/O is a stat of each device node the specs name (a spec must not promise a device node
+that does not exist; docs/durable-state.md).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from ascend_dra import guard
+from ascend_dra.cdi import naming
+from ascend_dra.cdi.spec import CdiDevice, ContainerEdits, Spec
+from ascend_dra.checkpoint import DeviceRecord
+from ascend_dra.model import AllocatedDevice, ClaimAllocation, Device, Inventory, OpaqueConfig
+from ascend_dra.profiles.base import ApplyContext, ConfigError, Profile, ProfileContext, decode_config
+
+__all__ = ("Plan", "PlanError", "Planner", "resolve_configs")
+
+
+class PlanError(Exception):
+    """The claim cannot be prepared as allocated; the message goes to the kubelet as is."""
+
+
+@attrs.frozen
+class Plan:
+    """What Prepare will do for one claim, computed without side effects."""
+
+    claim: ClaimAllocation
+    devices: tuple[DeviceRecord, ...]
+    specs: Mapping[str, Spec]  # file name -> spec
+    groups: Mapping[str, tuple[AllocatedDevice, ...]]  # profile name -> its devices (for side effects)
+    device_nodes: tuple[str, ...]  # host paths the specs name, all present when planned
+
+
+def resolve_configs(
+    claim: ClaimAllocation,
+    result: AllocatedDevice,
+    kinds: Mapping[str, type],
+    other_kinds: frozenset[str] = frozenset(),
+) -> OpaqueConfig | None:
+    """Return the opaque config that applies to ``result``, or None for the profile's default.
+
+    Precedence (as in the reference driver, kubelet-dra-protocol.md §7.3): configs from the
+    DeviceClass (``FromClass``) lose to configs from the claim (``FromClaim``); within one
+    source a later entry wins. A config applies when its ``requests`` is empty or names the
+    result's request, or its base request for ``req/sub`` results. Configs whose ``kind`` is in
+    ``other_kinds`` (another loaded profile's) are not considered for this device.
+    """
+    chosen = None
+    ordered = sorted(claim.configs, key=lambda c: (c.source == "FromClaim", c.index))
+    for config in ordered:
+        if config.requests and result.request not in config.requests and result.base_request not in config.requests:
+            continue
+        kind = config.parameters.get("kind") if isinstance(config.parameters, Mapping) else None
+        if kind not in kinds and kind in other_kinds:
+            continue
+        chosen = config
+    return chosen
+
+
+class Planner:
+    """Plans claims against the node's current inventories.
+
+    :param profiles: profile name -> loaded profile.
+    :param profile_ctx: the node context the profiles get (``dev_root`` is where device nodes are checked).
+    """
+
+    def __init__(self, *, driver_name: str, node_name: str, profiles: Mapping[str, Profile],
+                 profile_ctx: ProfileContext) -> None:
+        self.driver_name = driver_name
+        self.node_name = node_name
+        self.profiles = dict(profiles)
+        self.profile_ctx = profile_ctx
+        self.inventories: dict[str, Inventory] = {}
+        self._device_profile: dict[str, str] = {}
+        self._devices: dict[str, Device] = {}
+        # Every loaded profile's config kinds: another profile's kind is skipped for a device,
+        # while a kind nobody knows is an error naming the allowed kinds.
+        self._all_kinds = frozenset(k for p in self.profiles.values() for k in p.config_types)
+
+    def set_inventories(self, inventories: Mapping[str, Inventory]) -> None:
+        """Replace the known devices (after a rediscovery)."""
+        self.inventories = dict(inventories)
+        self._device_profile = {d.name: p for p, inv in inventories.items() for d in inv.devices}
+        self._devices = {d.name: d for inv in inventories.values() for d in inv.devices}
+
+    def cdi_kind(self, profile_name: str) -> str:
+        """``k8s.<driver>/<class>`` of a profile (DESIGN §5)."""
+        return naming.kind(self.driver_name, self.profiles[profile_name].cdi_class)
+
+    def plan(self, claim: ClaimAllocation, taken: guard.HoldIndex, exclude: str | None = None) -> Plan:
+        """Compute devices, configs and CDI specs for ``claim``; pure apart from reading state and
+        checking that the device nodes the specs name exist.
+
+        :raises PlanError: unknown device, bad edits, a device node that does not exist.
+        :raises guard.GuardError: double allocation, capacity overflow.
+        :raises ConfigError: an opaque config that does not decode or validate.
+        """
+        ref = f"ResourceClaim {claim.namespace}/{claim.name}"
+        if not claim.results:
+            raise PlanError(f"{ref} has no allocation results for driver {self.driver_name}")
+        groups: dict[str, list[AllocatedDevice]] = defaultdict(list)
+        seen: dict[str, list[AllocatedDevice]] = defaultdict(list)
+        for result in claim.results:
+            device = self._devices.get(result.device)
+            if result.pool != self.node_name or device is None:
+                raise PlanError(f"{ref}: device {result.pool}/{result.device} was never published by "
+                                   f"{self.driver_name} on node {self.node_name}")
+            guard.check_free(ref, result, device, taken, seen[result.device], exclude)
+            seen[result.device].append(result)
+            groups[self._device_profile[result.device]].append(result)
+
+        decoded: dict[int, Any] = {}
+        specs: dict[str, Spec] = {}
+        records: list[DeviceRecord] = []
+        for profile_name, results in groups.items():
+            profile = self.profiles[profile_name]
+            kind = self.cdi_kind(profile_name)
+            by_config: dict[int, list[AllocatedDevice]] = defaultdict(list)
+            for result in results:
+                config = resolve_configs(claim, result, profile.config_types, self._all_kinds)
+                key = -1 if config is None else config.index
+                if config is not None and key not in decoded:
+                    decoded[key] = self._decode(config, profile, profile_name)
+                by_config[key].append(result)
+            ctx = ApplyContext(self.profile_ctx, self.inventories[profile_name], claim.uid, claim.namespace, claim.name)
+            edits: dict[tuple[str, str | None], ContainerEdits] = {}
+            for key, members in by_config.items():
+                config = profile.default_config() if key == -1 else decoded[key]
+                try:
+                    applied = profile.apply_config(config, members, ctx)
+                except Exception as exc:
+                    raise PlanError(f"{ref}: profile {profile_name} failed to apply its config: "
+                                       f"{type(exc).__name__}: {exc}") from exc
+                for member in members:
+                    if member.device not in applied:
+                        raise PlanError(f"{ref}: profile {profile_name} returned no container edits for "
+                                           f"device {member.device}")
+                    edits[(member.device, member.share_id)] = applied[member.device]
+            cdi_devices = []
+            for result in results:
+                name = naming.claim_device_name(claim.uid, result.device, result.share_id)
+                cdi_devices.append(CdiDevice(name, edits[(result.device, result.share_id)]))
+                records.append(DeviceRecord(
+                    request=result.request, pool=result.pool, device=result.device,
+                    cdi_device_ids=(naming.qualified_name(kind, naming.COMMON_DEVICE),
+                                    naming.qualified_name(kind, name)),
+                    share_id=result.share_id, consumed_capacity=dict(result.consumed_capacity),
+                    admin_access=result.admin_access,
+                ))
+            spec = Spec(kind, tuple(cdi_devices))
+            try:
+                spec.validate()
+            except ValueError as exc:
+                raise PlanError(f"{ref}: profile {profile_name} produced {exc}") from None
+            specs[naming.claim_spec_file(kind, claim.uid)] = spec
+        nodes = tuple(dict.fromkeys(n.host_path or n.path for spec in specs.values() for d in spec.devices
+                                    for n in d.container_edits.device_nodes))
+        absent = self.absent_nodes(nodes)
+        if absent:
+            raise PlanError(f"{ref}: device nodes {', '.join(absent)} do not exist on node {self.node_name} "
+                               f"(looked for under {self.profile_ctx.dev_root}); the NPU driver may not be loaded "
+                               "yet, or the device was removed. Nothing was prepared; the kubelet retries")
+        # Admin access (KEP-5018) gets the device's edits but never its side effects (no vNPU).
+        effects = {p: tuple(r for r in rs if not r.admin_access) for p, rs in groups.items()}
+        return Plan(claim, tuple(records), specs, {p: rs for p, rs in effects.items() if rs}, nodes)
+
+    def _decode(self, config: OpaqueConfig, profile: Profile, profile_name: str) -> Any:
+        where = f"status.allocation.devices.config[{config.index}].opaque"
+        kind = config.parameters.get("kind") if isinstance(config.parameters, Mapping) else None
+        if kind not in profile.config_types and kind in self._all_kinds:
+            raise ConfigError.at(f"{where}.parameters.kind",
+                                 f"{kind!r} is not a config kind of profile {profile_name}")
+        try:
+            return decode_config(config.parameters, profile.config_types, self.driver_name, profile)
+        except ConfigError as exc:
+            raise ConfigError([(f"{where}.{path}", message) for path, message in exc.problems]) from None
+
+    def absent_nodes(self, host_paths: Iterable[str]) -> list[str]:
+        """The device-node host paths that do not exist; ``/dev/...`` is looked up under ``--dev-root``."""
+        dev_root = self.profile_ctx.dev_root
+        absent = []
+        for path in host_paths:
+            seen = dev_root / path.removeprefix("/dev/") if path.startswith("/dev/") else Path(path)
+            if not os.path.exists(seen):
+                absent.append(path)
+        return absent
