@@ -113,7 +113,7 @@ class Hook:
     """One webhook process for a test module (restartable on the same port, in either mode), its
     certificates, and the namespaces it serves (labelled with this run's id)."""
 
-    def __init__(self, cp: Any, workdir: Path, mode: str = "claim") -> None:
+    def __init__(self, cp: Any, workdir: Path, mode: str = "claim", profiles: str = "fake,gpu,npu-310P") -> None:
         self.cp = cp
         self.workdir = workdir
         self.ca = make_ca(workdir / "pki")
@@ -122,6 +122,7 @@ class Hook:
         self.proc: WebhookProcess | None = None
         self.port = 0
         self.first_mode = mode
+        self.profiles = profiles
 
     def use(self, mode: str) -> WebhookProcess:
         """The running webhook in ``mode``, restarted on the same port if it runs in the other mode or not at all."""
@@ -129,7 +130,7 @@ class Hook:
             return self.proc
         self.stop()
         self.proc = WebhookProcess(self.workdir, self.cp.kubeconfig, self.cert, self.key, self.ca[0], mode=mode,
-                                   port=self.port or None).start()
+                                   profiles=self.profiles, port=self.port or None).start()
         self.port = self.proc.port
         return self.proc
 
@@ -156,12 +157,13 @@ class Hook:
 
 
 @contextlib.contextmanager
-def installed_hook(cp: Any, workdir: Path, mode: str = "claim") -> Iterator[Hook]:
+def installed_hook(cp: Any, workdir: Path, mode: str = "claim", profiles: str = "fake,gpu,npu-310P"
+                   ) -> Iterator[Hook]:
     """A running webhook with both configurations on ``cp`` (and RuntimeClass ``ascend``), removed afterwards.
 
     Returns once the API server uses the configurations (a bad claim's dry run is denied).
     """
-    hook = Hook(cp, workdir, mode)
+    hook = Hook(cp, workdir, mode, profiles)
     hook.use(mode)
     created = []
     try:
