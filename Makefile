@@ -63,6 +63,7 @@ cluster-down:
 	$(PY) tests/cluster/controlplane.py down --dir $(CLUSTER_DIR)
 
 bench: venv cluster-bins
+	$(PY) bench/bench_matrix.py
 	$(PY) bench/bench_prepare.py
 	$(PY) bench/bench_discovery.py
 	$(PY) bench/bench_startup.py

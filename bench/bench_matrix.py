@@ -1,0 +1,279 @@
+"""Every Prepare/Unprepare figure of issue 15 in one table, each beside its floor measured in the same run.
+
+Run: ``.venv/bin/python bench/bench_matrix.py [--quick] [--modes standalone,cluster]`` (``make bench``).
+
+For each mode (``standalone``: claim files; ``cluster``: claims in the real test API server, the daemon
+GETs each one) and each number of claims already prepared (0, 128, 1,024), ``--batch`` claims are
+prepared and then unprepared from 1, 16 and 64 client threads (grpcio, one channel, one claim per
+call). Floors, measured against the same daemon, directory and API server:
+
+* ``RPC``: an empty ``NodePrepareResources`` at the same concurrency;
+* ``write``: one durable append of a 512-byte line (write + fdatasync) in the plugin data dir, the
+  durable work one Prepare or Unprepare does (docs/durable-state.md);
+* ``GET`` (cluster): a keep-alive GET of a ResourceClaim over one TLS connection.
+
+Prepare's floor is RPC + write (+ GET in cluster mode), Unprepare's RPC + write. Also: cold start to
+GetInfo answered and to the first slice (cluster, from bench_startup.py), the event loop's longest
+stall while serving (``ascend_dra_event_loop_stall_max_seconds``) beside the same monitor in a bare
+process, and the daemon's RSS idle and after every phase beside a process that only imports the
+dependencies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_prepare import Stats, run_calls  # noqa: E402
+from bench_startup import import_floor, rss_mib  # noqa: E402
+
+from tests.claimfiles import claim_object, write_claim  # noqa: E402
+from tests.integration.daemon import DaemonProcess, Kubelet  # noqa: E402
+from tests.kubelet_pb.dra.v1 import api_pb2 as v1_pb2  # noqa: E402
+
+RES = "/apis/resource.k8s.io/v1"
+NODE = "bench-node"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def append_floor(directory: Path, rounds: int) -> Stats:
+    """One durable 512-byte append (write + fdatasync), what one journal write costs."""
+    path = directory / "bench-append.journal"
+    line = os.urandom(255).hex().encode() + b"\n"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    latencies = []
+    started = time.perf_counter()
+    try:
+        for _ in range(rounds):
+            t = time.perf_counter()
+            os.write(fd, line)
+            os.fdatasync(fd)
+            latencies.append(time.perf_counter() - t)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return Stats(latencies, time.perf_counter() - started)
+
+
+def get_floor(cp, name: str, rounds: int) -> Stats:
+    """Keep-alive GETs of one ResourceClaim over one TLS connection (http.client)."""
+    url = urllib.parse.urlsplit(cp.server)
+    conn = http.client.HTTPSConnection(url.hostname, url.port, context=cp._ssl())
+    headers = {"Authorization": f"Bearer {cp.token}", "Accept": "application/json"}
+    latencies = []
+    started = time.perf_counter()
+    for _ in range(rounds):
+        t = time.perf_counter()
+        conn.request("GET", f"{RES}/namespaces/default/resourceclaims/{name}", headers=headers)
+        response = conn.getresponse()
+        response.read()
+        if response.status != 200:
+            raise RuntimeError(f"GET claim: {response.status}")
+        latencies.append(time.perf_counter() - t)
+    conn.close()
+    return Stats(latencies, time.perf_counter() - started)
+
+
+def stall_floor(seconds: float = 3.0) -> float:
+    """The longest oversleep of a 5 ms sleep loop in a bare asyncio process (the OS's share)."""
+    code = ("import asyncio,time\nasync def m():\n longest=0\n end=time.perf_counter()+" + str(seconds) + "\n"
+            " while time.perf_counter()<end:\n  t=time.perf_counter(); await asyncio.sleep(0.005)\n"
+            "  longest=max(longest,time.perf_counter()-t-0.005)\n print(longest)\nasyncio.run(m())\n")
+    return float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+
+
+def scrape_stall(port: int) -> float:
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    found = re.search(r'ascend_dra_event_loop_stall_max_seconds\{phase="serving"\} ([0-9.e+-]+)', body)
+    return float(found.group(1)) if found else float("nan")
+
+
+class Node:
+    """A daemon (standalone or cluster mode) and a source of allocated claims for it."""
+
+    def __init__(self, mode: str, root: Path, devices: int, cp=None) -> None:
+        self.mode, self.cp, self.devices = mode, cp, devices
+        self.metrics_port = free_port()
+        args = ["--metrics-port", str(self.metrics_port), "--metrics-address", "127.0.0.1"]
+        node = cp.node_name if cp is not None else NODE
+        self.node = node
+        self.daemon = DaemonProcess(root / "node", node=node, fake_devices=devices, extra_args=args,
+                                    kubeconfig=cp.kubeconfig if cp is not None else None)
+    def claims(self, n: int, first_device: int) -> list[dict]:
+        """``n`` new allocated claims on devices ``first_device``.. (new uids each time)."""
+        made = []
+        for i in range(n):
+            device = f"npu-{first_device + i}-0"
+            obj = claim_object(f"b-{uuid.uuid4().hex[:10]}", node=self.node, results=[("npu", device)])
+            if self.cp is None:
+                write_claim(self.daemon.root, obj)
+            else:
+                obj = self._api_claim(obj)
+            made.append(obj)
+        return made
+
+    def _api_claim(self, obj: dict) -> dict:
+        status = obj.pop("status")
+        obj["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = "fake.ascend.project-hami.io"
+        code, stored = self.cp.api("POST", f"{RES}/namespaces/default/resourceclaims", obj)
+        if code != 201:
+            raise RuntimeError(f"create claim: {code} {stored}")
+        path = f"{RES}/namespaces/default/resourceclaims/{obj['metadata']['name']}/status"
+        # Reserved for a consumer that is not a pod: the claim controller removes pods that do not exist.
+        status["reservedFor"] = [{"apiGroup": "bench.ascend-dra.io", "resource": "consumers",
+                                  "name": obj["metadata"]["name"], "uid": str(uuid.uuid4())}]
+        # Allocation first, then the consumer, as the scheduler writes them.
+        for step in ({"allocation": status["allocation"]}, status):
+            stored["status"] = step
+            code, stored = self.cp.api("PUT", path, stored)
+            if code != 200:
+                raise RuntimeError(f"claim status: {code} {stored}")
+        return stored
+
+
+def bench_mode(mode: str, args, cp=None) -> tuple[list[tuple], dict]:
+    root = Path(tempfile.mkdtemp(prefix="adm-", dir="/tmp"))
+    held_counts = [0, 128] if args.quick else [0, 128, 1024]
+    most = max(held_counts)
+    node = Node(mode, root, devices=most + args.batch + 1, cp=cp)  # held claims, then one batch's devices
+    rows: list[tuple] = []
+    extra: dict = {}
+    try:
+        node.daemon.start()
+        if cp is not None:  # wait for the first publish: the inventory is what Prepare checks
+            time.sleep(1)
+        extra["rss idle"] = rss_mib(node.daemon.proc.pid)
+        k = Kubelet(node.daemon)
+        empty = v1_pb2.NodePrepareResourcesRequest(claims=[])
+
+        def empty_call(_: object) -> None:
+            k.v1.NodePrepareResources(empty, timeout=45)
+
+        def prepare(claim: dict) -> None:
+            answer = k.prepare(claim).claims[claim["metadata"]["uid"]]
+            if answer.error:
+                raise RuntimeError(answer.error)
+
+        def unprepare(claim: dict) -> None:
+            answer = k.unprepare(claim).claims[claim["metadata"]["uid"]]
+            if answer.error:
+                raise RuntimeError(answer.error)
+
+        run_calls(range(50), empty_call, 1)
+        write = append_floor(node.daemon.checkpoint.parent, args.floor_rounds)
+        get = None
+        if cp is not None:
+            probe = node.claims(1, most + args.batch)[0]
+            get = get_floor(cp, probe["metadata"]["name"], args.floor_rounds)
+        rpc = {c: run_calls(range(args.floor_rounds if c == 1 else args.floor_rounds * 2), empty_call, c)
+               for c in (1, 16, 64)}
+        held: list[dict] = []
+        for count in held_counts:
+            extra_claims = node.claims(count - len(held), len(held))
+            run_calls(extra_claims, prepare, 16)
+            held += extra_claims
+            for c in (1, 16, 64):
+                batch = node.claims(args.batch, most)
+                p, u = run_calls(batch, prepare, c), run_calls(batch, unprepare, c)
+                floor_p = rpc[c].p50_ms + write.p50_ms + (get.p50_ms if get else 0)
+                floor_u = rpc[c].p50_ms + write.p50_ms
+                rows.append((mode, count, c, "prepare", p, floor_p))
+                rows.append((mode, count, c, "unprepare", u, floor_u))
+        extra["floors"] = {"RPC p50 ms (1/16/64)": "/".join(f"{rpc[c].p50_ms:.2f}" for c in (1, 16, 64)),
+                           "write p50 ms": f"{write.p50_ms:.2f}",
+                           **({"GET p50 ms": f"{get.p50_ms:.2f}"} if get else {})}
+        extra["stall"] = scrape_stall(node.metrics_port)
+        extra["rss after"] = rss_mib(node.daemon.proc.pid)
+        k.close()
+    finally:
+        node.daemon.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    return rows, extra
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--modes", default="standalone,cluster")
+    parser.add_argument("--batch", type=int, default=256, help="claims prepared and unprepared per figure")
+    parser.add_argument("--floor-rounds", type=int, default=500)
+    parser.add_argument("--quick", action="store_true", help="0 and 128 held, batches of 64")
+    parser.add_argument("--startup-runs", type=int, default=3)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.batch, args.floor_rounds, args.startup_runs = 64, 200, 1
+    modes = args.modes.split(",")
+    cp = None
+    if "cluster" in modes:
+        from tests.cluster.controlplane import ControlPlane, default_bin_dir
+
+        cp = ControlPlane(Path(tempfile.mkdtemp(prefix="adm-cp-")), default_bin_dir())
+        cp.start()
+        for doc in __import__("yaml").safe_load_all((ROOT / "examples/deviceclasses/fake.yaml").read_text()):
+            cp.api("POST", f"{RES}/deviceclasses", doc)
+    rows, extras = [], {}
+    try:
+        for mode in modes:
+            mode_rows, extras[mode] = bench_mode(mode, args, cp if mode == "cluster" else None)
+            rows += mode_rows
+        startup = None
+        if cp is not None:
+            from bench_startup import one_start
+
+            runs = [one_start(cp) for _ in range(args.startup_runs)]
+            startup = [statistics.median(r[i] for r in runs) for i in range(len(runs[0]))]
+    finally:
+        if cp is not None:
+            cp.stop()
+    floor_import_s, floor_rss = import_floor()
+    loop_floor = stall_floor()
+
+    print(f"\nascend-dra benchmark matrix: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, batches of "
+          f"{args.batch} single-device claims, fake profile")
+    header = f"{'mode':<11}{'held':>6}{'in flight':>10}  {'op':<10}{'p50 ms':>8}{'p99 ms':>8}{'claims/s':>9}" \
+             f"{'floor ms':>9}{'p50/floor':>10}{'p99/floor':>10}"
+    print(header)
+    print("-" * len(header))
+    for mode, held, c, op, stats, floor in rows:
+        print(f"{mode:<11}{held:>6}{c:>10}  {op:<10}{stats.p50_ms:>8.2f}{stats.p99_ms:>8.2f}{stats.per_s:>9.0f}"
+              f"{floor:>9.2f}{stats.p50_ms / floor:>10.2f}{stats.p99_ms / floor:>10.2f}")
+    print("-" * len(header))
+    for mode, extra in extras.items():
+        print(f"{mode:<11} floors: " + ", ".join(f"{k} {v}" for k, v in extra["floors"].items()))
+        print(f"{mode:<11} longest event-loop delay while serving (a 5 ms timer's lateness: one long callback or "
+              f"many ready ones): {extra['stall'] * 1000:.1f} ms (floor, an idle bare asyncio loop: "
+              f"{loop_floor * 1000:.1f} ms)")
+        print(f"{mode:<11} RSS idle {extra['rss idle']:.1f} MiB, after all phases {extra['rss after']:.1f} MiB "
+              f"(floor, import only: {floor_rss:.1f} MiB; ratios {extra['rss idle'] / floor_rss:.2f}, "
+              f"{extra['rss after'] / floor_rss:.2f})")
+    if startup is not None:
+        socket_s, getinfo_s, slice_s = startup[0], startup[1], startup[2]
+        print(f"cluster     cold start: socket {socket_s * 1000:.0f} ms, GetInfo answered {getinfo_s * 1000:.0f} ms "
+              f"({(getinfo_s - socket_s) * 1000:.0f} ms after the socket accepted), first slice "
+              f"{slice_s * 1000:.0f} ms (floor, import only: {floor_import_s * 1000:.0f} ms)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
