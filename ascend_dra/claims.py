@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-import anyio
 import yaml
 
 from ascend_dra.model import AllocatedDevice, ClaimAllocation, OpaqueConfig
@@ -149,7 +148,7 @@ class StandaloneClaimSource:
         check_claim_ref(namespace, name, uid)
         path = self.path(namespace, name)
         try:
-            text = await anyio.Path(path).read_text()
+            text = path.read_text()  # a small local file: a worker thread would cost more than the read
         except FileNotFoundError:
             raise ClaimError(f"ResourceClaim {namespace}/{name}: claim file {path} does not exist") from None
         except OSError as exc:

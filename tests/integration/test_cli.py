@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from tests.claimfiles import claim_object, write_claim
 from tests.integration.daemon import DRIVER, DaemonProcess
@@ -95,8 +96,11 @@ def test_call_register_prepare_unprepare_print_what_came_back(daemon):
     assert prepare.returncode == 0, prepare.stderr
     reply, _, spec = prepare.stdout.partition("--- CDI spec ")
     assert json.loads(reply)["claims"][uid]["devices"][0]["deviceName"] == "npu-3-0"
-    assert spec.startswith(f"{daemon.cdi_dir}/k8s.{DRIVER}-npu_{uid}.yaml\ncdiVersion: 0.5.0\n")
-    assert "ASCEND_VISIBLE_DEVICES=3" in spec
+    path, _, body = spec.partition("\n")
+    assert path == f"{daemon.cdi_dir}/k8s.{DRIVER}-npu_{uid}.yaml"
+    printed = yaml.safe_load(body)  # the file as written: JSON, which is YAML
+    assert printed["cdiVersion"] == "0.5.0"
+    assert "ASCEND_VISIBLE_DEVICES=3" in printed["devices"][0]["containerEdits"]["env"]
 
     beta = cli("call", "--standalone", root, "--api", "v1beta1", "prepare", "default/cli-claim")
     assert beta.returncode == 0, beta.stderr
