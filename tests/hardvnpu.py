@@ -68,3 +68,18 @@ class SimHost:
     def ledger(self) -> list[str]:
         directory = self.state_dir / "hard-vNPU"
         return sorted(p.name for p in directory.glob("*.json")) if directory.is_dir() else []
+
+
+def daemon_args(host: SimHost) -> list[str]:
+    """``ascend-dra run`` flags that point the hard-vNPU profile at ``host``."""
+    return ["--npu-smi", SIM, "--dev-root", str(host.dev), *host.option_args()]
+
+
+def vnpus_of_records(claims: dict) -> set[tuple[int, int, int]]:
+    """``(npu ID, chip ID, vNPU ID)`` of every vNPU the checkpoint's claim records name."""
+    return {(v["npu_id"], v["chip_id"], v["vnpu_id"]) for r in claims.values()
+            for v in r.get("side_effects", {}).get("hard-vNPU", {}).get("vnpus", [])}
+
+
+def vnpu_keys(vnpus: list[dict]) -> set[tuple[int, int, int]]:
+    return {(v["npu_id"], v["chip_id"], v["vnpu_id"]) for v in vnpus}
