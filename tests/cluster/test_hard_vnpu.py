@@ -149,3 +149,33 @@ def test_a_whole_chip_waits_for_its_vnpus_and_vnpus_wait_for_the_whole_chip(cp, 
     release(cp, k, chip, chip_claim)
     assert prepare(k, allocated(cp, later, within=90)) == "vnpu-0-0-vir05-1c-8g-0"
     assert vnpu_keys(host.vnpus()) == {(4, 0, 105)}
+
+
+@pytest.mark.anyio
+async def test_eight_310p3_chips_publish_in_split_slices_the_api_server_stores_unchanged(control_plane, tmp_path,
+                                                                                         monkeypatch):
+    from ascend_dra.profiles.ascend import npusmi_sim
+    from ascend_dra.profiles.ascend.hard_vnpu import HardVnpuProfile
+    from ascend_dra.slices import build_slices
+
+    host = SimHost(tmp_path, chips=tuple((i, 0, i, i, "310P3") for i in range(8)))
+    monkeypatch.setenv(npusmi_sim.ENV_DIR, str(host.sim_dir))
+    inventory = await HardVnpuProfile().discover(host.ctx("fixture-hard-vnpu"))
+    created = []
+    try:
+        objs = build_slices(inventory, driver_name=DRIVER, node_name="fixture-hard-vnpu")
+        assert len(objs) == 4  # 168 devices in 3 slices of at most 64, 8 counter sets in one
+        for obj in objs:
+            stored = ok(control_plane, "POST", f"{RES}/resourceslices", obj)
+            created.append(stored["metadata"]["name"])
+            assert stored["spec"] == obj["spec"]
+    finally:
+        for name in created:
+            control_plane.api("DELETE", f"{RES}/resourceslices/{name}")
+
+
+def test_the_example_claim_templates_are_accepted(control_plane):
+    for doc in yaml.safe_load_all((EXAMPLES / "claims" / "hard-vnpu" / "templates.yaml").read_text()):
+        name = doc["metadata"]["name"]
+        ok(control_plane, "POST", f"{RES}/namespaces/default/resourceclaimtemplates", doc)
+        control_plane.api("DELETE", f"{RES}/namespaces/default/resourceclaimtemplates/{name}")

@@ -134,3 +134,15 @@ def test_after_a_reboot_a_replayed_prepare_creates_the_vnpus_again(hard_vnpu):
     assert host.vnpus() == []
     k.close()
     d.stop()
+
+
+def test_the_same_vnpu_twice_in_one_claim_is_refused_and_nothing_is_made(hard_vnpu):
+    d, host = hard_vnpu
+    d.start()
+    claim = write_claim(d.root, claim_object("twice", results=[("a", DEVICES[1]), ("b", DEVICES[1])]))
+    k = Kubelet(d)
+    error = k.prepare(claim).claims[claim["metadata"]["uid"]].error
+    assert error == (f"ResourceClaim default/twice: device {DEVICES[1]} is allocated twice in this claim and does "
+                     "not allow multiple allocations")
+    assert host.vnpus() == [] and host.ledger() == [] and records(d) == {}
+    k.close()

@@ -261,3 +261,15 @@ async def test_startup_repair_destroys_only_ledger_orphans(sim):
     await profile.reconcile_side_effects([kept_effects], sim.ctx())
     assert sorted(v["vnpu_id"] for v in sim.vnpus()) == [105, 108]
     assert sim.ledger() == ["vnpu-4-0-105.json"]
+
+
+async def test_second_chip_of_a_two_chip_card_is_cut_with_its_chip_id(tmp_path, monkeypatch):
+    # A 310P Duo card: one NPU ID, chips 0 and 1 (reference ascend.md §1, §5).
+    host = SimHost(tmp_path, chips=((1, 0, 0, 0, "310P3"), (1, 1, 1, 1, "310P3")))
+    monkeypatch.setenv(npusmi_sim.ENV_DIR, str(host.sim_dir))
+    profile, inventory = await discovered(host)
+    c = claim("uid-7", "vnpu-1-1-vir04-0")
+    effects = await profile.prepare_side_effects(c, c.results, apply_ctx(host, inventory, c))
+    assert [(v["npu_id"], v["chip_id"], v["template"]) for v in host.vnpus()] == [(1, 1, "vir04")]
+    assert effects["vnpus"][0]["vnpu_id"] == inventory.device("vnpu-1-1-vir04-0").attributes["vnpuID"]
+    assert 116 <= effects["vnpus"][0]["vnpu_id"] < 124  # physical ID 1: 1 x 16 + 100 + k, k < 8
