@@ -272,7 +272,7 @@ class HardVnpuProfile(AscendChipProfile):
             if published is None or allocated.admin_access or published.attributes.get("type") != TYPE_VNPU:
                 continue
             a = published.attributes
-            wanted.append((allocated.device, a["npuID"], a["chipID"], a["vnpuID"], a["vnpuTemplate"]))
+            wanted.append((allocated.device, a.get("npuID"), a.get("chipID"), a.get("vnpuID"), a.get("vnpuTemplate")))
         made = await self.ops(ctx.profile).create_all(ctx.claim_uid, wanted)
         return {"vnpus": [e.to_json() for e in made]}
 
