@@ -13,6 +13,7 @@ import orjson
 import pytest
 
 from ascend_dra.faults import POINTS
+from ascend_dra.profiles.ascend import npusmi_sim
 from ascend_dra.profiles.ascend.vnpu_ops import CRASH_POINTS
 from tests.claimfiles import claim_object, write_claim
 from tests.hardvnpu import SimHost, daemon_args, vnpu_keys, vnpus_of_records
@@ -145,4 +146,18 @@ def test_the_same_vnpu_twice_in_one_claim_is_refused_and_nothing_is_made(hard_vn
     assert error == (f"ResourceClaim default/twice: device {DEVICES[1]} is allocated twice in this claim and does "
                      "not allow multiple allocations")
     assert host.vnpus() == [] and host.ledger() == [] and records(d) == {}
+    k.close()
+
+
+def test_a_vnpu_whose_node_never_appears_fails_the_prepare_and_is_destroyed(hard_vnpu):
+    d, host = hard_vnpu
+    chips = [{"npu_id": n, "chip_id": 0, "logic_id": logic, "physical_id": p, "model": "910B4"}
+             for n, logic, p in ((4, 0, 0), (5, 1, 2))]
+    npusmi_sim.write_host(host.sim_dir, chips, boot_id_file=host.boot_id_file, dev_dir=None)  # makes no nodes
+    d.start()
+    claim = write_claim(d.root, claim_object("no-node", results=[("npu", DEVICES[1])]))
+    k = Kubelet(d)
+    error = k.prepare(claim).claims[claim["metadata"]["uid"]].error
+    assert f"device nodes {host.vdev}/vdavinci105 named by its CDI spec no longer exist" in error
+    assert host.vnpus() == [] and host.ledger() == [] and records(d) == {} and specs(d) == set()
     k.close()

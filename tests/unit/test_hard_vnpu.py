@@ -273,3 +273,15 @@ async def test_second_chip_of_a_two_chip_card_is_cut_with_its_chip_id(tmp_path, 
     assert [(v["npu_id"], v["chip_id"], v["template"]) for v in host.vnpus()] == [(1, 1, "vir04")]
     assert effects["vnpus"][0]["vnpu_id"] == inventory.device("vnpu-1-1-vir04-0").attributes["vnpuID"]
     assert 116 <= effects["vnpus"][0]["vnpu_id"] < 124  # physical ID 1: 1 x 16 + 100 + k, k < 8
+
+
+async def test_a_whole_chip_is_refused_while_foreign_vnpus_sit_on_it(sim):
+    profile, inventory = await discovered(sim)
+    c = claim("uid-8", "npu-0-0")
+    assert await profile.prepare_side_effects(c, c.results, apply_ctx(sim, inventory, c)) == {"vnpus": []}
+    sim_run(sim, "set", "-t", "create-vnpu", "-i", "4", "-c", "0", "-f", "vir05_1c_8g", "-v", "110")
+    with pytest.raises(VnpuError, match=r"^device npu-0-0: NPU 4 chip 0 holds vNPUs 110 \(vir05_1c_8g\) that "
+                                        "ascend-dra did not make for this claim; a whole chip is given out only "
+                                        "without vNPUs$"):
+        await profile.prepare_side_effects(c, c.results, apply_ctx(sim, inventory, c))
+    assert [v["vnpu_id"] for v in sim.vnpus()] == [110]

@@ -263,17 +263,27 @@ class HardVnpuProfile(AscendChipProfile):
                                    ctx: ApplyContext) -> dict[str, Any]:
         """Create a vNPU for every vNPU device of the claim (see :meth:`.vnpu_ops.VnpuOps.create_all`).
 
+        A whole chip creates nothing, but is refused while npu-smi lists vNPUs on it: the counters
+        keep our vNPUs and whole chips apart, so those were made outside ascend-dra (the seed
+        design's whole-chip boundary).
+
         :return: ``{"vnpus": [ledger entry JSON, ...]}`` (stored in the checkpoint).
-        :raises VnpuError: a vNPU could not be made; those made by this call are destroyed first.
+        :raises VnpuError: a vNPU could not be made (those made by this call are destroyed first),
+            or a whole chip holds vNPUs.
         """
+        ops = self.ops(ctx.profile)
         wanted = []
         for allocated in devices:
             published = ctx.inventory.device(allocated.device)
-            if published is None or allocated.admin_access or published.attributes.get("type") != TYPE_VNPU:
+            if published is None or allocated.admin_access:
                 continue
             a = published.attributes
-            wanted.append((allocated.device, a.get("npuID"), a.get("chipID"), a.get("vnpuID"), a.get("vnpuTemplate")))
-        made = await self.ops(ctx.profile).create_all(ctx.claim_uid, wanted)
+            if a.get("type") == TYPE_VNPU:
+                wanted.append((allocated.device, a.get("npuID"), a.get("chipID"), a.get("vnpuID"),
+                               a.get("vnpuTemplate")))
+            elif isinstance(a.get("npuID"), int) and isinstance(a.get("chipID"), int):
+                await ops.check_no_vnpus(allocated.device, int(a["npuID"]), int(a["chipID"]))
+        made = await ops.create_all(ctx.claim_uid, wanted)
         return {"vnpus": [e.to_json() for e in made]}
 
     async def unprepare_side_effects(self, side_effects: Any, ctx: ApplyContext) -> None:

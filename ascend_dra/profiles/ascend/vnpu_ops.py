@@ -71,6 +71,14 @@ class VnpuOps:
         except NpuSmiError as exc:
             raise VnpuError(f"reading the vNPUs of NPU {npu_id} chip {chip_id}: {exc}") from exc
 
+    async def check_no_vnpus(self, device: str, npu_id: int, chip_id: int) -> None:
+        """:raises VnpuError: the chip holds vNPUs, so it cannot be given out whole."""
+        info = await self.info(npu_id, chip_id)
+        if info.vnpus:
+            listed = ", ".join(f"{v.vnpu_id} ({v.template_name})" for v in info.vnpus)
+            raise VnpuError(f"device {device}: NPU {npu_id} chip {chip_id} holds vNPUs {listed} that ascend-dra did "
+                            "not make for this claim; a whole chip is given out only without vNPUs")
+
     async def create_all(self, claim_uid: str, wanted: Iterable[tuple[str, Any, Any, Any, Any]]) -> list[LedgerEntry]:
         """Create one vNPU per ``(device, npu ID, chip ID, vNPU ID, template)``; all or none.
 
