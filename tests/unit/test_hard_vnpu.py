@@ -285,3 +285,16 @@ async def test_a_whole_chip_is_refused_while_foreign_vnpus_sit_on_it(sim):
                                         "without vNPUs$"):
         await profile.prepare_side_effects(c, c.results, apply_ctx(sim, inventory, c))
     assert [v["vnpu_id"] for v in sim.vnpus()] == [110]
+
+
+@pytest.mark.parametrize(("side_effects", "message"), [
+    ([], "hard-vNPU side effects must be {'vnpus': [...]}, got []"),
+    ({"vnpus": [{"npu_id": "4"}]}, "hard-vNPU side effects: vNPU record field npu_id: expected int, got '4'"),
+    ({"vnpus": [{"npu_id": 4, "chip_id": 0, "vnpu_id": 100, "template": "vir01", "claim_uid": "u",
+                 "device": "d"}]}, "hard-vNPU side effects: vNPU record field boot_id: expected str, got None"),
+], ids=["not an object", "NPU ID as a string", "boot id missing"])
+async def test_a_record_that_does_not_decode_fails_unprepare_naming_the_field(sim, side_effects, message):
+    profile, inventory = await discovered(sim)
+    with pytest.raises(VnpuError) as raised:
+        await profile.unprepare_side_effects(side_effects, apply_ctx(sim, inventory, claim("u")))
+    assert str(raised.value) == message

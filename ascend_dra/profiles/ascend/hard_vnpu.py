@@ -99,10 +99,6 @@ class HardVnpuProfile(AscendChipProfile):
                           ChipFamily.ASCEND910C})
     simulated_model = MODELS["910B4"]
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.catalogue: dict[tuple[int, int], templates.ChipResources] = {}
-
     def option(self, ctx: ProfileContext, key: str, default: str) -> str:
         """Profile option ``hard-vNPU.<key>`` (or ``<key>``)."""
         return ctx.options.get(f"{self.name}.{key}", ctx.options.get(key, default))
@@ -131,7 +127,6 @@ class HardVnpuProfile(AscendChipProfile):
         by_model: dict[str, templates.ChipResources | None] = {}
         devices: list[Device] = []
         counter_sets: list[CounterSet] = []
-        catalogue: dict[tuple[int, int], templates.ChipResources] = {}
         for chip in found.chips:
             if chip.family not in self.families:
                 continue
@@ -143,11 +138,9 @@ class HardVnpuProfile(AscendChipProfile):
                 logger.info("chip model has no hard-vNPU templates; not published",
                             extra={"profile": self.name, "chip": chip.chip_name, "device_name": device_name(chip)})
                 continue
-            catalogue[(chip.logic_id, chip.chip_id)] = resources
             chip_devices, counter_set = self.chip_devices(chip, resources)
             devices.extend(chip_devices)
             counter_sets.append(counter_set)
-        self.catalogue = catalogue
         return Inventory(devices=tuple(devices), counter_sets=tuple(counter_sets), source=found.source)
 
     async def _resources(self, npu_smi: NpuSmi, chip: NpuChip) -> templates.ChipResources | None:
