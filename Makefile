@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 CLUSTER_DIR ?= .cluster
 
 .PHONY: venv test test-unit test-integration test-cluster test-container test-plugins proto proto-check lint demo \
-        cluster-bins container-deps cluster-up cluster-down bench clean
+        cluster-bins container-deps cluster-up cluster-down bench soak clean
 
 # The venv is (re)built when pyproject.toml changes; the stamp records the last install.
 $(VENV)/.installed: pyproject.toml plugins/example-profile/pyproject.toml
@@ -66,6 +66,10 @@ bench: venv cluster-bins
 	$(PY) bench/bench_prepare.py
 	$(PY) bench/bench_discovery.py
 	$(PY) bench/bench_startup.py
+
+# The full kill -9 storm (tests/storm.py): 200 trials per profile, prints the tallies (all must be 0).
+soak: venv
+	$(PY) -m tests.storm --trials 200
 
 clean:
 	rm -rf $(VENV) demo .cluster

@@ -23,9 +23,12 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Replace ``path`` with ``data`` atomically and durably.
+def write_atomic(path: Path, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:
+    """Replace ``path`` with ``data`` atomically, and durably unless ``durable`` is False.
 
+    :param durable: fsync the file before the rename and the directory after it, so the new file
+        survives a power loss. Without it the replacement is still atomic for every reader (the
+        rename), which is all a file on tmpfs, or one re-created after every reboot, needs.
     :raises OSError: on any failure (disk full, read-only file system, ...); the old file is then
         untouched and the temp file is removed.
     """
@@ -36,7 +39,8 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
@@ -48,11 +52,13 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
         if isinstance(exc, OSError) and exc.filename == os.fspath(tmp):
             exc.filename = os.fspath(path)  # name the file the caller asked for, not our temp file
         raise
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
-def remove_durably(path: Path) -> bool:
-    """Unlink ``path`` and fsync its directory; return False if it did not exist.
+def remove_durably(path: Path, *, durable: bool = True) -> bool:
+    """Unlink ``path`` and (unless ``durable`` is False) fsync its directory; return False if it
+    did not exist.
 
     :raises OSError: the file exists but cannot be removed (e.g. a read-only file system).
     """
@@ -62,5 +68,6 @@ def remove_durably(path: Path) -> bool:
         path.unlink()
     except FileNotFoundError:
         return False
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
     return True

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ __all__ = (
     "DeviceRecord",
     "RecordTable",
     "UnreadableRecord",
+    "decode_records",
     "load",
     "save",
 )
@@ -219,22 +220,45 @@ class RecordTable(MutableMapping[str, ClaimRecord]):
 
     def __init__(self, records: Mapping[str, ClaimRecord] | None = None, *,
                  unreadable: Mapping[str, UnreadableRecord] | None = None,
-                 raw: Mapping[str, Any] | None = None) -> None:
+                 raw: Mapping[str, Any] | None = None,
+                 on_change: Callable[[str, ClaimRecord | UnreadableRecord | None], None] | None = None) -> None:
+        self._on_change = on_change or (lambda uid, record: None)
         self._records: dict[str, ClaimRecord] = {}
         self._raw: dict[str, Any] = {}
         self._foreign: dict[str, dict[str, Any]] = {}  # uid -> fields this release does not know
-        self.unreadable: dict[str, UnreadableRecord] = dict(unreadable or {})
+        self._unreadable: dict[str, UnreadableRecord] = dict(unreadable or {})
+        self._dirty: set[str] = set()  # uids changed since the last take_dirty()
         for uid, record in (records or {}).items():
             stored = (raw or {}).get(uid)
             if isinstance(stored, Mapping):
                 known = _converter.unstructure(record)
                 self._foreign[uid] = {k: v for k, v in stored.items() if k not in known}
             self[uid] = record
+        self._dirty.clear()  # loaded records are stored already
+        for uid, bad in self._unreadable.items():
+            self._on_change(uid, bad)
+
+    @property
+    def unreadable(self) -> Mapping[str, UnreadableRecord]:
+        """Records another release wrote that this one cannot decode (kept as they were read)."""
+        return self._unreadable
+
+    def drop_unreadable(self, uid: str) -> None:
+        """Forget an unreadable record (its claim was unprepared)."""
+        del self._unreadable[uid]
+        self._dirty.add(uid)
+        self._on_change(uid, None)
 
     @classmethod
-    def from_data(cls, data: CheckpointData) -> RecordTable:
-        """The table of a loaded checkpoint (unknown fields and unreadable records included)."""
-        return cls(data.claims, unreadable=data.unreadable, raw=data.raw)
+    def from_data(cls, data: CheckpointData,
+                  on_change: Callable[[str, ClaimRecord | UnreadableRecord | None], None] | None = None
+                  ) -> RecordTable:
+        """The table of a loaded checkpoint (unknown fields and unreadable records included).
+
+        :param on_change: called with ``(uid, record or None)`` for every record loaded and every
+            change after (the guard's hold index follows the table this way).
+        """
+        return cls(data.claims, unreadable=data.unreadable, raw=data.raw, on_change=on_change)
 
     def __getitem__(self, uid: str) -> ClaimRecord:
         return self._records[uid]
@@ -244,11 +268,45 @@ class RecordTable(MutableMapping[str, ClaimRecord]):
         raw = _converter.unstructure(record)
         foreign = self._foreign.get(uid)
         self._raw[uid] = {**foreign, **raw} if foreign else raw
+        self._dirty.add(uid)
+        self._on_change(uid, record)
 
     def __delitem__(self, uid: str) -> None:
         del self._records[uid]
         del self._raw[uid]
         self._foreign.pop(uid, None)
+        self._dirty.add(uid)
+        self._on_change(uid, None)
+
+    def take_dirty(self) -> list[tuple[str, Any]]:
+        """The changes since the last call, as ``(uid, record as stored or None if deleted)``, and
+        forget them (a failed write gives them back with :meth:`requeue`)."""
+        changes = [(uid, self.stored(uid)) for uid in sorted(self._dirty)]
+        self._dirty.clear()
+        return changes
+
+    @property
+    def has_dirty(self) -> bool:
+        """Whether a change waits for :meth:`take_dirty`."""
+        return bool(self._dirty)
+
+    def requeue(self, uids: Iterable[str]) -> None:
+        """Mark ``uids`` as changed again (their write failed); the next write carries their current state."""
+        self._dirty.update(uids)
+
+    def stored(self, uid: str) -> Any:
+        """The record of ``uid`` as it is stored (an unreadable one as read), or None."""
+        if uid in self._raw:
+            return self._raw[uid]
+        bad = self._unreadable.get(uid)
+        return bad.raw if bad is not None else None
+
+    def snapshot_claims(self) -> dict[str, Any]:
+        """``{uid: record as stored}`` of every record, unreadable ones included (a shallow copy:
+        stored records are never changed in place, so another thread may encode it)."""
+        claims = {uid: u.raw for uid, u in self._unreadable.items()}
+        claims.update(self._raw)
+        return claims
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._records)
@@ -258,10 +316,7 @@ class RecordTable(MutableMapping[str, ClaimRecord]):
 
     def encode(self, boot_id: str) -> bytes:
         """The checkpoint file's bytes for these records (what :func:`save` would write)."""
-        claims = self._raw
-        if self.unreadable:
-            claims = {**{uid: u.raw for uid, u in self.unreadable.items()}, **claims}
-        return encode_raw({"boot_id": boot_id, "claims": claims})
+        return encode_raw({"boot_id": boot_id, "claims": self.snapshot_claims()})
 
 
 def decode(blob: bytes, path: Path) -> CheckpointData:
@@ -290,16 +345,21 @@ def decode(blob: bytes, path: Path) -> CheckpointData:
     if not isinstance(raw, dict) or not isinstance(raw.get("claims", {}), dict) \
             or not isinstance(raw.get("boot_id") or "", str):
         raise CheckpointCorrupt(path, "data is not an object with a boot_id string and a claims object")
+    return decode_records(raw.get("claims") or {}, boot_id=raw.get("boot_id") or "")
+
+
+def decode_records(raw_claims: Mapping[str, Any], *, boot_id: str = "") -> CheckpointData:
+    """Structure stored records one by one (``{uid: record as stored}``); a record that does not
+    decode becomes an :class:`UnreadableRecord` instead of failing the others."""
     claims: dict[str, ClaimRecord] = {}
     unreadable: dict[str, UnreadableRecord] = {}
-    for uid, record in (raw.get("claims") or {}).items():
+    for uid, record in raw_claims.items():
         try:
             claims[uid] = _converter.structure(record, ClaimRecord)
         except Exception as exc:
             detail = "; ".join(cattrs.transform_error(exc, path=f"data.claims[{uid!r}]"))
             unreadable[uid] = UnreadableRecord(uid, record, detail)
-    return CheckpointData(boot_id=raw.get("boot_id") or "", claims=claims, unreadable=unreadable,
-                          raw=raw.get("claims") or {})
+    return CheckpointData(boot_id=boot_id, claims=claims, unreadable=unreadable, raw=dict(raw_claims))
 
 
 def _names_no_claim(doc: Any) -> bool:

@@ -102,7 +102,38 @@ async def open_api(kubeconfig: str | None) -> Any:
         await config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
     else:
         config.load_incluster_config(client_configuration=cfg)
-    return client.ApiClient(cfg)
+    api = client.ApiClient(cfg)
+    await _keep_connections(api, cfg)
+    return api
+
+
+#: Seconds an idle API connection stays pooled. aiohttp's default (15 s) made a burst of Prepares
+#: after a quiet spell open new TLS connections (57-75 ms each instead of 30-39 ms warm); the
+#: kube-apiserver closes idle HTTP/1.1 connections after 90 s, so stay under that.
+KEEPALIVE_S = 60.0
+
+
+async def _keep_connections(api: Any, cfg: Any) -> None:
+    """Give ``api`` an HTTP session whose pooled connections outlive a quiet spell.
+
+    kubernetes-asyncio builds its aiohttp connector with the library default keep-alive; the
+    session is replaced with one configured the same way (TLS from ``cfg``, same pool size and read
+    buffer) but for :data:`KEEPALIVE_S`.
+    """
+    import ssl
+
+    import aiohttp
+
+    context = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
+    if cfg.cert_file:
+        context.load_cert_chain(cfg.cert_file, keyfile=cfg.key_file)
+    if not cfg.verify_ssl:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    connector = aiohttp.TCPConnector(limit=cfg.connection_pool_maxsize, ssl=context, keepalive_timeout=KEEPALIVE_S)
+    old = api.rest_client.pool_manager
+    api.rest_client.pool_manager = aiohttp.ClientSession(connector=connector, trust_env=True, read_bufsize=2**21)
+    await old.close()
 
 
 class ApiClaimSource:

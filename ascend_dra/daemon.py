@@ -29,6 +29,7 @@ from ascend_dra.kubelet.health import HealthFeed, HealthService
 from ascend_dra.kubelet.registration import RegistrationServer, RegistrationState
 from ascend_dra.kubelet.sockets import serve_unix
 from ascend_dra.logs import setup_logging
+from ascend_dra.loopstall import LoopStallMonitor
 from ascend_dra.metrics import Metrics
 from ascend_dra.model import DeviceTaint, Inventory
 from ascend_dra.profiles.base import Profile, ProfileContext
@@ -127,6 +128,8 @@ class Daemon:
         self.publisher: Any = None
         self._rediscover = anyio.Event()
         self.metrics = Metrics()
+        self.stalls = LoopStallMonitor()
+        self.stalls.on_stall = lambda phase, seconds: self.metrics.loop_stall.labels(phase).set(seconds)
         #: device name -> the taint published for it because its profile reports it unhealthy.
         self.taints: dict[str, DeviceTaint] = {}
 
@@ -175,8 +178,23 @@ class Daemon:
             await self._run_locked(task_status=task_status)
 
     async def _run_locked(self, *, task_status: TaskStatus[None]) -> None:
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self.stalls.run)
+                await self._start_and_serve(task_status=task_status)
+                tg.cancel_scope.cancel()
+        finally:
+            log.info("longest event-loop stalls", extra={
+                f"{phase}_ms": round(seconds * 1000, 2) for phase, seconds in self.stalls.longest.items()})
+
+    async def _start_and_serve(self, *, task_status: TaskStatus[None]) -> None:
         s = self.settings
         if s.standalone is None:
+            # Every module the cluster mode needs is imported now, before any socket is bound: an
+            # import on the serving loop would hold GetInfo past the kubelet's 1 s deadline.
+            import kubernetes_asyncio.client
+            import kubernetes_asyncio.watch  # noqa: F401
+
             await check_cluster_access(s.kubeconfig)
         profiles = self.load()
         inventories = await discover_all(self.loaded, self.ctx, s.discovery_timeout)
@@ -197,6 +215,8 @@ class Daemon:
         try:
             await self._serve(task_status=task_status)
         finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await self.state.close()  # one snapshot for an older release to read
             close = getattr(self.state.claim_source, "aclose", None)
             if close is not None:  # the API claim source's HTTP session
                 with anyio.CancelScope(shield=True), anyio.move_on_after(2):
@@ -227,6 +247,7 @@ class Daemon:
                        s.registration_socket),
             anyio.create_task_group() as tg,
         ):
+            self.stalls.phase = "serving"
             log.info("serving the kubelet", extra={"registration_socket": str(s.registration_socket),
                                                    "dra_socket": str(s.dra_socket), "node": s.node_name,
                                                    "driver": s.driver_name})

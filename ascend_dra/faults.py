@@ -16,6 +16,7 @@ __all__ = ("POINTS", "crash_point")
 POINTS = (
     "prepare:before-started-write",
     "prepare:after-started-write",
+    "prepare:side-effects-done-unrecorded",
     "prepare:after-side-effects",
     "prepare:after-cdi-write",
     "prepare:after-completed-write",

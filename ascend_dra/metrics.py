@@ -10,7 +10,9 @@ zero-initialised so dashboards see every series from the start:
 - ``ascend_dra_devices{profile, tier}``: devices discovered, by profile and discovery tier
   (``npu-smi``, ``devfs``, ``nvml``, ``simulated``);
 - ``ascend_dra_unhealthy_devices{profile}``: devices the profile's health hook reports unhealthy;
-- ``ascend_dra_registration_status``: 1 registered, 0 refused by the kubelet, -1 not yet told.
+- ``ascend_dra_registration_status``: 1 registered, 0 refused by the kubelet, -1 not yet told;
+- ``ascend_dra_event_loop_stall_max_seconds{phase}``: the longest time the event loop could not run,
+  ``starting`` (before the kubelet sockets are bound) or ``serving`` (loopstall.py).
 """
 
 from __future__ import annotations
@@ -53,6 +55,11 @@ class Metrics:
         self.registration = Gauge("ascend_dra_registration_status",
                                   "1 registered with the kubelet, 0 refused, -1 not yet told", registry=r)
         self.registration.set(-1)
+        self.loop_stall = Gauge("ascend_dra_event_loop_stall_max_seconds",
+                                "longest time the event loop could not run, by phase (starting, serving)",
+                                ["phase"], registry=r)
+        for phase in ("starting", "serving"):
+            self.loop_stall.labels(phase)
         for op in ("prepare", "unprepare"):
             for result in _RESULTS:
                 self.requests[op].labels(result)

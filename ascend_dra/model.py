@@ -10,6 +10,7 @@ Units: capacities are Kubernetes Quantities held as strings exactly as they are 
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from decimal import Decimal
@@ -197,11 +198,12 @@ class Inventory:
     source: str = ""
 
     def device(self, name: str) -> Device | None:
-        """Return the device called ``name``, or None."""
-        for device in self.devices:
-            if device.name == name:
-                return device
-        return None
+        """Return the device called ``name``, or None (a dict lookup: Prepare calls this per device)."""
+        return self._by_name.get(name)
+
+    @functools.cached_property
+    def _by_name(self) -> dict[str, Device]:
+        return {d.name: d for d in self.devices}
 
 
 @attrs.frozen

@@ -97,7 +97,7 @@ class Planner:
         """``k8s.<driver>/<class>`` of a profile (DESIGN §5)."""
         return naming.kind(self.driver_name, self.profiles[profile_name].cdi_class)
 
-    def plan(self, claim: ClaimAllocation, taken: guard.Holders) -> Plan:
+    def plan(self, claim: ClaimAllocation, taken: guard.HoldIndex, exclude: str | None = None) -> Plan:
         """Compute devices, configs and CDI specs for ``claim``; pure apart from reading state and
         checking that the device nodes the specs name exist.
 
@@ -115,7 +115,7 @@ class Planner:
             if result.pool != self.node_name or device is None:
                 raise PlanError(f"{ref}: device {result.pool}/{result.device} was never published by "
                                    f"{self.driver_name} on node {self.node_name}")
-            guard.check_free(ref, result, device, taken, seen[result.device])
+            guard.check_free(ref, result, device, taken, seen[result.device], exclude)
             seen[result.device].append(result)
             groups[self._device_profile[result.device]].append(result)
 

@@ -43,6 +43,8 @@ from ascend_dra.cdi.store import CdiStore
 from ascend_dra.checkpoint import ClaimRecord
 from ascend_dra.claims import ClaimError, ClaimSource, check_claim_ref
 from ascend_dra.faults import crash_point
+from ascend_dra.journal import JOURNAL_FILE, Journal, JournalContents, apply_journal, change_lines
+from ascend_dra.journal import read as read_journal
 from ascend_dra.model import ClaimAllocation, Inventory, PreparedDevice
 from ascend_dra.planning import Plan, PlanError, Planner, resolve_configs
 from ascend_dra.profiles.base import ApplyContext, ConfigError, Profile, ProfileContext
@@ -50,6 +52,10 @@ from ascend_dra.profiles.base import ApplyContext, ConfigError, Profile, Profile
 __all__ = ("ClaimRef", "DeviceState", "PrepareError", "resolve_configs")
 
 log = logging.getLogger(__name__)
+
+#: The journal is compacted into a new snapshot when it holds more change lines than this, or than
+#: twice the number of records: a write stays O(1), and compaction is amortised O(1) per write.
+COMPACT_MIN_LINES = 1024
 
 
 class PrepareError(Exception):
@@ -92,9 +98,11 @@ class DeviceState:
         self.profiles = dict(profiles)
         self.cdi = cdi
         self.checkpoint_path = ckpt.checkpoint_path(plugin_dir)
+        self.journal = Journal(Path(plugin_dir) / JOURNAL_FILE)
         self.boot_id = boot_id
         self.claim_source = claim_source
-        self._records = ckpt.RecordTable()
+        self._holds = guard.HoldIndex()
+        self._records = ckpt.RecordTable(on_change=self._holds.update)
         self._pending_rollback: set[str] = set()  # PrepareStarted claims whose rollback failed
         self._stray: set[str] = set()  # orphan spec files that could not be removed
         self._claim_locks: dict[str, anyio.Lock] = {}
@@ -145,8 +153,9 @@ class DeviceState:
 
         :raises checkpoint.CheckpointCorrupt: the daemon must not start over an unreadable checkpoint.
         """
-        data = await anyio.to_thread.run_sync(self._load_checkpoint)
-        self._records = ckpt.RecordTable.from_data(data)
+        data, journal = await anyio.to_thread.run_sync(self._load_checkpoint)
+        self._records = ckpt.RecordTable.from_data(data, on_change=self._holds.update)
+        await anyio.to_thread.run_sync(self.journal.open, journal)
         for uid, bad in self._records.unreadable.items():
             log.error("a checkpoint record cannot be read by this release; its claim will be refused and its "
                       "devices stay held until it is unprepared", extra={"claim_uid": uid, "error": bad.reason})
@@ -154,12 +163,11 @@ class DeviceState:
             if record.state not in ckpt.KNOWN_STATES:
                 log.error("a checkpoint record is in a state this release does not know; its claim will be "
                           "refused until it is unprepared", extra={"claim_uid": record.uid, "state": record.state})
-        changed = False
         for record in list(self._records.values()):
             if record.state == ckpt.PREPARE_STARTED:
                 log.warning("rolling back a claim whose Prepare was interrupted",
                             extra={"claim_uid": record.uid, "claim": f"{record.namespace}/{record.name}"})
-                changed |= await self._try_rollback(record)
+                await self._try_rollback(record)
         if data.boot_id and data.boot_id != self.boot_id:
             log.info("node rebooted since the last checkpoint; CDI specs are re-created as the kubelet "
                      "prepares claims again", extra={"old_boot_id": data.boot_id, "boot_id": self.boot_id})
@@ -170,14 +178,21 @@ class DeviceState:
             except OSError as exc:  # every Prepare tries again, and fails its claim clearly meanwhile
                 log.warning("cannot write the common CDI spec; Prepare will retry",
                             extra={"profile": profile_name, "error": _describe(exc)})
-        if changed or data.boot_id != self.boot_id:
-            await self._save()
+        # Start from a fresh snapshot when anything changed (journal entries, rollbacks, a reboot),
+        # so an older release that reads only the snapshot sees this state too.
+        if journal.changes or self._records.has_dirty or data.boot_id != self.boot_id:
+            await self._save(compact=True)
 
-    def _load_checkpoint(self) -> ckpt.CheckpointData:
-        """:func:`checkpoint.load`, except that a damaged file that records no claim is set aside
-        (renamed ``checkpoint.json.corrupt-<unix time>``) with a warning: nothing is lost by it."""
+    def _load_checkpoint(self) -> tuple[ckpt.CheckpointData, JournalContents]:
+        """The snapshot with the journal applied (blocking).
+
+        A damaged snapshot that records no claim is set aside (renamed
+        ``checkpoint.json.corrupt-<unix time>``) with a warning: nothing is lost by it.
+
+        :raises checkpoint.CheckpointCorrupt: a damaged snapshot that records claims, or a damaged journal.
+        """
         try:
-            return ckpt.load(self.checkpoint_path)
+            data = ckpt.load(self.checkpoint_path)
         except ckpt.CheckpointCorrupt as exc:
             if not exc.records_nothing:
                 raise
@@ -185,7 +200,12 @@ class DeviceState:
             os.replace(self.checkpoint_path, aside)
             log.warning("the checkpoint is damaged but records no claim; set it aside and starting empty",
                         extra={"file": str(aside), "error": exc.reason})
-            return ckpt.CheckpointData()
+            data = ckpt.CheckpointData()
+        journal = read_journal(self.journal.path)
+        if journal.torn_tail:
+            log.warning("the checkpoint journal ends in a torn write (an append the daemon never confirmed); "
+                        "it is cut off", extra={"file": str(self.journal.path)})
+        return apply_journal(data, journal), journal
 
     async def _remove_orphan_specs(self) -> None:
         """Remove per-claim specs of our kinds that no record names; a failure is retried later."""
@@ -308,7 +328,7 @@ class DeviceState:
                 # From here to the PrepareStarted record nothing awaits: the guard's view of which
                 # devices are taken and this claim's reservation are one atomic step for the loop.
                 try:
-                    plan = self.planner.plan(fetched[ref.uid], self._holders())
+                    plan = self.planner.plan(fetched[ref.uid], self._holds)
                 except (guard.GuardError, PlanError) as exc:
                     results[ref.uid] = PrepareError(str(exc))
                     continue
@@ -323,8 +343,12 @@ class DeviceState:
                     results[ref.uid] = PrepareError(f"{where}: {type(exc).__name__}: {exc}")
                     continue
                 c = plan.claim
+                # A profile whose side effects will run is recorded first with no result: a crash
+                # inside its hook then still rolls back through unprepare_side_effects(None, ctx).
+                pending = {p: None for p in plan.groups if self._hook(p, "prepare_side_effects") is not None}
                 self._records[c.uid] = ClaimRecord(c.uid, c.namespace, c.name, ckpt.PREPARE_STARTED, self.boot_id,
-                                                   plan.devices, tuple(plan.specs), device_nodes=plan.device_nodes)
+                                                   plan.devices, tuple(plan.specs), side_effects=pending,
+                                                   device_nodes=plan.device_nodes)
                 plans.append(plan)
             if plans:
                 await self._prepare_plans(plans, results)
@@ -334,7 +358,11 @@ class DeviceState:
         """Make the reserved (PrepareStarted, in memory) claims of ``plans`` durable, then prepared."""
         crash_point("prepare:before-started-write")
         try:
-            await self._save()
+            # The reservation must be durable before a side effect changes the node, so that a
+            # crash is rolled back; without side effects a crash leaves at most an orphan spec,
+            # which start-up removes, so the only durable write is the PrepareCompleted one.
+            if any(self._has_side_effects(plan) for plan in plans):
+                await self._save()
         except OSError as exc:
             for plan in plans:
                 del self._records[plan.claim.uid]
@@ -346,6 +374,7 @@ class DeviceState:
             c = plan.claim
             try:
                 side_effects = await self._run_side_effects(plan)
+                crash_point("prepare:side-effects-done-unrecorded")  # the node changed, the record does not say how
                 if side_effects:
                     self._records[c.uid] = attrs.evolve(self._records[c.uid], side_effects=side_effects)
                     await self._save()
@@ -411,7 +440,7 @@ class DeviceState:
             missing = await anyio.to_thread.run_sync(self._missing_spec_files, record)
             if rebooted or any(f in record.cdi_specs for f in missing):
                 claim = await self.claim_source.get(record.namespace, record.name, record.uid)
-                plan = self.planner.plan(claim, self._holders(exclude=record.uid))
+                plan = self.planner.plan(claim, self._holds, exclude=record.uid)
                 side_effects = await self._run_side_effects(plan) if rebooted else record.side_effects
                 await anyio.to_thread.run_sync(self._write_specs, plan.specs)
                 self._records[record.uid] = attrs.evolve(record, boot_id=self.boot_id, side_effects=side_effects,
@@ -462,8 +491,11 @@ class DeviceState:
             for d in record.devices
         ]
 
-    def _holders(self, exclude: str | None = None) -> dict[str, list[guard.Hold]]:
-        return guard.holders(self._records.values(), self._records.unreadable.values(), exclude)
+    def _hook(self, profile_name: str, name: str) -> Any:
+        return getattr(self.profiles.get(profile_name), name, None)
+
+    def _has_side_effects(self, plan: Plan) -> bool:
+        return any(self._hook(p, "prepare_side_effects") is not None for p in plan.groups)
 
     async def _run_side_effects(self, plan: Plan) -> dict[str, Any]:
         done: dict[str, Any] = {}
@@ -571,7 +603,7 @@ class DeviceState:
         for file in bad.cdi_specs:
             if _is_our_spec_file(file):
                 await anyio.to_thread.run_sync(self.cdi.remove, file)
-        del self._records.unreadable[uid]
+        self._records.drop_unreadable(uid)
         await self._save()
 
     async def _remove_stray_specs(self, uid: str) -> None:
@@ -592,13 +624,16 @@ class DeviceState:
         for file in record.cdi_specs:
             await anyio.to_thread.run_sync(self.cdi.remove, file)
 
-    async def _save(self) -> None:
-        """Return once a checkpoint that includes every change made before this call is on disk.
+    async def _save(self, *, compact: bool = False) -> None:
+        """Return once every change made to the records before this call is durable.
 
-        Group commit: while one write is in flight, later callers queue; the first of them writes
-        one snapshot for all, and the others find their changes already durable.
+        A write appends the changed records to the journal and fdatasyncs once (group commit:
+        while one write is in flight, later callers queue; the first of them writes every change
+        for all, and the others find theirs already durable). Now and then, and with ``compact``,
+        it writes a new snapshot instead and empties the journal (journal.py); the snapshot's
+        bytes are encoded in the worker thread, so a large checkpoint never stalls the loop.
 
-        :raises OSError: the write failed (the previous checkpoint file is intact).
+        :raises OSError: the write failed; the changes stay pending for the next write.
         """
         self._version += 1
         wanted = self._version
@@ -606,9 +641,33 @@ class DeviceState:
             if self._durable >= wanted:
                 return
             version = self._version
-            blob = self._records.encode(self.boot_id)  # on the loop: no change can interleave
-            await anyio.to_thread.run_sync(ckpt.save, self.checkpoint_path, blob)
+            changes = self._records.take_dirty()  # on the loop: no change can interleave
+            try:
+                if compact or self.journal.lines + len(changes) > max(COMPACT_MIN_LINES, 2 * len(self._records)):
+                    await anyio.to_thread.run_sync(self._write_snapshot, self._records.snapshot_claims())
+                elif changes:
+                    await anyio.to_thread.run_sync(self.journal.append, change_lines(changes))
+            except BaseException:
+                self._records.requeue(uid for uid, _ in changes)
+                raise
             self._durable = max(self._durable, version)
+
+    def _write_snapshot(self, claims: Mapping[str, Any]) -> None:
+        """Replace the snapshot with ``claims``, then empty the journal (blocking)."""
+        ckpt.save(self.checkpoint_path, ckpt.encode_raw({"boot_id": self.boot_id, "claims": claims}))
+        self.journal.reset()
+
+    async def close(self) -> None:
+        """Compact the checkpoint into one snapshot and close the journal (clean shutdown), so an
+        older release started next reads the whole state from the snapshot alone."""
+        try:
+            if self.journal.lines:
+                await self._save(compact=True)
+        except OSError as exc:
+            log.warning("compacting the checkpoint at shutdown failed; the journal keeps the changes",
+                        extra={"error": _describe(exc)})
+        finally:
+            await anyio.to_thread.run_sync(self.journal.close)
 
     @contextlib.asynccontextmanager
     async def _lock_claims(self, uids: Iterable[str]) -> AsyncIterator[None]:

@@ -1,7 +1,11 @@
 """The CDI spec directory (``--cdi-root``, default ``/var/run/cdi``): atomic writes, removal, listing.
 
 Specs are written as YAML through :func:`ascend_dra.atomicfile.write_atomic`, so a runtime never
-reads a torn file. All methods block (file I/O with fsync): call them from a worker thread.
+reads a torn file. They are not fsynced: the CDI dir is a tmpfs on real nodes (``/var/run/cdi``),
+every spec is re-created when the kubelet prepares its claim after a reboot (new boot id), and an
+orphan is removed at start-up, so the rename's atomicity is the whole guarantee a runtime needs;
+the checkpoint is what must survive (docs/durable-state.md). All methods block: call them from a
+worker thread.
 """
 
 from __future__ import annotations
@@ -46,12 +50,12 @@ class CdiStore:
         spec.validate()
         data = yaml.dump(spec.to_dict(), Dumper=_Dumper, sort_keys=False, default_flow_style=False)
         path = self.path(filename)
-        write_atomic(path, data.encode())
+        write_atomic(path, data.encode(), durable=False)
         return path
 
     def remove(self, filename: str) -> bool:
         """Remove ``root/filename``; return False if it was not there."""
-        return remove_durably(self.path(filename))
+        return remove_durably(self.path(filename), durable=False)
 
     def claim_specs(self, kinds: Iterable[str]) -> dict[str, list[str]]:
         """Return ``{claim_uid: [file names]}`` for every per-claim spec of ``kinds`` in the directory."""

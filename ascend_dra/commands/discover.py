@@ -4,6 +4,11 @@ Each profile's discovery runs exactly as in the daemon (same :class:`ProfileCont
 bounded by a deadline and isolated: a profile that fails is reported, the others are shown.
 The YAML and JSON outputs are the ``resource.k8s.io/v1`` ResourceSlice objects of
 :func:`ascend_dra.publish.build_slices` for the merged inventory (pool = node name, generation 1).
+
+A profile may also explain its answer: an optional method ``discovery_notes() -> Sequence[str]``
+(the Ascend profiles say which npu-smi binary they ran, and count and list the chips they did not
+publish, with the reason). The notes are lines under the table and ``#`` comments on top of the
+YAML; a ``v1`` ``List`` has no place for them, so the JSON output leaves them out.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from ascend_dra.profiles.base import ProfileContext
 from ascend_dra.profiles.checks import inventory_problems
 from ascend_dra.publish import build_slices
 
-__all__ = ("DEFAULT_TIMEOUT_S", "OUTPUTS", "discover_profiles", "main", "render", "run")
+__all__ = ("DEFAULT_TIMEOUT_S", "OUTPUTS", "discover_profiles", "main", "profile_notes", "render", "run")
 
 #: Output formats of :func:`run`.
 OUTPUTS = ("table", "yaml", "json")
@@ -65,6 +70,25 @@ async def discover_profiles(
     return inventories, errors
 
 
+def profile_notes(profiles: Sequence[Any]) -> dict[str, tuple[str, ...]]:
+    """Profile name -> the lines of its optional ``discovery_notes()`` (after :func:`discover_profiles`).
+
+    A profile without the method, or whose method raises, has no notes (discover still shows its devices).
+    """
+    notes: dict[str, tuple[str, ...]] = {}
+    for profile in profiles:
+        method = getattr(profile, "discovery_notes", None)
+        if not callable(method):
+            continue
+        try:
+            lines = tuple(str(line) for line in method())
+        except Exception:  # a profile's own report must not hide its devices
+            continue
+        if lines:
+            notes[str(getattr(profile, "name", type(profile).__name__))] = lines
+    return notes
+
+
 def _merged(inventories: Mapping[str, Inventory], errors: dict[str, str]) -> tuple[Inventory, dict[str, str]]:
     """All devices in one inventory (a name already taken by an earlier profile is skipped and
     reported in ``errors``); also returns device name -> the profile that owns it."""
@@ -89,7 +113,8 @@ def _cell(value: object) -> str:
     return "-" if value is None or value == "" else str(value)
 
 
-def _table(inventories: Mapping[str, Inventory], errors: Mapping[str, str], owner: Mapping[str, str]) -> str:
+def _table(inventories: Mapping[str, Inventory], errors: Mapping[str, str], owner: Mapping[str, str],
+           notes: Mapping[str, Sequence[str]]) -> str:
     rows = [_COLUMNS]
     empty = []
     for name, inventory in inventories.items():
@@ -113,14 +138,18 @@ def _table(inventories: Mapping[str, Inventory], errors: Mapping[str, str], owne
     if len(rows) == 1:
         lines.append("(no devices)")
     lines.extend(empty)
+    lines.extend(f"{name}: {note}" for name, profile_lines in notes.items() for note in profile_lines)
     lines.extend(f"{name}: {message}" for name, message in errors.items())
     return "\n".join(lines) + "\n"
 
 
 def render(inventories: Mapping[str, Inventory], errors: Mapping[str, str], ctx: ProfileContext,
-           output: str) -> str:
+           output: str, notes: Mapping[str, Sequence[str]] | None = None) -> str:
     """Render discovered inventories.
 
+    :param notes: profile name -> lines from its ``discovery_notes()`` (:func:`profile_notes`):
+        ``<profile>: <line>`` under the table, before the failures; ``# <profile>: <line>`` on top
+        of the YAML, after the failures; not in the JSON.
     :param output: ``table`` (one row per device: profile, device, chip, memory, NUMA node,
         topology group, discovery tier; then one line per failed profile), ``yaml`` (the
         ResourceSlices as a multi-document stream, failures as ``#`` comments on top) or ``json``
@@ -131,13 +160,15 @@ def render(inventories: Mapping[str, Inventory], errors: Mapping[str, str], ctx:
         raise ValueError(f"discover: output {output!r} is not one of {', '.join(OUTPUTS)}")
     errors = dict(errors)
     merged, owner = _merged(inventories, errors)
+    notes = notes or {}
     if output == "table":
-        return _table(inventories, errors, owner)
+        return _table(inventories, errors, owner, notes)
     slices = build_slices(merged, driver_name=ctx.driver_name, node_name=ctx.node_name)
     if output == "json":
         document = {"apiVersion": "v1", "kind": "List", "items": slices}
         return orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n"
     comments = "".join(f"# {name}: {message}\n" for name, message in errors.items())
+    comments += "".join(f"# {name}: {note}\n" for name, lines in notes.items() for note in lines)
     return comments + yaml.safe_dump_all(slices, sort_keys=False)
 
 
@@ -152,7 +183,7 @@ async def run(profiles: Sequence[Any], ctx: ProfileContext, output: str, *,
     if output not in OUTPUTS:
         raise ValueError(f"discover: output {output!r} is not one of {', '.join(OUTPUTS)}")
     inventories, errors = await discover_profiles(profiles, ctx, timeout_s=timeout_s)
-    return render(inventories, {**(load_errors or {}), **errors}, ctx, output)
+    return render(inventories, {**(load_errors or {}), **errors}, ctx, output, profile_notes(profiles))
 
 
 async def main(args: argparse.Namespace, options: Mapping[str, str] | None = None) -> tuple[str, bool]:
@@ -175,5 +206,5 @@ async def main(args: argparse.Namespace, options: Mapping[str, str] | None = Non
             options=dict(options or {}),
         )
         inventories, errors = await discover_profiles(profiles, ctx, timeout_s=30.0)
-        text = render(inventories, {**load_errors, **errors}, ctx, args.output)
+        text = render(inventories, {**load_errors, **errors}, ctx, args.output, profile_notes(profiles))
     return text, not load_errors and not errors

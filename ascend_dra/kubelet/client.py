@@ -49,8 +49,11 @@ def _paths(args: argparse.Namespace) -> tuple[Path, Path]:
 
 
 def _claim_uid(args: argparse.Namespace, namespace: str, name: str) -> str:
+    if getattr(args, "uid", None):
+        return str(args.uid)
     if args.standalone is None:
-        raise SystemExit("ascend-dra call: prepare/unprepare read the claim uid from --standalone DIR/claims")
+        raise SystemExit("ascend-dra call: prepare/unprepare read the claim uid from --standalone DIR/claims; "
+                         "in cluster mode give --uid")
     path = args.standalone / "claims" / namespace / f"{name}.yaml"
     try:
         obj = yaml.safe_load(path.read_text())

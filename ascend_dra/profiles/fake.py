@@ -104,7 +104,7 @@ class FakeProfile:
         ``ASCEND_VISIBLE_DEVICES`` lists every device of the same request, so the devices a
         container receives together agree on it.
         """
-        index = {d.name: int(d.attributes["index"]) for d in ctx.inventory.devices}
+        index = {d.device: int(ctx.inventory.device(d.device).attributes["index"]) for d in devices}
         visible = visible_per_request(devices, lambda d: index[d.device])
         driver = Mount(host_path=str(ctx.profile.state_dir / "fake-driver"), container_path=DRIVER_MOUNT)
         edits = {}

@@ -77,7 +77,7 @@ def test_an_admin_claim_is_prepared_beside_the_workload_holding_the_device(cp, s
         # Unpreparing the admin claim leaves the workload's hold; a second workload stays refused.
         admin_uid = claims[True]["metadata"]["uid"]
         assert k.unprepare(claims[True]).claims[admin_uid].error == ""
-        assert claims[False]["metadata"]["uid"] in d.checkpoint.read_text()
+        assert claims[False]["metadata"]["uid"] in d.records()
     finally:
         k.close()
         for namespace, pod in made:

@@ -62,7 +62,14 @@ class DaemonProcess:
 
     @property
     def checkpoint(self) -> Path:
+        """The checkpoint snapshot (a running daemon's latest changes are in the journal beside it)."""
         return self.root / "plugins" / DRIVER / "checkpoint.json"
+
+    def records(self) -> dict:
+        """The durable claim records as stored (snapshot plus journal), by claim uid."""
+        from ascend_dra.journal import load_state
+
+        return dict(load_state(self.checkpoint.parent).raw)
 
     def start(self, *, wait: bool = True, extra_env: dict[str, str] | None = None) -> DaemonProcess:
         env = {**os.environ, **self.env, **(extra_env or {})}

@@ -8,7 +8,6 @@ succeeds and ends in the same state as an uninterrupted run.
 from __future__ import annotations
 
 import grpc
-import orjson
 import pytest
 
 from ascend_dra.faults import POINTS
@@ -20,9 +19,7 @@ UNPREPARE_POINTS = [p for p in POINTS if p.startswith("unprepare:")]
 
 
 def records(d: DaemonProcess) -> dict:
-    if not d.checkpoint.exists():
-        return {}
-    return orjson.loads(d.checkpoint.read_bytes())["data"]["claims"]
+    return d.records()
 
 
 def claim_specs(d: DaemonProcess) -> set[str]:

@@ -97,7 +97,7 @@ def test_prepare_and_unprepare_are_idempotent(daemon, kubelet):
     second = kubelet.prepare(claim)
     assert first == second
     assert first.claims[uid].error == ""
-    records = yaml.safe_load(daemon.checkpoint.read_text())["data"]["claims"]
+    records = daemon.records()
     assert list(records) == [uid]
     assert records[uid]["state"] == "PrepareCompleted"
     for _ in range(2):
@@ -307,9 +307,8 @@ def test_reboot_recreates_cdi_specs_when_the_kubelet_prepares_again(short_tmp):
     k.close()
     assert after == before
     assert spec_path(d, uid).exists()
-    data = yaml.safe_load(d.checkpoint.read_text())["data"]
-    assert data["boot_id"] == "boot-2"
-    assert data["claims"][uid]["boot_id"] == "boot-2"
+    assert yaml.safe_load(d.checkpoint.read_text())["data"]["boot_id"] == "boot-2"  # start-up compacted
+    assert d.records()[uid]["boot_id"] == "boot-2"
     d.stop()
 
 
@@ -330,7 +329,7 @@ def test_full_cdi_disk_fails_that_claim_and_the_daemon_lives(small_cdi):
     error = k.prepare(claim).claims[uid].error
     assert error.startswith("ResourceClaim default/no-space: No space left on device")
     assert k.get_info().name == DRIVER
-    assert uid not in yaml.safe_load(d.checkpoint.read_text())["data"]["claims"]
+    assert uid not in d.records()
     filler.unlink()
     assert k.prepare(claim).claims[uid].error == ""
     k.close()
@@ -382,7 +381,7 @@ def test_concurrent_claims_on_one_exclusive_device_exactly_one_wins(daemon):
     assert errors.count("") == 1
     assert all("is already prepared for ResourceClaim" in e for e in errors if e)
     winner = claims[errors.index("")]["metadata"]["uid"]
-    assert list(yaml.safe_load(daemon.checkpoint.read_text())["data"]["claims"]) == [winner]
+    assert list(daemon.records()) == [winner]
     assert [p.name for p in daemon.cdi_dir.glob("*_*-*.yaml")] == [spec_path(daemon, winner).name]
 
 
@@ -400,7 +399,7 @@ def test_the_same_claim_prepared_concurrently_is_prepared_once(daemon):
             k.close()
     assert all(r.claims[uid].error == "" for r in replies)
     assert all(r == replies[0] for r in replies)
-    assert list(yaml.safe_load(daemon.checkpoint.read_text())["data"]["claims"]) == [uid]
+    assert list(daemon.records()) == [uid]
 
 
 def test_a_second_daemon_on_the_same_directory_waits_and_never_touches_the_first_ones_sockets(short_tmp):

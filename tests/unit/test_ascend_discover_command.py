@@ -8,7 +8,8 @@ import orjson
 import pytest
 import yaml
 
-from ascend_dra.commands.discover import run
+from ascend_dra.commands.discover import profile_notes, run
+from ascend_dra.model import Inventory
 from ascend_dra.profiles.ascend.npu310p import Npu310PProfile
 from ascend_dra.profiles.ascend.npu910 import Npu910Profile
 from tests.unit.test_ascend_discovery import ANSWERS_910A, tree_910a
@@ -26,12 +27,19 @@ class Broken:
 
 
 async def test_table_for_the_lab_host(tmp_path: Path) -> None:
-    text = await run([Npu310PProfile(), Npu910Profile(), Broken()], lab_310p3(tmp_path), "table")
+    ctx = lab_310p3(tmp_path)
+    text = await run([Npu310PProfile(), Npu910Profile(), Broken()], ctx, "table")
     assert text == (
         "PROFILE   DEVICE   CHIP   MEMORY   NUMA  TOPOLOGY  TIER\n"
         "npu-310P  npu-0-0  310P3  21525Mi  0     -         npu-smi\n"
         "npu-310P  npu-1-0  310P3  21525Mi  1     -         npu-smi\n"
         "npu-910: no devices (tier npu-smi)\n"
+        f"npu-310P: npu-smi: {ctx.npu_smi} (as given)\n"
+        "npu-310P: physical IDs by rank (no Phy-ID column, sysfs link or phyid-remap answer): "
+        "NPU 4 chip 0 -> davinci0, NPU 5 chip 0 -> davinci2\n"
+        f"npu-910: npu-smi: {ctx.npu_smi} (as given)\n"
+        "npu-910: physical IDs by rank (no Phy-ID column, sysfs link or phyid-remap answer): "
+        "NPU 4 chip 0 -> davinci0, NPU 5 chip 0 -> davinci2\n"
         "broken: discovery failed: RuntimeError: no driver\n"
     )
 
@@ -42,7 +50,8 @@ async def test_table_with_topology_groups(tmp_path: Path) -> None:
     lines = (await run([Npu910Profile()], ctx, "table")).splitlines()
     assert lines[0] == "PROFILE  DEVICE   CHIP  MEMORY   NUMA  TOPOLOGY  TIER"
     assert lines[1] == "npu-910  npu-0-0  910A  32768Mi  0     hccs-0    npu-smi"
-    assert len(lines) == 9
+    assert lines[9] == f"npu-910: npu-smi: {ctx.npu_smi} (as given)"
+    assert len(lines) == 10
 
 
 async def test_yaml_is_the_resource_slices(tmp_path: Path) -> None:
@@ -72,3 +81,33 @@ async def test_json_is_a_list_of_resource_slices(tmp_path: Path) -> None:
 async def test_unknown_output_is_refused_before_discovery(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="discover: output 'xml' is not one of table, yaml, json"):
         await run([Broken()], lab_310p3(tmp_path), "xml")
+
+
+class Noting:
+    name = "noting"
+
+    async def discover(self, ctx: object) -> Inventory:
+        return Inventory(devices=(), source="here")
+
+    def discovery_notes(self) -> tuple[str, ...]:
+        return ("ran /opt/tool", "2 devices not published")
+
+
+class NotingBadly(Noting):
+    name = "noting-badly"
+
+    def discovery_notes(self) -> tuple[str, ...]:
+        raise RuntimeError("no notes today")
+
+
+async def test_notes_of_any_profile_under_the_table_and_on_top_of_the_yaml(tmp_path: Path) -> None:
+    ctx = lab_310p3(tmp_path)
+    profiles = [Noting(), NotingBadly(), Broken()]
+    assert profile_notes(profiles) == {"noting": ("ran /opt/tool", "2 devices not published")}
+    assert (await run(profiles, ctx, "table")).splitlines()[-4:] == [
+        "noting-badly: no devices (tier here)", "noting: ran /opt/tool", "noting: 2 devices not published",
+        "broken: discovery failed: RuntimeError: no driver"]
+    assert (await run(profiles, ctx, "yaml")).startswith(
+        "# broken: discovery failed: RuntimeError: no driver\n# noting: ran /opt/tool\n"
+        "# noting: 2 devices not published\n")
+    assert "ran /opt/tool" not in await run(profiles, ctx, "json")

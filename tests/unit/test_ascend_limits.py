@@ -104,13 +104,17 @@ def test_generated_chips_publish_within_limits(chip: NpuChip) -> None:
     for profile in (Npu910Profile(), Npu310PProfile()):
         device = profile.device(chip)
         assert_within_limits(device)
-        assert device.name == f"npu-{chip.logic_id}-{chip.chip_id}"
+        # The name does not carry the chip ID (only npu-smi knows it): docs/ascend-discovery.md.
+        assert device.name == f"npu-{chip.logic_id}-0"
         assert device.attributes["physicalID"] == chip.physical_id
+        assert device.attributes.get("chipID") == chip.chip_id
+        # DCMI's "not supported" code is never published as an amount.
+        assert all(c.value not in ("8255", "8255Mi", "-8255") for c in device.capacities.values())
 
 
 names = st.text(st.characters(whitelist_categories=("Lu", "Ll", "Nd"), max_codepoint=127) | st.sampled_from("-_."),
                 min_size=1, max_size=70)
-numbers = st.integers(0, 10**12).map(str) | st.sampled_from(["NA", "-"])
+numbers = st.integers(0, 10**12).map(str) | st.sampled_from(["NA", "-", "8255"])
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -132,9 +136,13 @@ def test_generated_info_tables_parse_exactly_or_fail_loudly(name: str, used: str
     def value(raw: str) -> int | None:
         return None if raw in ("NA", "-") else int(raw)
 
+    def amount(raw: str) -> int | None:
+        """A total: 8255 is DCMI's "not supported" code, read as unknown like NA."""
+        return None if raw == "8255" else value(raw)
+
     first = table.chips[0]
     assert (first.name, first.temperature_c, first.device, first.memory_used_mib, first.memory_total_mib) == (
-        name, value(temp), value(device), value(used), value(total))
+        name, value(temp), value(device), value(used), amount(total))
     chip = NpuChip(logic_id=first.device or 0, physical_id=0, npu_id=first.npu_id, chip_name=first.name,
                    memory_mib=first.memory_total_mib, memory_kind=MemoryKind.DDR)
     assert_within_limits(Npu310PProfile().device(chip))

@@ -486,3 +486,23 @@ def test_help_lists_every_type() -> None:
     assert types[:3] == ("board", "flash", "memory")
     assert types[-1] == "topo"
     assert {"template-info", "info-vnpu", "device-share", "usages", "common", "health"} <= set(types)
+
+
+# -- DCMI "not supported" (8255) reads as unknown, like NA ----------------------------------------
+
+
+@pytest.mark.parametrize("sentinel", ["8255", "-8255"], ids=["8255", "negative-8255"])
+def test_dcmi_not_supported_is_unknown_in_counts_and_capacities(sentinel: str) -> None:
+    common = keyvalue.parse_common(fixture("910B1_info_-t_common_-i_1.txt").replace(": 24", f": {sentinel}"))
+    assert common.chips[0].aicore_count is None
+    usages = keyvalue.parse_usages(fixture("910B1_info_-t_usages_-i_0.txt").replace(": 65536", f": {sentinel}"))
+    assert usages.chips[0].hbm_capacity_mib is None
+    info = tables.parse_info(fixture("910B3_info.txt").replace("3318 / 65536", f"3318 / {sentinel}", 1))
+    assert (info.chips[0].hbm_used_mib, info.chips[0].hbm_total_mib) == (3318, None)
+    assert info.chips[1].hbm_total_mib == 65536
+
+
+def test_8255_in_use_is_a_reading_not_a_sentinel() -> None:
+    """Only totals and counts are amounts; 8255 MiB in use is plausible and kept."""
+    info = tables.parse_info(fixture("910B3_info.txt").replace("3318 / 65536", "8255 / 65536", 1))
+    assert (info.chips[0].hbm_used_mib, info.chips[0].hbm_total_mib) == (8255, 65536)

@@ -101,10 +101,12 @@ async def test_310_four_chips_per_card_use_logic_ids_of_info_m(tmp_path: Path) -
                                   "info -m": "310_info_-m_atlas800-3000_MiniD_Mcu.txt"})
     dev = dev_tree(tmp_path, ["davinci3", "davinci4", "davinci5", "davinci6", *SHARED])
     inventory = await Npu310PProfile().discover(context(tmp_path, exe, dev, sys_tree(tmp_path, {})))
+    # Names are npu-<logicID>-0 (docs/ascend-discovery.md): the chip ID is the chipID attribute.
     assert [(d.name, d.attributes["index"], d.attributes["physicalID"], d.attributes["npuID"],
-             d.attributes["chipFamily"], d.capacities["memory"].value) for d in inventory.devices] == [
-        ("npu-0-0", 0, 3, 6, "Ascend310", "8192Mi"), ("npu-1-1", 1, 4, 6, "Ascend310", "8192Mi"),
-        ("npu-2-2", 2, 5, 6, "Ascend310", "8192Mi"), ("npu-3-3", 3, 6, 6, "Ascend310", "8192Mi"),
+             d.attributes["chipID"], d.attributes["chipFamily"], d.capacities["memory"].value)
+            for d in inventory.devices] == [
+        ("npu-0-0", 0, 3, 6, 0, "Ascend310", "8192Mi"), ("npu-1-0", 1, 4, 6, 1, "Ascend310", "8192Mi"),
+        ("npu-2-0", 2, 5, 6, 2, "Ascend310", "8192Mi"), ("npu-3-0", 3, 6, 6, 3, "Ascend310", "8192Mi"),
     ]
     assert "aicore" not in inventory.devices[0].capacities
     assert inventory.devices[0].attributes["driverRelease"] == "21.0.4.B030"

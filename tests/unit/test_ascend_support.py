@@ -86,7 +86,15 @@ def sys_tree(root: Path, functions: Mapping[str, tuple[str, str, int]],
 
 
 def test_every_reference_file_is_a_fixture() -> None:
-    """The fixture folder holds the shared reference's files (same names, SOURCES.md included)."""
+    """The fixture folder holds the shared reference's files (same names, SOURCES.md included), plus
+    outputs this project constructed from the documented format, each named ``*_constructed.txt``
+    and listed in SOURCES.md."""
     names = sorted(p.name for p in FIXTURES.iterdir())
     assert "SOURCES.md" in names
-    assert len([n for n in names if n.endswith(".txt")]) == 42
+    captured = [n for n in names if n.endswith(".txt") and not n.endswith("_constructed.txt")]
+    assert len(captured) == 42
+    sources = (FIXTURES / "SOURCES.md").read_text()
+    constructed = [n for n in names if n.endswith("_constructed.txt")]
+    assert constructed
+    for name in constructed:
+        assert f"`{name}`" in sources, name

@@ -298,3 +298,14 @@ async def test_a_record_that_does_not_decode_fails_unprepare_naming_the_field(si
     with pytest.raises(VnpuError) as raised:
         await profile.unprepare_side_effects(side_effects, apply_ctx(sim, inventory, claim("u")))
     assert str(raised.value) == message
+
+
+async def test_an_interrupted_prepare_rolled_back_with_none_destroys_what_the_ledger_names_for_the_claim(sim):
+    profile, inventory = await discovered(sim)
+    mine, other = claim("uid-9", "vnpu-0-0-vir05-1c-8g-0"), claim("uid-10", "vnpu-0-0-vir05-1c-8g-1")
+    await profile.prepare_side_effects(mine, mine.results, apply_ctx(sim, inventory, mine))
+    await profile.prepare_side_effects(other, other.results, apply_ctx(sim, inventory, other))
+    await profile.unprepare_side_effects(None, apply_ctx(sim, inventory, mine))
+    await profile.unprepare_side_effects(None, apply_ctx(sim, inventory, mine))  # idempotent
+    assert [v["vnpu_id"] for v in sim.vnpus()] == [106]
+    assert sim.ledger() == ["vnpu-4-0-106.json"]

@@ -19,6 +19,7 @@ from ascend_dra import checkpoint as ckpt
 from ascend_dra.cdi import naming
 from ascend_dra.cdi.store import CdiStore
 from ascend_dra.claims import StandaloneClaimSource
+from ascend_dra.journal import load_state
 from ascend_dra.model import AllocatedDevice, ClaimAllocation, OpaqueConfig, PreparedDevice
 from ascend_dra.profiles.base import (
     AllocatedDevice as ContractAllocatedDevice,
@@ -214,7 +215,8 @@ def share(device: str, memory: str, cores: str, request: str = "share", share_id
 
 
 def on_disk(root: Path) -> ckpt.CheckpointData:
-    return ckpt.load(root / "plugin" / ckpt.CHECKPOINT_FILE)
+    """The durable state: the snapshot with the journal applied."""
+    return load_state(root / "plugin")
 
 
 pytestmark = pytest.mark.anyio

@@ -220,6 +220,7 @@ async def test_start_up_whose_rollback_fails_keeps_the_record_and_retries(tmp_pa
     claim = write_claim(tmp_path, claim_object("c", results=[("a", "hw-0")]))
     uid = claim["metadata"]["uid"]
     await state.prepare([ref(claim)])
+    await state.close()
     record = on_disk(tmp_path).claims[uid]
     ckpt.save(tmp_path / "plugin" / ckpt.CHECKPOINT_FILE,
               ckpt.CheckpointData("boot-1", {uid: attrs.evolve(record, state=ckpt.PREPARE_STARTED)}))
@@ -297,6 +298,7 @@ async def two_prepared(root: Path) -> tuple[dict, dict]:
     a = write_claim(root, claim_object("a", results=[("npu", "npu-0-0")]))
     b = write_claim(root, claim_object("b", results=[("npu", "npu-1-0")]))
     await state.prepare([ref(a), ref(b)])
+    await state.close()  # a clean stop: the snapshot alone holds the records (another release edits it)
     return a, b
 
 

@@ -4,6 +4,13 @@ npu-smi prints an absent or unsupported value as ``NA``, ``-`` or a sentence suc
 ``NA: Currently, query is not supported`` (reference ascend.md §4.2). These helpers turn such
 values into None, and anything else that is not a number into an :class:`NpuSmiParseError`,
 so a sentinel can never be published as a number.
+
+A second kind of sentinel is numeric: DCMI answers a query it does not support with the code
+8255 ("not supported"; the peer driver publishes it as ``aicore: 8255`` / ``memory: 8255Mi``,
+reference ascend.md §11.6), and the tools pass it through as if it were the value. DCMI
+return codes are negative (``ret is -8005``, reference ascend.md §3), so ``-8255`` is the same
+code with its sign. :func:`to_amount` reads a quantity (a capacity, a total, a count) and
+turns both into None, like ``NA``; use it for every value that can become a published amount.
 """
 
 from __future__ import annotations
@@ -18,6 +25,10 @@ ABSENT = frozenset({"", "na", "n/a", "-", "--", "not supported", "unknown"})
 _INT = re.compile(r"^[+-]?\d+$")
 _FLOAT = re.compile(r"^[+-]?\d+(\.\d+)?$")
 _PAIR = re.compile(r"^(\S+?)\s*/\s*(\S+)$")
+
+
+#: DCMI's "not supported" code, as npu-smi may print it in place of a quantity (see the module docstring).
+DCMI_NOT_SUPPORTED = frozenset({8255, -8255})
 
 
 def is_absent(value: str) -> bool:
@@ -38,6 +49,20 @@ def to_int(command: str, line_no: int, line: str, value: str, what: str) -> int 
     return int(value)
 
 
+def to_amount(command: str, line_no: int, line: str, value: str, what: str) -> int | None:
+    """Return a quantity (memory MiB, a count) as an int; None when absent or a DCMI sentinel (8255).
+
+    :raises NpuSmiParseError: naming ``what`` when the value is neither absent nor an integer.
+    """
+    number = to_int(command, line_no, line, value, what)
+    return None if number is None or is_not_supported(number) else number
+
+
+def is_not_supported(number: int | None) -> bool:
+    """True when ``number`` is DCMI's "not supported" sentinel (:data:`DCMI_NOT_SUPPORTED`)."""
+    return number in DCMI_NOT_SUPPORTED
+
+
 def to_float(command: str, line_no: int, line: str, value: str, what: str) -> float | None:
     """Return ``value`` as a float, None when absent.
 
@@ -54,6 +79,9 @@ def to_float(command: str, line_no: int, line: str, value: str, what: str) -> fl
 def to_pair(command: str, line_no: int, line: str, value: str, what: str) -> tuple[int | None, int | None]:
     """Return ``"used / total"`` (spaces optional) as ``(used, total)``, each None when absent.
 
+    The total is read with :func:`to_amount` (a total of 8255 is DCMI's "not supported"); the
+    used side is read as printed, since 8255 MiB in use is a plausible reading.
+
     :raises NpuSmiParseError: when the value has no ``/`` or a side is not an integer.
     """
     match = _PAIR.match(value.strip())
@@ -61,7 +89,7 @@ def to_pair(command: str, line_no: int, line: str, value: str, what: str) -> tup
         raise NpuSmiParseError(command, line_no, line, f"{what}: {value!r} is not 'used / total'")
     return (
         to_int(command, line_no, line, match.group(1), what),
-        to_int(command, line_no, line, match.group(2), what),
+        to_amount(command, line_no, line, match.group(2), what),
     )
 
 

@@ -22,12 +22,14 @@ from collections.abc import Mapping
 
 from ascend_dra.model import AttributeValue, Capacity, Version
 from ascend_dra.profiles import checks
+from ascend_dra.profiles.ascend import _text
 from ascend_dra.profiles.ascend.chip import NpuChip
 
 __all__ = (
     "MAX_ATTRIBUTES_AND_CAPACITIES",
     "MAX_NAME_LENGTH",
     "MAX_VALUE_LENGTH",
+    "WHOLE_CHIP",
     "chip_attributes",
     "chip_capacities",
     "device_name",
@@ -57,9 +59,20 @@ def publishable(name: str, value: object) -> bool:
     return is_attribute_name(name) and checks.attribute_problem(name, value) is None
 
 
+#: The partition suffix of a whole chip's device name (``npu-<logicID>-0``).
+WHOLE_CHIP = 0
+
+
 def device_name(chip: NpuChip) -> str:
-    """``npu-<logicID>-<chipID>`` (DESIGN §5; the peer driver's naming, reference ascend.md §5)."""
-    return f"npu-{chip.logic_id}-{chip.chip_id}"
+    """``npu-<logicID>-0``: the logic ID and the partition index (0 = the whole chip).
+
+    This is the name Project-HAMi's ascend-dra-driver gives a whole chip (reference ascend.md
+    §11.1). It is built only from what every discovery tier knows the same way, so a switch from
+    the npu-smi tier to the devfs tier does not rename a device: the chip ID (``-c``) is known
+    only to npu-smi and is published as the ``chipID`` attribute instead
+    (docs/ascend-discovery.md, "Device names").
+    """
+    return f"npu-{chip.logic_id}-{WHOLE_CHIP}"
 
 
 def chip_attributes(chip: NpuChip, extra: Mapping[str, AttributeValue] | None = None) -> dict[str, AttributeValue]:
@@ -98,10 +111,19 @@ def chip_attributes(chip: NpuChip, extra: Mapping[str, AttributeValue] | None = 
 
 
 def chip_capacities(chip: NpuChip) -> dict[str, Capacity]:
-    """``memory`` (``<MiB>Mi``) and ``aicore`` (count), each only when known and positive."""
+    """``memory`` (``<MiB>Mi``) and ``aicore`` (count), each only when known and positive.
+
+    DCMI's "not supported" code 8255 is not an amount (:data:`._text.DCMI_NOT_SUPPORTED`): the
+    parsers already read it as unknown; a tier that still hands it over gets it omitted here,
+    with a WARNING, rather than published as ``8255Mi`` / ``8255`` AI cores.
+    """
     out: dict[str, Capacity] = {}
-    if chip.memory_mib and chip.memory_mib > 0:
-        out["memory"] = Capacity(f"{chip.memory_mib}Mi")
-    if chip.aicore_count and chip.aicore_count > 0:
-        out["aicore"] = Capacity(str(chip.aicore_count))
+    for name, amount, unit in (("memory", chip.memory_mib, "Mi"), ("aicore", chip.aicore_count, "")):
+        if not amount or amount <= 0:
+            continue
+        if _text.is_not_supported(amount):
+            logger.warning("capacity is DCMI's 'not supported' code; omitted",
+                           extra={"device_name": device_name(chip), "capacity": name, "value": amount})
+            continue
+        out[name] = Capacity(f"{amount}{unit}")
     return out

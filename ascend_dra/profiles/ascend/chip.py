@@ -5,12 +5,15 @@ The three ID kinds are kept apart (reference ascend.md §5, "The IDs"):
 * ``npu_id`` -- npu-smi's card number; what ``npu-smi ... -i`` takes. Not an index (4, 5 on the
   Lab 18 host; 215 on a 310 sample). Only the npu-smi tier knows it.
 * ``logic_id`` -- DCMI's logical device number, 0..n-1 over all chips of the node. Device names
-  (``npu-<logicID>-<chip>``) and the ``index`` attribute use it, as Project-HAMi's ascend-dra-driver does.
+  (``npu-<logicID>-0``, see :func:`.attributes.device_name`) and the ``index`` attribute use it, as
+  Project-HAMi's ascend-dra-driver does.
 * ``physical_id`` -- the hardware chip number: ``/dev/davinci<physicalID>`` and
   ``ASCEND_VISIBLE_DEVICES`` (the Ascend Docker Runtime reads physical IDs, reference ascend.md §5
   and §8). Lab 18: NPU IDs 4/5, physical IDs 0/2, logic IDs 0/1 -- three different numbers.
 
-``chip_id`` is the chip's index inside its NPU (0, 1 on a 310P Duo or a 910C's two dies).
+``chip_id`` is the chip's index inside its NPU (0, 1 on a 310P Duo or a 910C's two dies). Only
+npu-smi knows it: the devfs tier leaves it None (the ``chipID`` attribute is then omitted), which
+is why it is not part of the device name.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import attrs
 
 from ascend_dra.profiles.ascend.chips import ChipFamily, MemoryKind
 
-__all__ = ("NpuChip",)
+__all__ = ("DroppedChip", "NpuChip")
 
 
 @attrs.frozen
@@ -38,7 +41,7 @@ class NpuChip:
 
     logic_id: int
     physical_id: int
-    chip_id: int = 0
+    chip_id: int | None = None
     npu_id: int | None = None
     chip_name: str | None = None
     family: ChipFamily | None = None
@@ -53,3 +56,41 @@ class NpuChip:
     hccs: bool | None = None
     topology_group: str | None = None
     cpu_affinity: str | None = None
+
+
+@attrs.frozen
+class DroppedChip:
+    """A chip that discovery found but does not publish, and why (logged, and shown by ``discover``).
+
+    :ivar reason: what is wrong, e.g. ``no /dev/davinci2 under /dev`` or ``chip family unknown``.
+    :ivar physical_id, logic_id, npu_id, chip_id: the IDs known for it (None = not known).
+    """
+
+    reason: str
+    physical_id: int | None = None
+    logic_id: int | None = None
+    npu_id: int | None = None
+    chip_id: int | None = None
+    chip_name: str | None = None
+
+    @classmethod
+    def of(cls, chip: NpuChip, reason: str) -> DroppedChip:
+        """The record for a discovered ``chip``."""
+        return cls(reason=reason, physical_id=chip.physical_id, logic_id=chip.logic_id, npu_id=chip.npu_id,
+                   chip_id=chip.chip_id, chip_name=chip.chip_name)
+
+    def describe(self) -> str:
+        """``physical ID 2 (NPU 1 chip 0, 910B3): <reason>``, naming only the IDs that are known."""
+        ids = [f"{label} {value}" for label, value in (
+            ("physical ID", self.physical_id), ("logic ID", self.logic_id)) if value is not None]
+        where = [f"NPU {self.npu_id}" if self.npu_id is not None else "",
+                 f"chip {self.chip_id}" if self.chip_id is not None else "", self.chip_name or ""]
+        detail = " ".join(w for w in where[:2] if w)
+        inner = ", ".join(x for x in (detail, where[2]) if x)
+        head = ", ".join(ids) or "chip"
+        return f"{head}{f' ({inner})' if inner else ''}: {self.reason}"
+
+    def log_fields(self) -> dict[str, object]:
+        """The record as log fields (DESIGN naming: ``physical_id``, ``logic_id``, ...)."""
+        return {"reason": self.reason, "physical_id": self.physical_id, "logic_id": self.logic_id,
+                "npu_id": self.npu_id, "chip_id": self.chip_id, "chip_name": self.chip_name}

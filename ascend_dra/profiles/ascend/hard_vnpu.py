@@ -280,8 +280,15 @@ class HardVnpuProfile(AscendChipProfile):
         return {"vnpus": [e.to_json() for e in made]}
 
     async def unprepare_side_effects(self, side_effects: Any, ctx: ApplyContext) -> None:
-        """Destroy the vNPUs ``side_effects`` names (idempotent; see :meth:`.vnpu_ops.VnpuOps.destroy_all`)."""
-        await self.ops(ctx.profile).destroy_all(side_effects)
+        """Destroy the vNPUs ``side_effects`` names (idempotent; :meth:`.vnpu_ops.VnpuOps.destroy_all`).
+
+        ``None`` (the daemon's record of a Prepare interrupted inside :meth:`prepare_side_effects`)
+        destroys every vNPU the ledger names for ``ctx.claim_uid``.
+        """
+        if side_effects is None:
+            await self.ops(ctx.profile).destroy_claim(ctx.claim_uid)
+        else:
+            await self.ops(ctx.profile).destroy_all(side_effects)
 
     async def reconcile_side_effects(self, live: Sequence[Any], ctx: ProfileContext) -> None:
         """Start-up repair: destroy the vNPUs our ledger names that no kept checkpoint record does.

@@ -112,6 +112,15 @@ def _int(command: str, block: KeyValueBlock, key: str) -> int | None:
     return _text.to_int(command, line_no, line, value, key)
 
 
+def _amount(command: str, block: KeyValueBlock, key: str) -> int | None:
+    """A capacity or count: like ``_int``, and DCMI's 8255 "not supported" reads as None (:mod:`._text`)."""
+    value = block.get(key)
+    if value is None:
+        return None
+    line_no, line = block.where(key)
+    return _text.to_amount(command, line_no, line, value, key)
+
+
 def _float(command: str, block: KeyValueBlock, key: str) -> float | None:
     value = block.get(key)
     if value is None:
@@ -342,9 +351,9 @@ def parse_memory(text: str, *, command: str = "npu-smi info -t memory -i <N>") -
         if any(k.startswith(("DDR", "HBM")) for k, *_ in block.entries):
             chips.append(ChipMemory(
                 chip_id=_int(command, block, "Chip ID"),
-                ddr_capacity_mib=_int(command, block, "DDR Capacity(MB)"),
+                ddr_capacity_mib=_amount(command, block, "DDR Capacity(MB)"),
                 ddr_clock_mhz=_int(command, block, "DDR Clock Speed(MHz)"),
-                hbm_capacity_mib=_int(command, block, "HBM Capacity(MB)"),
+                hbm_capacity_mib=_amount(command, block, "HBM Capacity(MB)"),
                 hbm_clock_mhz=_int(command, block, "HBM Clock Speed(MHz)"),
                 hbm_temperature_c=_int(command, block, "HBM Temperature(C)"),
                 hbm_manufacturer_id=_lower(_str(block, "HBM Manufacturer ID")),
@@ -404,8 +413,8 @@ def parse_usages(text: str, *, command: str = "npu-smi info -t usages -i <N>") -
         }
         chips.append(ChipUsages(
             chip_id=_require_int(command, block, "Chip ID"),
-            ddr_capacity_mib=_int(command, block, "DDR Capacity(MB)"),
-            hbm_capacity_mib=_int(command, block, "HBM Capacity(MB)"),
+            ddr_capacity_mib=_amount(command, block, "DDR Capacity(MB)"),
+            hbm_capacity_mib=_amount(command, block, "HBM Capacity(MB)"),
             rates=rates,
         ))
     _check_count(command, head, chip_count, len(chips))
@@ -483,7 +492,7 @@ def parse_common(text: str, *, command: str = "npu-smi info -t common -i <N>") -
                 aicore_usage_percent=_int(command, block, "Aicore Usage Rate(%)"),
                 aicore_freq_mhz=_int(command, block, "Aicore Freq(MHZ)"),
                 aicore_cur_freq_mhz=_int(command, block, "Aicore curFreq(MHZ)"),
-                aicore_count=_int(command, block, "Aicore Count"),
+                aicore_count=_amount(command, block, "Aicore Count"),
                 temperature_c=_int(command, block, "Temperature(C)"),
                 power_w=_float(command, block, "NPU Real-time Power(W)"),
             ))

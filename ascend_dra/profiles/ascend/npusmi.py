@@ -17,7 +17,7 @@ import subprocess
 
 import anyio
 
-from ascend_dra.profiles.ascend import keyvalue, tables
+from ascend_dra.profiles.ascend import keyvalue, remap, tables, topo
 from ascend_dra.profiles.ascend.errors import NpuSmiFailed, NpuSmiNotFound, NpuSmiTimeout
 
 __all__ = ("DEFAULT_CONCURRENCY", "DEFAULT_TIMEOUT_S", "NpuSmi")
@@ -122,10 +122,16 @@ class NpuSmi:
         args = ("info", "-t", "health", "-i", str(npu_id), "-c", str(chip_id))
         return keyvalue.parse_health(await self.run(*args), command=self.command_line(*args))
 
-    async def topo(self) -> tables.Topology:
-        """``npu-smi info -t topo`` parsed by :func:`tables.parse_topo`."""
+    async def topo(self) -> topo.Topology:
+        """``npu-smi info -t topo`` parsed by :func:`.topo.parse_topo`."""
         args = ("info", "-t", "topo")
-        return tables.parse_topo(await self.run(*args), command=self.command_line(*args))
+        return topo.parse_topo(await self.run(*args), command=self.command_line(*args))
+
+    async def phyid_remap(self, physical_id: int) -> remap.PhyIdRemap:
+        """``npu-smi info -t phyid-remap -p <physical_id>`` parsed by :func:`.remap.parse_phyid_remap`."""
+        args = ("info", "-t", "phyid-remap", "-p", str(physical_id))
+        return remap.parse_phyid_remap(await self.run(*args), physical_id=physical_id,
+                                       command=self.command_line(*args))
 
     async def device_share(self) -> tuple[keyvalue.DeviceShare, ...]:
         """``npu-smi info -t device-share`` parsed by :func:`keyvalue.parse_device_share`."""

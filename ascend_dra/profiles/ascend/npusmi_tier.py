@@ -4,16 +4,19 @@ Calls, in order (all through :class:`NpuSmi`, so each has a deadline and typed e
 
 1. ``npu-smi info`` (required): chips, NPU IDs, chip IDs, names, health, PCI addresses, memory
    totals (DDR, and HBM on the 910 family), the 310's ``Device`` column, the 910_93's ``Phy-ID``.
-2. ``npu-smi info -m``: logic IDs (falls back to the ``Device`` column).
+2. ``npu-smi info -m``: logic IDs (falls back to the ``Device`` column, then ``phyid-remap``,
+   then the devfs rule -- a failing ``-m`` on a 910 host loses nothing else).
 3. per NPU ``-t board -i N`` (driver ``Software Version``, ``PCI Device ID`` = the generation),
    per chip ``-t board -i N -c C`` (VDie ID = ``uuid``), per NPU ``-t common -i N`` (``Aicore Count``).
-4. ``-t topo`` when a 910-family chip is present: HCCS links and CPU affinity.
+4. ``-t phyid-remap -p N`` per ``/dev/davinci<N>``, only when the IDs of steps 1-2 are missing or
+   disagree (:mod:`.ids`).
+5. ``-t topo`` when a 910-family chip is present: HCCS links and CPU affinity (:func:`with_topology`).
 
-Steps 2-4 are enrichments: when one fails, a warning is logged and its attributes are omitted.
-Physical IDs come from the ``Phy-ID`` column, else from the davinci node whose sysfs entry points
-at the chip's PCI address, else by rank (the k-th logic ID owns the k-th davinci number, when the
-counts agree; see :mod:`.devfs`). A chip without a physical ID, or two chips sharing one, fails the
-tier: a device we cannot inject must not be published.
+Steps 2-5 are enrichments: when one fails, a WARNING names the call and its fields alone are
+omitted; what was inferred or lost is also returned as notes (``ascend-dra discover`` shows them).
+How logic and physical IDs are chosen is in :mod:`.ids`. A chip without a physical ID, or two chips
+sharing one, fails the tier: a device we cannot inject must not be published. A chip whose
+``/dev/davinci<physicalID>`` is absent is dropped, with the reason.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import anyio
 import attrs
 
 from ascend_dra.profiles.ascend import devfs
-from ascend_dra.profiles.ascend.chip import NpuChip
+from ascend_dra.profiles.ascend.chip import DroppedChip, NpuChip
 from ascend_dra.profiles.ascend.chips import (
     ChipFamily,
     MemoryKind,
@@ -36,12 +39,15 @@ from ascend_dra.profiles.ascend.chips import (
     model_of,
     normalise_chip_name,
 )
-from ascend_dra.profiles.ascend.errors import NpuSmiError, NpuSmiParseError, NpuSmiTimeout
+from ascend_dra.profiles.ascend.errors import NpuSmiError, NpuSmiTimeout
+from ascend_dra.profiles.ascend.ids import PartialChip, ResolvedIds, remap_reason, resolve_ids
 from ascend_dra.profiles.ascend.keyvalue import BoardInfo, ChipBoardInfo, CommonInfo
 from ascend_dra.profiles.ascend.npusmi import DEFAULT_CONCURRENCY, NpuSmi
-from ascend_dra.profiles.ascend.tables import InfoChip, InfoTable, MappingRow, Topology
+from ascend_dra.profiles.ascend.remap import PhyIdRemap
+from ascend_dra.profiles.ascend.tables import InfoChip, InfoTable, MappingRow
+from ascend_dra.profiles.ascend.topo import LABEL_NPU, Topology
 
-__all__ = ("HCCS_LINKS", "TOPOLOGY_FAMILIES", "discover_npu_smi", "topology_groups")
+__all__ = ("HCCS_LINKS", "TOPOLOGY_FAMILIES", "NpuSmiAnswer", "discover_npu_smi", "topology_groups", "with_topology")
 
 logger = logging.getLogger(__name__)
 
@@ -64,16 +70,17 @@ class _Budget:
         self.limiter = anyio.CapacityLimiter(DEFAULT_CONCURRENCY)
 
 
-async def _optional(call: Callable[[], Awaitable[T]], what: str, budget: _Budget) -> T | None:
+async def _optional(call: Callable[[], Awaitable[T]], what: str, budget: _Budget,
+                    failure_level: int = logging.WARNING) -> T | None:
     async with budget.limiter:
         if budget.timed_out is not None:
             logger.debug("npu-smi enrichment skipped after a timeout",
                          extra={"what": what, "after": budget.timed_out})
             return None
-        return await _call(call, what, budget)
+        return await _call(call, what, budget, failure_level)
 
 
-async def _call(call: Callable[[], Awaitable[T]], what: str, budget: _Budget) -> T | None:
+async def _call(call: Callable[[], Awaitable[T]], what: str, budget: _Budget, failure_level: int) -> T | None:
     try:
         return await call()
     except NpuSmiTimeout as exc:
@@ -82,22 +89,40 @@ async def _call(call: Callable[[], Awaitable[T]], what: str, budget: _Budget) ->
                        extra={"what": what, "error": str(exc), "tier": "npu-smi"})
         return None
     except NpuSmiError as exc:
-        logger.warning("npu-smi enrichment failed; its attributes are omitted",
-                       extra={"what": what, "error": str(exc), "tier": "npu-smi"})
+        logger.log(failure_level, "npu-smi enrichment failed; its attributes are omitted",
+                   extra={"what": what, "error": str(exc), "tier": "npu-smi"})
         return None
 
 
-async def discover_npu_smi(npu_smi: NpuSmi, *, dev_root: Path, sys_root: Path) -> tuple[NpuChip, ...]:
+@attrs.frozen
+class NpuSmiAnswer:
+    """What the npu-smi tier found.
+
+    :ivar chips: chips to publish, ordered by logic ID.
+    :ivar dropped: chips npu-smi lists whose ``/dev/davinci<physicalID>`` is absent.
+    :ivar notes: what was inferred, corrected or lost, one line each (``ascend-dra discover`` shows them).
+    """
+
+    chips: tuple[NpuChip, ...]
+    dropped: tuple[DroppedChip, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+async def discover_npu_smi(npu_smi: NpuSmi, *, dev_root: Path, sys_root: Path) -> NpuSmiAnswer:
     """Discover every chip of the node through npu-smi (all families; profiles filter).
 
-    :return: chips ordered by logic ID.
+    Only ``npu-smi info`` is required; each other call fills its own fields and, when it fails,
+    those fields alone are missing (a WARNING names the call and what was lost).
+
+    :return: the chips ordered by logic ID, the chips without a device node, and notes.
     :raises NpuSmiError: when ``npu-smi info`` fails or cannot be parsed, or when a chip has no
-        logic ID or no physical ID, or two chips share one (the tier's caller falls back).
+        physical ID, or two chips share a logic or physical ID (the tier's caller falls back).
     """
     info = await npu_smi.info()
     if info.skipped:
         logger.debug("npu-smi info: lines outside the table ignored", extra={"lines": info.skipped})
     budget = _Budget()
+    notes: list[str] = []
     mapping = await _optional(npu_smi.mapping, "npu-smi info -m", budget)
     npu_ids = sorted({c.npu_id for c in info.chips})
     boards: dict[int, BoardInfo | None] = {}
@@ -119,26 +144,74 @@ async def discover_npu_smi(npu_smi: NpuSmi, *, dev_root: Path, sys_root: Path) -
             tg.start_soon(chip, c.npu_id, c.chip_id)
 
     partial = [_assemble(info, c, mapping, boards.get(c.npu_id), commons.get(c.npu_id),
-                         chip_boards.get((c.npu_id, c.chip_id)), npu_smi) for c in info.chips]
-    chips = await anyio.to_thread.run_sync(_with_host_ids, partial, info, dev_root, sys_root,
-                                           npu_smi.command_line("info"))
+                         chip_boards.get((c.npu_id, c.chip_id))) for c in info.chips]
+    if mapping is None and any(p.logic_from_device is None for p in partial):
+        # 910 family: no Device column, so -m was the source of logic IDs (and of nothing else
+        # that info did not give); the rest of the chip is kept.
+        notes.append("npu-smi info -m failed: logic IDs from phyid-remap or the physical order; "
+                     "the other fields come from npu-smi info and -t board/common")
+        logger.warning("npu-smi info -m failed; logic IDs come from phyid-remap or the physical order",
+                       extra={"chips": len(partial), "tier": "npu-smi"})
+    numbers, by_address = await anyio.to_thread.run_sync(_davinci_nodes, dev_root, sys_root)
+    reason = remap_reason(partial, numbers, by_address)
+    remaps: dict[int, PhyIdRemap] = {}
+    if reason is not None:
+        remaps = await _remaps(npu_smi, numbers, budget, reason)
+        if remaps:
+            notes.append(f"phyid-remap used ({reason}): answered for {len(remaps)} of {len(numbers)} davinci nodes")
+    resolved = await anyio.to_thread.run_sync(lambda: resolve_ids(
+        partial, numbers=numbers, by_address=by_address, remaps=remaps, dev_root=dev_root,
+        command=npu_smi.command_line("info")))
+    notes.extend(resolved.notes)
+    chips = await anyio.to_thread.run_sync(_chips, resolved, sys_root)
+    chips = _without_shared_uuids(chips)
     if any(c.family in TOPOLOGY_FAMILIES for c in chips):
         topo = await _optional(npu_smi.topo, "npu-smi info -t topo", budget)
-        if topo is not None:
-            chips = _with_topology(chips, topo)
-    return tuple(sorted(chips, key=lambda c: c.logic_id))
+        if topo is None:
+            notes.append("npu-smi info -t topo gave no answer: hccs, topologyGroup and cpuAffinity omitted")
+        else:
+            chips, topo_notes = with_topology(chips, topo)
+            notes.extend(topo_notes)
+    return NpuSmiAnswer(chips=tuple(sorted(chips, key=lambda c: c.logic_id)), dropped=resolved.dropped,
+                        notes=tuple(notes))
+
+
+async def _remaps(npu_smi: NpuSmi, numbers: list[int], budget: _Budget, reason: str) -> dict[int, PhyIdRemap]:
+    """``phyid-remap -p N`` for every davinci number; the first failure stops the rest (an npu-smi
+    without the command would fail them all). A failure is logged at INFO: the fallback it leaves
+    (rank, the devfs rule) is itself logged and noted, and an npu-smi without the command must not
+    add a WARNING to every periodic rediscovery."""
+    logger.info("asking npu-smi phyid-remap", extra={"reason": reason, "davinci": numbers, "tier": "npu-smi"})
+    out: dict[int, PhyIdRemap] = {}
+    first, rest = numbers[0], numbers[1:]
+    answer = await _optional(lambda: npu_smi.phyid_remap(first), f"phyid-remap -p {first}", budget, logging.INFO)
+    if answer is None:
+        return out
+    out[first] = answer
+
+    async def one(number: int) -> None:
+        result = await _optional(lambda: npu_smi.phyid_remap(number), f"phyid-remap -p {number}", budget,
+                                 logging.INFO)
+        if result is not None:
+            out[number] = result
+
+    async with anyio.create_task_group() as tg:
+        for number in rest:
+            tg.start_soon(one, number)
+    return out
+
+
+def _davinci_nodes(dev_root: Path, sys_root: Path) -> tuple[list[int], dict[str, int]]:
+    """The davinci numbers under ``dev_root`` and PCI address -> number from sysfs (blocking)."""
+    numbers = devfs.davinci_numbers(dev_root)
+    return numbers, {a: n for n in numbers if (a := devfs.davinci_pci_address(sys_root, n)) is not None}
 
 
 def _assemble(info: InfoTable, row: InfoChip, mapping: tuple[MappingRow, ...] | None, board: BoardInfo | None,
-              common: CommonInfo | None, chip_board: ChipBoardInfo | None, npu_smi: NpuSmi) -> dict[str, object]:
-    """Everything npu-smi says about one chip, as NpuChip fields (physical ID still open)."""
+              common: CommonInfo | None, chip_board: ChipBoardInfo | None) -> PartialChip:
+    """Everything npu-smi says about one chip (logic and physical IDs still open, :mod:`.ids`)."""
     mapped = next((m for m in mapping or () if m.npu_id == row.npu_id and m.chip_id == row.chip_id
                    and not m.is_mcu), None)
-    logic_id = mapped.logic_id if mapped is not None and mapped.logic_id is not None else row.device
-    if logic_id is None:
-        raise NpuSmiParseError(npu_smi.command_line("info", "-m"), 0, "",
-                               f"no logic ID for NPU {row.npu_id} chip {row.chip_id}: no 'Chip Logic ID' "
-                               "row and no 'Device' column in npu-smi info")
     name = row.name
     pci_device_id = board.pci_device_id if board else None
     family = family_of(name, pci_device_id=pci_device_id)
@@ -156,57 +229,39 @@ def _assemble(info: InfoTable, row: InfoChip, mapping: tuple[MappingRow, ...] | 
     if aicore is None and model is not None:
         aicore = model.aicore
     driver = (board.software_version if board else None) or info.driver_version
-    return {
-        "logic_id": logic_id,
-        "chip_id": row.chip_id,
-        "npu_id": row.npu_id,
-        "chip_name": normalise_chip_name(name),
-        "family": family,
-        "health": row.health,
-        "pci_address": (row.bus_id or (chip_board.pcie_bus_info if chip_board else None) or "").lower() or None,
-        "uuid": chip_board.vdie_id if chip_board else None,
-        "memory_mib": memory,
-        "memory_kind": kind,
-        "aicore_count": aicore,
-        "driver_version": driver,
-        "physical_id": row.phy_id,
-    }
+    address = (row.bus_id or (chip_board.pcie_bus_info if chip_board else None) or "").lower() or None
+    return PartialChip(
+        npu_id=row.npu_id,
+        chip_id=row.chip_id,
+        logic_from_mapping=mapped.logic_id if mapped is not None else None,
+        logic_from_device=row.device,
+        physical_printed=row.phy_id if row.phy_id is not None else (mapped.physical_id if mapped else None),
+        pci_address=address,
+        fields={
+            "chip_id": row.chip_id,
+            "npu_id": row.npu_id,
+            "chip_name": normalise_chip_name(name),
+            "family": family,
+            "health": row.health,
+            "pci_address": address,
+            "uuid": chip_board.vdie_id if chip_board else None,
+            "memory_mib": memory,
+            "memory_kind": kind,
+            "aicore_count": aicore,
+            "driver_version": driver,
+        },
+    )
 
 
-def _with_host_ids(partial: list[dict[str, object]], info: InfoTable, dev_root: Path, sys_root: Path,
-                   command: str) -> list[NpuChip]:
-    """Fill physical IDs and NUMA nodes from ``/dev`` and sysfs (blocking; runs in a worker thread)."""
-    numbers = devfs.davinci_numbers(dev_root)
-    by_address = {a: n for n in numbers if (a := devfs.davinci_pci_address(sys_root, n)) is not None}
-    by_rank = {}
-    if len(numbers) == len(partial):
-        ranked = sorted(partial, key=lambda p: p["logic_id"])  # type: ignore[arg-type, return-value]
-        by_rank = {p["logic_id"]: n for p, n in zip(ranked, numbers, strict=True)}
+def _chips(resolved: ResolvedIds, sys_root: Path) -> list[NpuChip]:
+    """NpuChips with their IDs and NUMA nodes (blocking: reads sysfs)."""
     chips = []
-    for fields in partial:
-        physical = fields["physical_id"]
-        if physical is None and fields["pci_address"] in by_address:
-            physical = by_address[fields["pci_address"]]  # type: ignore[index]
-        if physical is None:
-            physical = by_rank.get(fields["logic_id"])
-        if physical is None:
-            raise NpuSmiParseError(command, 0, "", (
-                f"no physical ID for NPU {fields['npu_id']} chip {fields['chip_id']}: no Phy-ID column, no "
-                f"davinci node whose sysfs entry names {fields['pci_address']}, and {len(numbers)} davinci "
-                f"nodes under {dev_root} for {len(partial)} chips"))
-        address = fields["pci_address"]
-        numa = devfs.numa_node(sys_root, address) if isinstance(address, str) else None
-        chips.append(NpuChip(**{**fields, "physical_id": physical, "numa_node": numa}))  # type: ignore[arg-type]
-    for attr, label in (("logic_id", "logic ID"), ("physical_id", "physical ID")):
-        seen: dict[int, NpuChip] = {}
-        for c in chips:
-            value = getattr(c, attr)
-            if value in seen:
-                raise NpuSmiParseError(command, 0, "", (
-                    f"NPU {seen[value].npu_id} chip {seen[value].chip_id} and NPU {c.npu_id} chip {c.chip_id} "
-                    f"share {label} {value}"))
-            seen[value] = c
-    return _without_shared_uuids(chips)
+    for partial, logic_id, physical_id in resolved.chips:
+        address = partial.pci_address
+        numa = devfs.numa_node(sys_root, address) if address else None
+        chips.append(NpuChip(logic_id=logic_id, physical_id=physical_id, numa_node=numa,
+                             **partial.fields))  # type: ignore[arg-type]
+    return chips
 
 
 def _without_shared_uuids(chips: list[NpuChip]) -> list[NpuChip]:
@@ -223,8 +278,8 @@ def _without_shared_uuids(chips: list[NpuChip]) -> list[NpuChip]:
 
 
 def topology_groups(topo: Topology) -> dict[int, str]:
-    """Map each NPU of ``topo`` that has an HCCS link to ``hccs-<n>``: n numbers the HCCS-connected
-    groups in order of their lowest NPU. NPUs without an HCCS link are left out."""
+    """Map each label of ``topo`` that has an HCCS link to ``hccs-<n>``: n numbers the HCCS-connected
+    groups in order of their lowest label. Labels without an HCCS link are left out."""
     parent = {i: i for i in topo.ids}
 
     def root(i: int) -> int:
@@ -246,21 +301,47 @@ def topology_groups(topo: Topology) -> dict[int, str]:
     return {member: f"hccs-{n}" for n, members in enumerate(ordered) for member in members}
 
 
-def _with_topology(chips: list[NpuChip], topo: Topology) -> list[NpuChip]:
-    """Add ``hccs``, ``topology_group`` and ``cpu_affinity``; ``NPU<k>`` of ``-t topo`` is taken as logic ID k."""
-    logic_ids = {c.logic_id for c in chips}
-    if not set(topo.ids) <= logic_ids:
-        logger.warning("npu-smi info -t topo names NPUs that are not logic IDs of this node; topology omitted",
-                       extra={"topo_ids": topo.ids, "logic_ids": sorted(logic_ids), "tier": "npu-smi"})
-        return chips
-    groups = topology_groups(topo)
+def with_topology(chips: list[NpuChip], topo: Topology) -> tuple[list[NpuChip], tuple[str, ...]]:
+    """Add ``hccs``, ``topology_group`` and ``cpu_affinity`` from ``-t topo``.
+
+    ``NPU<k>`` labels are NPU (card) IDs, so every chip of NPU k (both dies of a 910C, the chips
+    of a multi-chip card) takes row k; ``Phy-ID<k>`` labels (A3) are physical IDs (reference
+    ascend.md §5). Groups are renumbered ``hccs-0``, ``hccs-1``, ... in order of their lowest
+    logic ID. A label that names no chip of the node, or a chip that no label names, is logged
+    and reported in the returned notes; the chips that do match keep their topology.
+
+    :return: the chips (same order) and the notes.
+    """
+    def key(c: NpuChip) -> int | None:
+        return c.npu_id if topo.label_kind == LABEL_NPU else c.physical_id
+
+    what = "NPU ID" if topo.label_kind == LABEL_NPU else "physical ID"
+    labels = set(topo.ids)
+    unmatched_labels = sorted(labels - {key(c) for c in chips})
+    unmatched_chips = [c for c in chips if key(c) not in labels]
+    notes = []
+    if unmatched_labels or unmatched_chips:
+        note = (f"npu-smi info -t topo: labels {unmatched_labels} name no chip of this node; "
+                f"{len(unmatched_chips)} chips have no row (labels are {what}s)")
+        notes.append(note)
+        logger.warning("npu-smi info -t topo does not match the chips; topology omitted where it does not",
+                       extra={"topo_ids": topo.ids, "label_kind": topo.label_kind, "unmatched_labels": unmatched_labels,
+                              "chips_without_row": [c.logic_id for c in unmatched_chips], "tier": "npu-smi"})
+    label_groups = topology_groups(topo)
+    members: dict[str, list[int]] = {}
+    for c in chips:
+        group = label_groups.get(key(c))  # type: ignore[arg-type]
+        if group is not None:
+            members.setdefault(group, []).append(c.logic_id)
+    renumbered = {old: f"hccs-{n}" for n, old in enumerate(sorted(members, key=lambda g: min(members[g])))}
     out = []
     for c in chips:
-        if c.logic_id not in topo.ids:
+        label = key(c)
+        if label not in labels:
             out.append(c)
             continue
-        affinity = topo.cpu_affinity[topo.ids.index(c.logic_id)]
-        out.append(attrs.evolve(c, hccs=c.logic_id in groups, topology_group=groups.get(c.logic_id),
-                           cpu_affinity=affinity))
-    return out
-
+        group = label_groups.get(label)  # type: ignore[arg-type]
+        affinity = topo.cpu_affinity[topo.ids.index(label)]  # type: ignore[arg-type]
+        out.append(attrs.evolve(c, hccs=group is not None, topology_group=renumbered.get(group or ""),
+                                cpu_affinity=affinity))
+    return out, tuple(notes)

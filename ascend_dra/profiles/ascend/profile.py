@@ -1,8 +1,10 @@
 """What ``npu-310P`` and ``npu-910`` share: a whole-chip Ascend profile over the discovery chain.
 
 One device per chip (a 310P Duo card and a 910C's two dies give two devices), named
-``npu-<logicID>-<chipID>``. Each profile keeps the chips of its families and adds its own
-attributes (:meth:`AscendChipProfile.extra_attributes`).
+``npu-<logicID>-0`` whichever tier answered (:func:`.attributes.device_name`). Each profile keeps
+the chips of its families and adds its own attributes (:meth:`AscendChipProfile.extra_attributes`).
+A chip whose family nobody could determine belongs to no profile: each profile logs it as not
+published, with the reason, and lists it in :meth:`AscendChipProfile.discovery_notes`.
 
 Container edits per allocated device (reference ascend.md §5-§8):
 
@@ -21,6 +23,7 @@ Profile options (``ProfileContext.options``, keys ``<profile>.<key>`` or ``<key>
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -29,7 +32,7 @@ import anyio
 from ascend_dra.model import AttributeValue
 from ascend_dra.profiles.ascend import host
 from ascend_dra.profiles.ascend.attributes import chip_attributes, chip_capacities, device_name
-from ascend_dra.profiles.ascend.chip import NpuChip
+from ascend_dra.profiles.ascend.chip import DroppedChip, NpuChip
 from ascend_dra.profiles.ascend.chips import ChipFamily, ChipModel
 from ascend_dra.profiles.ascend.config import (
     LOG_LEVEL_ENV,
@@ -38,7 +41,14 @@ from ascend_dra.profiles.ascend.config import (
     log_level_number,
     validate_config,
 )
-from ascend_dra.profiles.ascend.discovery import TIER_NPU_SMI, TIER_SIMULATED, SimulateMode, discover_chips
+from ascend_dra.profiles.ascend.discovery import (
+    TIER_NPU_SMI,
+    TIER_SIMULATED,
+    Discovery,
+    SimulateMode,
+    discover_chips,
+)
+from ascend_dra.profiles.ascend.locate import locate_npu_smi
 from ascend_dra.profiles.ascend.npusmi import DEFAULT_TIMEOUT_S, NpuSmi
 from ascend_dra.profiles.ascend.tables import parse_info
 from ascend_dra.profiles.base import (
@@ -55,6 +65,8 @@ from ascend_dra.profiles.base import (
 
 __all__ = ("VISIBLE_DEVICES_ENV", "AscendChipProfile")
 
+logger = logging.getLogger(__name__)
+
 #: Read by the Ascend Docker Runtime: physical IDs, comma-separated (reference ascend.md §8).
 VISIBLE_DEVICES_ENV = "ASCEND_VISIBLE_DEVICES"
 
@@ -66,8 +78,10 @@ CHIP_HEALTH: Mapping[str, bool] = {"OK": True, "Warning": True, "Alarm": False, 
 class AscendChipProfile:
     """Base of the whole-chip Ascend profiles; subclasses set ``name``, ``families``, ``simulated_model``.
 
-    :param host_root: where the host's ``/`` is seen when probing driver paths (tests use a tree).
+    :param host_root: where the host's ``/`` is seen when probing driver paths and searching the
+        driver's npu-smi install locations (tests use a tree).
     :param timeout_s: deadline of each npu-smi call, in seconds.
+    :param search_path: the ``$PATH`` searched for a bare ``--npu-smi`` name; None = the process's.
     """
 
     name: str
@@ -76,10 +90,17 @@ class AscendChipProfile:
     families: frozenset[ChipFamily]
     simulated_model: ChipModel
 
-    def __init__(self, *, host_root: Path = Path("/"), timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(self, *, host_root: Path = Path("/"), timeout_s: float = DEFAULT_TIMEOUT_S,
+                 search_path: str | None = None) -> None:
         self.host_root = host_root
         self.timeout_s = timeout_s
+        self.search_path = search_path
         self.layout = host.HostLayout()
+        #: The last discovery's answer (tier, npu-smi used, dropped chips, notes); None before the first.
+        self.last_discovery: Discovery | None = None
+        self._dropped: tuple[DroppedChip, ...] = ()
+        # Chips of the last npu-smi answer by physical ID: the devfs tier reuses their IDs (names).
+        self._known: dict[int, NpuChip] = {}
 
     def default_config(self) -> NpuConfig:
         """``NpuConfig()``: image's own log settings, tools mounted."""
@@ -108,10 +129,32 @@ class AscendChipProfile:
             npu_smi=ctx.npu_smi, dev_root=ctx.dev_root, sys_root=ctx.sys_root, node_name=ctx.node_name,
             simulate=self.simulate_mode(ctx), simulated_model=self.simulated_model,
             simulated_count=ctx.fake_devices, timeout_s=self.timeout_s, profile=self.name,
+            host_root=self.host_root, search_path=self.search_path, known=self._known,
         )
         self.layout = await anyio.to_thread.run_sync(host.probe, ctx.dev_root, self.host_root)
+        if found.source == TIER_NPU_SMI:
+            self._known = {c.physical_id: c for c in found.chips}
+        unknown = tuple(DroppedChip.of(c, _unknown_family(c)) for c in found.chips if c.family is None)
+        for chip in unknown:
+            logger.warning("chip not published", extra={**chip.log_fields(), "tier": found.source,
+                                                         "profile": self.name})
+        self.last_discovery = found
+        self._dropped = (*found.dropped, *unknown)
         chips = [c for c in found.chips if c.family in self.families]
         return Inventory(devices=tuple(self.device(c) for c in chips), source=found.source)
+
+    def discovery_notes(self) -> tuple[str, ...]:
+        """What the last discovery wants an operator to know, one line each (``ascend-dra discover``
+        shows them): the npu-smi binary used and how it was found, tier notes (unknown chip IDs),
+        and ``N chips not published`` followed by one line per dropped chip with its reason."""
+        found = self.last_discovery
+        if found is None:
+            return ()
+        lines = list(found.notes)
+        if self._dropped:
+            lines.append(f"{len(self._dropped)} chip{'s' if len(self._dropped) != 1 else ''} not published")
+            lines.extend(f"  not published: {d.describe()}" for d in self._dropped)
+        return tuple(lines)
 
     async def health(self, ctx: ProfileContext, inventory: Inventory) -> Mapping[str, bool | None]:
         """Chip health from the ``Health`` column of one ``npu-smi info`` (reference ascend.md §4).
@@ -126,7 +169,9 @@ class AscendChipProfile:
         """
         if inventory.source != TIER_NPU_SMI or not inventory.devices:
             return {}
-        text = await NpuSmi(ctx.npu_smi, timeout_s=self.timeout_s).run("info")
+        located = await anyio.to_thread.run_sync(
+            lambda: locate_npu_smi(ctx.npu_smi, host_root=self.host_root, search_path=self.search_path))
+        text = await NpuSmi(located.executable, timeout_s=self.timeout_s).run("info")
         status = {(c.npu_id, c.chip_id): c.health for c in parse_info(text).chips}
         return {
             d.name: CHIP_HEALTH.get(status.get((d.attributes.get("npuID"), d.attributes.get("chipID")), ""))
@@ -191,3 +236,9 @@ class AscendChipProfile:
                 mounts=mounts,
             )
         return edits
+
+
+def _unknown_family(chip: NpuChip) -> str:
+    """Why a chip has no family (the sources of :func:`.chips.family_of`, in the words of the operator)."""
+    name = f"chip name {chip.chip_name!r} matches no family" if chip.chip_name else "no chip name"
+    return f"chip family unknown: {name}, and no known PCI device ID (npu-smi -t board, sysfs)"

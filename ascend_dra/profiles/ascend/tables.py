@@ -1,5 +1,6 @@
 """Parsers for npu-smi's tabular outputs: ``npu-smi info`` (the box table), ``info -m``,
-``-t topo``, ``-t template-info``, ``-t info-vnpu`` and the ``-t`` list of ``info -h``.
+``-t template-info``, ``-t info-vnpu`` and the ``-t`` list of ``info -h``. ``-t topo`` lives in
+:mod:`.topo` (re-exported here).
 
 Column widths and header spacing differ between driver versions, so box tables are read by
 header names and ``|`` separators, never by offsets (reference ascend.md §4.2). Memory is in
@@ -18,8 +19,10 @@ import attrs
 
 from ascend_dra.profiles.ascend import _text
 from ascend_dra.profiles.ascend.errors import NpuSmiParseError
+from ascend_dra.profiles.ascend.topo import LINK_KINDS, Topology, parse_topo
 
 __all__ = (
+    "LINK_KINDS",
     "InfoChip",
     "InfoProcess",
     "InfoTable",
@@ -339,80 +342,6 @@ def parse_mapping(text: str, *, command: str = "npu-smi info -m") -> tuple[Mappi
     return tuple(rows)
 
 
-# -- npu-smi info -t topo -------------------------------------------------------------------------
-
-#: Link kinds printed by ``-t topo`` (its legend, and the npu-smi source; reference ascend.md §4.1).
-LINK_KINDS = frozenset({"X", "HCCS", "HCCS_SW", "SIO", "PIX", "PXB", "PHB", "SYS", "NA"})
-
-
-@attrs.frozen
-class Topology:
-    """``npu-smi info -t topo``: the link matrix between NPUs.
-
-    :ivar ids: the numbers of the ``NPU<k>`` headers, in order (taken to be logic IDs **[U]**;
-        every published sample has NPU IDs = logic IDs 0..n-1).
-    :ivar links: ``links[i][j]`` is the link kind between ``ids[i]`` and ``ids[j]`` (``X`` on the diagonal).
-    :ivar cpu_affinity: per NPU, the ``CPU Affinity`` list as printed (``144-167``), None when absent.
-    """
-
-    ids: tuple[int, ...]
-    links: tuple[tuple[str, ...], ...]
-    cpu_affinity: tuple[str | None, ...]
-
-    def link(self, a: int, b: int) -> str:
-        """The link kind between NPU ``a`` and NPU ``b`` (IDs as in ``ids``)."""
-        return self.links[self.ids.index(a)][self.ids.index(b)]
-
-
-def parse_topo(text: str, *, command: str = "npu-smi info -t topo") -> Topology:
-    """Parse the ``npu-smi info -t topo`` matrix (the legend under it is ignored).
-
-    Sample: ``910B3_info_-t_topo.txt`` (8 NPUs, all HCCS, CPU affinity per NPU).
-
-    :raises NpuSmiParseError: on a missing header, a row for an unknown NPU, a row of the wrong
-        length, an unknown link kind, or a matrix that is not square.
-    """
-    ids: list[int] | None = None
-    has_affinity = False
-    rows: dict[int, tuple[tuple[str, ...], str | None]] = {}
-    for line_no, line in enumerate(text.splitlines(), start=1):
-        stripped = line.strip()
-        if not stripped:
-            continue
-        if stripped.startswith("Legend"):
-            break
-        if ids is None:
-            has_affinity = stripped.endswith("CPU Affinity")
-            names = stripped.removesuffix("CPU Affinity").split()
-            if not names or not all(re.fullmatch(r"NPU\d+", n) for n in names):
-                raise NpuSmiParseError(command, line_no, line, "expected a header of NPU<k> columns")
-            ids = [int(n[3:]) for n in names]
-            continue
-        parts = stripped.split()
-        if not re.fullmatch(r"NPU\d+", parts[0]) or int(parts[0][3:]) not in ids:
-            raise NpuSmiParseError(command, line_no, line, "row does not start with a known NPU<k>")
-        want = len(ids) + (1 if has_affinity else 0)
-        values = parts[1:]
-        if len(values) != want:
-            raise NpuSmiParseError(command, line_no, line, f"expected {want} values")
-        links = tuple(values[: len(ids)])
-        for link in links:
-            if link not in LINK_KINDS:
-                raise NpuSmiParseError(command, line_no, line,
-                                       f"unknown link kind {link!r} (known: {', '.join(sorted(LINK_KINDS))})")
-        affinity = _text.text_or_none(values[-1]) if has_affinity else None
-        rows[int(parts[0][3:])] = (links, affinity)
-    if ids is None:
-        raise NpuSmiParseError(command, 0, "", "empty output")
-    if sorted(rows) != sorted(ids):
-        raise NpuSmiParseError(command, 0, "", f"matrix has rows for {sorted(rows)} but columns for {ids}")
-    return Topology(
-        ids=tuple(ids),
-        links=tuple(rows[i][0] for i in ids),
-        cpu_affinity=tuple(rows[i][1] for i in ids),
-    )
-
-
 # -- npu-smi info -t template-info ----------------------------------------------------------------
 
 
@@ -478,8 +407,8 @@ def parse_template_info(text: str, *, command: str = "npu-smi info -t template-i
 
         templates.append(Template(
             name=first[0],
-            aicore=num(first[1], "AICORE", first_no, first_line),
-            memory_gib=num(first[2], "Memory", first_no, first_line),
+            aicore=_text.to_amount(command, first_no, first_line, first[1], "AICORE"),
+            memory_gib=_text.to_amount(command, first_no, first_line, first[2], "Memory"),
             aicpu=num(first[3], "AICPU", first_no, first_line),
             vpc=num(first[4], "VPC", first_no, first_line),
             venc=num(first[5], "VENC", first_no, first_line),

@@ -166,6 +166,16 @@ class VnpuOps:
                                extra={"vnpu_id": entry.vnpu_id, "template": found, "claim_uid": entry.claim_uid})
         await anyio.to_thread.run_sync(self.ledger.remove, entry)
 
+    async def destroy_claim(self, claim_uid: str) -> None:
+        """Destroy every vNPU the ledger names for ``claim_uid`` (a Prepare interrupted inside
+        ``prepare_side_effects``, whose record holds ``None``; idempotent).
+
+        :raises VnpuError: npu-smi failing (the claim stays held; the rollback is retried).
+        """
+        for entry in await anyio.to_thread.run_sync(self.ledger.entries):
+            if entry.claim_uid == claim_uid:
+                await self._destroy(entry)
+
     async def destroy_all(self, side_effects: Any) -> None:
         """Destroy every vNPU of a ``prepare_side_effects`` record (idempotent).
 

@@ -1,0 +1,185 @@
+"""The append-only journal beside the checkpoint snapshot: a Prepare costs one small durable write.
+
+``checkpoint.json`` (checkpoint.py) is a snapshot of every claim record; ``checkpoint.journal``
+holds the changes since that snapshot, one line each::
+
+    <32 hex: sha256 of the payload, truncated> <payload: orjson>\\n
+
+The first payload is the header ``{"kind": "AscendDRACheckpointJournal", "version": 1}``; every
+other one is ``{"uid": ..., "record": {...}}`` (the record as stored) or ``{"uid": ..., "deleted": true}``.
+
+A write appends the lines of every change since the last write (group commit) and fdatasyncs once:
+its cost does not grow with the number of prepared claims. The state is the snapshot with the
+journal applied in order. A compaction writes a new snapshot (atomic replace) and then empties the
+journal; a crash between the two replays the old journal over the new snapshot, which gives the
+same state again, since the journal's last change of each claim is what the snapshot holds.
+
+Reading: a line that fails its checksum is a torn append if it is the last one (the write was never
+acknowledged: it is dropped and cut off before the next append), and damage anywhere else
+(:class:`~ascend_dra.checkpoint.CheckpointCorrupt`). All functions block: call them from a worker thread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import orjson
+
+from ascend_dra import checkpoint as ckpt
+from ascend_dra.atomicfile import fsync_dir
+from ascend_dra.checkpoint import CheckpointCorrupt
+
+__all__ = ("JOURNAL_FILE", "Journal", "JournalContents", "apply_journal", "change_lines", "load_state", "read")
+
+JOURNAL_FILE = "checkpoint.journal"
+_HEADER = {"kind": "AscendDRACheckpointJournal", "version": 1}
+
+
+def _line(payload: bytes) -> bytes:
+    return hashlib.sha256(payload).hexdigest()[:32].encode() + b" " + payload + b"\n"
+
+
+_HEADER_LINE = _line(orjson.dumps(_HEADER, option=orjson.OPT_SORT_KEYS))
+
+
+def change_lines(changes: Iterable[tuple[str, Any]]) -> bytes:
+    """The journal lines of ``(uid, record as stored, or None for deleted)`` changes."""
+    return b"".join(_line(orjson.dumps({"uid": uid, "record": record} if record is not None
+                                       else {"uid": uid, "deleted": True}))
+                    for uid, record in changes)
+
+
+@attrs.frozen
+class JournalContents:
+    """What :func:`read` found.
+
+    :ivar changes: ``(uid, record as stored or None if deleted)`` in order.
+    :ivar good_size: bytes up to the end of the last intact line (where the next append goes).
+    :ivar torn_tail: the file had a torn last line past ``good_size``.
+    """
+
+    changes: tuple[tuple[str, Any], ...] = ()
+    good_size: int = 0
+    torn_tail: bool = False
+
+
+def read(path: Path) -> JournalContents:
+    """Read the journal; a missing or empty file has no changes.
+
+    :raises CheckpointCorrupt: a damaged line that is not the last one, or a wrong header.
+    """
+    try:
+        blob = path.read_bytes()
+    except FileNotFoundError:
+        return JournalContents()
+    changes: list[tuple[str, Any]] = []
+    offset = 0
+    lines = blob.split(b"\n")
+    for number, line in enumerate(lines[:-1], start=1):  # the last piece has no newline: torn or empty
+        payload = line[33:]
+        if len(line) < 34 or line[32:33] != b" " or _line(payload)[:32] != line[:32]:
+            if number == len(lines) - 1:  # the last complete-looking line: an append cut short
+                return JournalContents(tuple(changes), offset, True)
+            raise CheckpointCorrupt(path, f"line {number} of the journal fails its checksum (the file was "
+                                    "modified or damaged)")
+        entry = orjson.loads(payload)
+        if number == 1:
+            if entry != _HEADER:
+                raise CheckpointCorrupt(path, f"the journal's header is {entry!r}, not {_HEADER!r}")
+        elif not isinstance(entry, dict) or not isinstance(entry.get("uid"), str):
+            raise CheckpointCorrupt(path, f"line {number} of the journal is not a claim record change")
+        else:
+            changes.append((entry["uid"], None if entry.get("deleted") else entry.get("record")))
+        offset += len(line) + 1
+    return JournalContents(tuple(changes), offset, offset != len(blob))
+
+
+def apply_journal(data: ckpt.CheckpointData, contents: JournalContents) -> ckpt.CheckpointData:
+    """The snapshot ``data`` with the journal's changes applied in order."""
+    if not contents.changes:
+        return data
+    claims = dict(data.raw)
+    for uid, record in contents.changes:
+        if record is None:
+            claims.pop(uid, None)
+        else:
+            claims[uid] = record
+    return ckpt.decode_records(claims, boot_id=data.boot_id)
+
+
+def load_state(plugin_dir: Path) -> ckpt.CheckpointData:
+    """The durable state of a plugin data directory: snapshot plus journal (for tools and tests).
+
+    :raises CheckpointCorrupt: either file is damaged.
+    """
+    return apply_journal(ckpt.load(ckpt.checkpoint_path(plugin_dir)), read(plugin_dir / JOURNAL_FILE))
+
+
+class Journal:
+    """The open journal file: appends are durable (fdatasync) when :meth:`append` returns.
+
+    :param path: ``<plugin data dir>/checkpoint.journal``.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+        self._size = 0
+        self.lines = 0  # change lines since the last reset (drives compaction)
+
+    def open(self, contents: JournalContents) -> None:
+        """Open for appending after what :func:`read` found; a torn tail is cut off first."""
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600)
+        self._size = contents.good_size
+        self.lines = len(contents.changes)
+        if self._size == 0:
+            self._rewrite_header()
+            fsync_dir(self.path.parent)  # the file itself may be new
+        elif contents.torn_tail:
+            os.ftruncate(self._fd, self._size)
+            os.fdatasync(self._fd)
+
+    def append(self, data: bytes) -> None:
+        """Append ``data`` (whole lines) and make it durable.
+
+        :raises OSError: nothing was appended (a partial write is cut off again, best effort).
+        """
+        assert self._fd is not None, "journal not open"
+        try:
+            view = memoryview(data)
+            offset = self._size
+            while view:
+                written = os.pwrite(self._fd, view, offset)
+                view, offset = view[written:], offset + written
+            os.fdatasync(self._fd)
+        except OSError:
+            try:
+                os.ftruncate(self._fd, self._size)
+            except OSError:
+                pass
+            raise
+        self._size += len(data)
+        self.lines += data.count(b"\n")
+
+    def reset(self) -> None:
+        """Empty the journal (after a snapshot that holds its changes was written)."""
+        assert self._fd is not None, "journal not open"
+        self._rewrite_header()
+
+    def _rewrite_header(self) -> None:
+        assert self._fd is not None
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, _HEADER_LINE, 0)
+        os.fdatasync(self._fd)
+        self._size = len(_HEADER_LINE)
+        self.lines = 0
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

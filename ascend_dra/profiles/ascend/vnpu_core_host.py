@@ -1,0 +1,121 @@
+"""Host paths of the HAMivNPUCore soft split, from profile options, and the mounts they give a container.
+
+Layout (reference ascend.md §10.2, the peer chart's init container): ``/usr/local/hami-vnpu-core``
+holds ``libvnpu.so`` and ``ld.so.preload`` (which preloads ``/hami-vnpu-core/libvnpu.so``, the
+container path of that directory); its ``containers/<claimUID>/`` are the per-claim local dirs
+(mode **0777**); ``/usr/local/hami-shared-region`` (``mkdir -m 0777``) holds the per-chip global
+registries. The driver paths are those of §7.
+
+Profile options (``--profile-option HAMivNPUCore.KEY=VALUE``; every value an absolute host path):
+
+=================== ====================================================== =====================
+key                 meaning                                                default
+=================== ====================================================== =====================
+``hostRoot``        prefix of every default below (a lab's fake host root)  ``/``
+``vnpuCoreDir``     hami-vnpu-core assets and per-claim local dirs          ``/usr/local/hami-vnpu-core``
+``sharedRegionDir`` the shared region (per-chip global registries)          ``/usr/local/hami-shared-region``
+``driverDir``       the Ascend driver                                       ``/usr/local/Ascend/driver``
+``installInfo``     the driver's install record                             ``/etc/ascend_install.info``
+``simulate``        discovery chain option, as for ``npu-310P``             ``never``
+=================== ====================================================== =====================
+
+The daemon must see these paths where the host has them (the DaemonSet mounts them at the same
+paths, as the peer chart does): they are probed at discovery and written into CDI specs as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import PurePosixPath
+
+import attrs
+
+__all__ = (
+    "CONTAINER_LOCAL_DIR",
+    "CONTAINER_SHARED_REGION",
+    "CONTAINER_VNPU_CORE_DIR",
+    "OPTION_KEYS",
+    "VnpuCoreHost",
+)
+
+#: Where the assets directory appears in the container (``ld.so.preload`` names
+#: ``/hami-vnpu-core/libvnpu.so``; reference ascend.md §10.3).
+CONTAINER_VNPU_CORE_DIR = "/hami-vnpu-core"
+#: Where the shared region appears (``NPU_GLOBAL_SHM_PATH`` lives here, §10.1).
+CONTAINER_SHARED_REGION = "/hami-shared-region"
+#: Where the per-claim local dir appears (``NPU_LOCAL_SHM_PATH`` lives here, §10.1).
+CONTAINER_LOCAL_DIR = "/hami-vnpu-shmem"
+
+_DEFAULTS = {
+    "vnpuCoreDir": "usr/local/hami-vnpu-core",
+    "sharedRegionDir": "usr/local/hami-shared-region",
+    "driverDir": "usr/local/Ascend/driver",
+    "installInfo": "etc/ascend_install.info",
+}
+#: Every option key this profile reads (``<profile>.<key>``).
+OPTION_KEYS = ("hostRoot", *_DEFAULTS, "simulate")
+
+
+@attrs.frozen
+class VnpuCoreHost:
+    """The host paths of one node (all absolute, as strings for CDI)."""
+
+    host_root: str = "/"
+    vnpu_core_dir: str = "/usr/local/hami-vnpu-core"
+    shared_region_dir: str = "/usr/local/hami-shared-region"
+    driver_dir: str = "/usr/local/Ascend/driver"
+    install_info: str = "/etc/ascend_install.info"
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str], profile: str) -> VnpuCoreHost:
+        """Read ``<profile>.<key>`` options (see the module docstring).
+
+        :raises ValueError: naming the option, for a key this profile does not know (listing the
+            known ones) or a value that is not an absolute path.
+        """
+        prefix = f"{profile}."
+        mine = {k[len(prefix):]: v for k, v in options.items() if k.startswith(prefix)}
+        problems = [f"profile option {prefix}{k}: unknown (allowed: {', '.join(OPTION_KEYS)})"
+                    for k in sorted(mine) if k not in OPTION_KEYS]
+        for key in ("hostRoot", *_DEFAULTS):
+            if key in mine and not PurePosixPath(mine[key]).is_absolute():
+                problems.append(f"profile option {prefix}{key}: {mine[key]!r} is not an absolute path")
+        if problems:
+            raise ValueError("; ".join(problems))
+        root = PurePosixPath(mine.get("hostRoot", "/"))
+        paths = {key: mine.get(key, str(root / default)) for key, default in _DEFAULTS.items()}
+        return cls(host_root=str(root), vnpu_core_dir=paths["vnpuCoreDir"], shared_region_dir=paths["sharedRegionDir"],
+                   driver_dir=paths["driverDir"], install_info=paths["installInfo"])
+
+    def on_host(self, path: str) -> str:
+        """A standard absolute path (``/usr/local/bin/npu-smi``) under ``hostRoot``."""
+        return str(PurePosixPath(self.host_root) / path.lstrip("/"))
+
+    @property
+    def libvnpu(self) -> str:
+        """The interceptor library, ``<vnpuCoreDir>/libvnpu.so``."""
+        return f"{self.vnpu_core_dir}/libvnpu.so"
+
+    @property
+    def ld_so_preload(self) -> str:
+        """``<vnpuCoreDir>/ld.so.preload``, mounted onto the container's ``/etc/ld.so.preload``."""
+        return f"{self.vnpu_core_dir}/ld.so.preload"
+
+    @property
+    def containers_dir(self) -> str:
+        """Parent of the per-claim local dirs, ``<vnpuCoreDir>/containers``."""
+        return f"{self.vnpu_core_dir}/containers"
+
+    @property
+    def version_info(self) -> str:
+        """``<driverDir>/version.info`` (the driver release, reference ascend.md §7)."""
+        return f"{self.driver_dir}/version.info"
+
+    @property
+    def driver_libs(self) -> str:
+        """``<driverDir>/lib64/driver`` (libascend_hal and friends, mounted read-only, §10.3)."""
+        return f"{self.driver_dir}/lib64/driver"
+
+    def claim_dir(self, claim_uid: str) -> str:
+        """The per-claim local dir of ``claim_uid`` (checked by the caller to be one path component)."""
+        return f"{self.containers_dir}/{claim_uid}"

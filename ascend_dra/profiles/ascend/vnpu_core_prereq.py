@@ -1,0 +1,121 @@
+"""Which chips the HAMivNPUCore profile may offer, and why each other chip is not offered.
+
+Prerequisites (reference ascend.md §9; Lab 18 "前置条件"; the integration source "前提条件"):
+
+* the chip is in **device-share** mode (``npu-smi info -t device-share`` says ``True`` for its
+  NPU ID and chip ID). The profile never switches it on: that is ``npu-smi set -t device-share``,
+  a prompt about security risks that the operator answers (§4.1, §9);
+* the driver is **25.5 or newer** (``version.info``, :mod:`.versioninfo`);
+* the host has the hami-vnpu-core assets: ``libvnpu.so`` and ``ld.so.preload`` in the assets
+  directory, and the shared region directory (§10.2; the peer chart's init container puts them there);
+* the chip's memory size is known (the ``memory`` capacity is exactly what npu-smi reports).
+
+The soft split is documented for **aarch64** hosts only (Lab 18: "HAMivNPUCore 软切分仅支持 ARM");
+another architecture is a note, not a refusal, because the assets are what decide.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import attrs
+
+from ascend_dra.profiles.ascend.chip import NpuChip
+from ascend_dra.profiles.ascend.keyvalue import DeviceShare
+from ascend_dra.profiles.ascend.versioninfo import DriverRelease, VersionInfoError, parse_version_info
+from ascend_dra.profiles.ascend.vnpu_core_host import VnpuCoreHost
+
+__all__ = ("MIN_DRIVER", "SUPPORTED_MACHINES", "HostFacts", "Verdict", "judge", "probe_host")
+
+#: Oldest driver release with the soft split (reference ascend.md §9: "Ascend driver ≥ 25.5").
+MIN_DRIVER = DriverRelease(25, 5, "25.5")
+#: ``platform.machine()`` values the soft split is documented for (Lab 18).
+SUPPORTED_MACHINES = frozenset({"aarch64", "arm64"})
+
+
+@attrs.frozen
+class HostFacts:
+    """What the node's files say: the driver release (or why it is unknown), missing asset paths."""
+
+    driver: DriverRelease | None
+    driver_problem: str | None
+    missing_assets: tuple[str, ...]
+
+
+def probe_host(host: VnpuCoreHost) -> HostFacts:
+    """Read ``version.info`` and check the assets (blocking; run it in a worker thread)."""
+    driver: DriverRelease | None = None
+    problem: str | None = None
+    try:
+        with open(host.version_info, encoding="utf-8", errors="replace") as f:
+            driver = parse_version_info(f.read())
+    except OSError as exc:
+        problem = f"cannot read {host.version_info}: {exc.strerror or exc}"
+    except VersionInfoError as exc:
+        problem = f"{host.version_info}: {exc.reason}"
+    wanted = ((host.libvnpu, os.path.isfile), (host.ld_so_preload, os.path.isfile),
+              (host.shared_region_dir, os.path.isdir))
+    missing = tuple(path for path, check in wanted if not check(path))
+    return HostFacts(driver=driver, driver_problem=problem, missing_assets=missing)
+
+
+@attrs.frozen
+class Verdict:
+    """The outcome for a node: chips offered, ``(chip, reason)`` for the others, node notes."""
+
+    offered: tuple[NpuChip, ...]
+    refused: tuple[tuple[NpuChip, str], ...]
+    notes: tuple[str, ...]
+
+
+def judge(
+    chips: Sequence[NpuChip],
+    *,
+    tier: str,
+    device_share: Sequence[DeviceShare] | None,
+    device_share_problem: str | None,
+    facts: HostFacts,
+    machine: str,
+) -> Verdict:
+    """Apply the prerequisites of the module docstring to every chip (pure).
+
+    :param tier: the discovery tier that found ``chips``; only ``npu-smi`` knows NPU IDs.
+    :param device_share: the parsed ``npu-smi info -t device-share``, or None when it failed
+        (then ``device_share_problem`` says why).
+    :param machine: ``platform.machine()`` of the host.
+    :return: every chip either offered or refused with one reason naming all its failed checks.
+    """
+    node_problems: list[str] = []
+    if facts.driver is None:
+        node_problems.append(f"driver version unknown ({facts.driver_problem}); HAMivNPUCore needs driver >= "
+                             f"{MIN_DRIVER}")
+    elif facts.driver < MIN_DRIVER:
+        node_problems.append(f"driver {facts.driver} is older than {MIN_DRIVER} (HAMivNPUCore needs >= {MIN_DRIVER})")
+    if facts.missing_assets:
+        node_problems.append("hami-vnpu-core assets missing: " + ", ".join(facts.missing_assets))
+    shared = {(s.npu_id, s.chip_id): s.enabled for s in device_share or ()}
+    offered: list[NpuChip] = []
+    refused: list[tuple[NpuChip, str]] = []
+    for chip in chips:
+        problems = list(node_problems)
+        if tier != "npu-smi" or chip.npu_id is None:
+            problems.append(f"device-share mode unknown: chip found by the {tier} tier, not by npu-smi")
+        elif device_share is None:
+            problems.append(f"device-share mode unknown: {device_share_problem}")
+        elif (chip.npu_id, chip.chip_id) not in shared:
+            problems.append("not listed by npu-smi info -t device-share")
+        elif not shared[(chip.npu_id, chip.chip_id)]:
+            problems.append(f"device-share is off (enable it with: npu-smi set -t device-share -i {chip.npu_id} "
+                            f"-c {chip.chip_id} -d 1)")
+        if not chip.memory_mib:
+            problems.append("memory size unknown (npu-smi info printed no total)")
+        if problems:
+            refused.append((chip, "; ".join(problems)))
+        else:
+            offered.append(chip)
+    notes = []
+    if machine not in SUPPORTED_MACHINES:
+        notes.append(f"host architecture is {machine or 'unknown'}: the HAMivNPUCore soft split is documented for "
+                     "aarch64 hosts only (Lab 18); libvnpu.so must be built for this host and driver")
+    return Verdict(offered=tuple(offered), refused=tuple(refused), notes=tuple(notes))

@@ -1,0 +1,73 @@
+"""The daemon's API connections stay warm: a burst of Prepares after a quiet spell opens no new TLS
+connection (aiohttp's default 15 s keep-alive did: 8 new connections for a burst of 16 after 15 s).
+
+Connections are counted from the kernel's view: the daemon's socket inodes (``/proc/<pid>/fd``)
+that ``/proc/net/tcp`` shows connected to the API server's port.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import urllib.parse
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.cluster.test_publish import RES, ok, our_slices, wait_until
+from tests.integration.daemon import Kubelet
+
+pytestmark = pytest.mark.cluster
+
+
+def api_connections(pid: int, port: int) -> set[int]:
+    """Socket inodes of ``pid`` connected to 127.0.0.1:``port``."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(int(target[8:-1]))
+    connected = set()
+    with open("/proc/net/tcp") as table:
+        next(table)
+        for line in table:
+            fields = line.split()
+            remote_port = int(fields[2].split(":")[1], 16)
+            if remote_port == port and fields[3] == "01" and int(fields[9]) in inodes:  # 01: ESTABLISHED
+                connected.add(int(fields[9]))
+    return connected
+
+
+def test_a_burst_after_a_quiet_spell_reuses_the_pooled_connections(cp, start_daemon):
+    d = start_daemon()
+    wait_until(lambda: our_slices(cp, cp.node_name), "published")
+    port = urllib.parse.urlsplit(cp.server).port
+    claims = []
+    for _ in range(16):  # not allocated: each Prepare still GETs its claim, then fails that claim
+        name = f"warm-{uuid.uuid4().hex[:8]}"
+        claims.append(ok(cp, "POST", f"{RES}/namespaces/default/resourceclaims", {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
+            "spec": {"devices": {"requests": [{"name": "npu", "exactly": {
+                "deviceClassName": "fake.ascend.project-hami.io"}}]}}}))
+    k = Kubelet(d)
+    try:
+        def burst() -> None:
+            with ThreadPoolExecutor(16) as pool:
+                replies = list(pool.map(lambda c: k.prepare(c).claims[c["metadata"]["uid"]].error, claims))
+            assert all(e.endswith("is not allocated (status.allocation is empty)") for e in replies), replies
+
+        burst()
+        warm = api_connections(d.proc.pid, port)
+        assert warm
+        time.sleep(20)  # longer than aiohttp's default keep-alive (15 s), shorter than ours
+        burst()
+        opened = api_connections(d.proc.pid, port) - warm
+        assert opened == set(), f"{len(opened)} new API connections for a burst after 20 s idle"
+    finally:
+        k.close()
+        for c in claims:
+            cp.api("DELETE", f"{RES}/namespaces/default/resourceclaims/{c['metadata']['name']}")

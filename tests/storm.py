@@ -1,0 +1,233 @@
+"""A kill -9 storm: the daemon dies at random instants while Prepares and Unprepares are in flight.
+
+Each trial starts the daemon over the state the previous trial left, lets worker threads (playing
+the kubelet's pod workers: one claim is only ever handled by one worker at a time) prepare and
+unprepare claims at random, kills the daemon with SIGKILL at a random instant, restarts it, checks
+what survived, then replays what the kubelet would resend (the last operation asked of every
+claim, until it succeeds) and checks again. Tallies, all of which must stay 0:
+
+* ``lost``: a claim whose Prepare was acknowledged (and not unprepared since) with no
+  ``PrepareCompleted`` record after the restart;
+* ``orphan_specs``: a claim CDI spec on disk that no record backs, after the restart;
+* ``double_held``: an exclusive device held by two records, or a shared device whose records
+  consume more than its capacity;
+* ``unresolved``: an answered CDI id that names no device of a spec on disk, when it is answered;
+* ``replay_failed``: a replayed operation that failed for another reason than the device being
+  held by another claim (contention pairs are allocated the same exclusive device on purpose);
+* ``orphan_side_effects``: HAMivNPUCore only, a per-claim local dir that no record owns.
+
+Run ``python -m tests.storm --trials 200`` (``make soak``); ``tests/integration/test_storm.py``
+runs a short storm in ``make test``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import grpc
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.claimfiles import claim_object, write_claim  # noqa: E402
+from tests.integration.daemon import DRIVER, DaemonProcess, Kubelet  # noqa: E402
+
+TALLIES = ("lost", "orphan_specs", "double_held", "unresolved", "replay_failed", "orphan_side_effects")
+LAB_NODE = "aio-node74-arm"
+MEMORY_MIB = 21525  # per lab chip (HAMivNPUCore capacity ``memory``)
+
+
+class Storm:
+    """One node directory and its claims, driven through ``trials`` crash-restart rounds.
+
+    :param profile: ``fake`` (exclusive devices; claims in pairs on the same device) or
+        ``HAMivNPUCore`` (the lab node: shares with consumed capacity, a local dir per claim).
+    """
+
+    def __init__(self, root: Path, profile: str, *, claims: int = 8, seed: int = 0) -> None:
+        self.root = root
+        self.profile = profile
+        self.rng = random.Random(seed)
+        self.tallies: Counter[str] = Counter({t: 0 for t in TALLIES})
+        self.details: list[str] = []
+        if profile == "HAMivNPUCore":
+            from ascend_dra.profiles.ascend import labnode
+
+            self.lab = labnode.build(root / "lab")
+            self.daemon = DaemonProcess(root / "node", node=LAB_NODE, profiles=profile, extra_args=self.lab.flags())
+        else:
+            self.lab = None
+            self.daemon = DaemonProcess(root / "node", node=LAB_NODE, profiles="fake", fake_devices=claims // 2)
+        self.claims = [write_claim(self.daemon.root, self._claim(i)) for i in range(claims)]
+        # What the kubelet believes: the last operation it asked per claim, and whether it was acknowledged.
+        self.asked: dict[str, str] = {}
+        self.acked: dict[str, str] = {}
+        self.lock = threading.Lock()
+
+    def _claim(self, i: int) -> dict[str, Any]:
+        if self.profile == "HAMivNPUCore":
+            result = {"request": "npu", "driver": DRIVER, "pool": LAB_NODE, "device": f"npu-{i % 2}-0",
+                      "shareID": f"share-{i}", "consumedCapacity": {"memory": "8Gi", "cores": "30", "containers": "1"}}
+            return claim_object(f"c{i}", namespace="storm", node=LAB_NODE, results=[result])
+        return claim_object(f"c{i}", namespace="storm", node=LAB_NODE, results=[("npu", f"npu-{i // 2}-0")])
+
+    # -- one trial ------------------------------------------------------------------------------
+
+    def trial(self) -> None:
+        d = self.daemon
+        d.start()
+        k = Kubelet(d)
+        stop = threading.Event()
+        owned = [self.claims[i::4] for i in range(4)]  # 4 pod workers, each with its own claims
+        workers = [threading.Thread(target=self._work, args=(k, mine, stop), daemon=True) for mine in owned]
+        for w in workers:
+            w.start()
+        time.sleep(self.rng.uniform(0.0, 0.4))
+        d.kill9()
+        stop.set()
+        for w in workers:
+            w.join(10)
+        k.close()
+
+        d.start()
+        self._check_after_restart()
+        k = Kubelet(d)
+        try:
+            self._replay(k)
+        finally:
+            k.close()
+            d.stop()
+
+    def _work(self, k: Kubelet, mine: list[dict[str, Any]], stop: threading.Event) -> None:
+        rng = random.Random(self.rng.random())
+        while not stop.is_set():
+            claim = rng.choice(mine)
+            uid = claim["metadata"]["uid"]
+            op = rng.choice(("prepare", "prepare", "unprepare"))
+            with self.lock:
+                self.asked[uid] = op
+            try:
+                reply = (k.prepare if op == "prepare" else k.unprepare)(claim)
+            except grpc.RpcError:
+                return  # the daemon died with this call in flight
+            answer = reply.claims[uid]
+            if not answer.error:
+                if op == "prepare":
+                    self._check_resolves(answer)
+                with self.lock:
+                    self.acked[uid] = op
+
+    # -- checks ---------------------------------------------------------------------------------
+
+    def _fail(self, tally: str, detail: str) -> None:
+        self.tallies[tally] += 1
+        self.details.append(f"{tally}: {detail}")
+
+    def _spec_ids(self) -> set[str]:
+        ids = set()
+        for file in self.daemon.cdi_dir.glob("*.yaml"):
+            try:
+                spec = yaml.safe_load(file.read_text())
+            except (OSError, yaml.YAMLError):
+                continue
+            ids.update(f"{spec['kind']}={dev['name']}" for dev in spec.get("devices") or ())
+        return ids
+
+    def _check_resolves(self, answer) -> None:
+        ids = {cdi_id for device in answer.devices for cdi_id in device.cdi_device_ids}
+        missing = ids - self._spec_ids()
+        if not ids or missing:
+            self._fail("unresolved", f"answered {sorted(missing) or 'no ids'}")
+
+    def _check_after_restart(self) -> None:
+        records = self.daemon.records()
+        completed = {uid for uid, r in records.items() if r.get("state") == "PrepareCompleted"}
+        for uid, op in self.acked.items():
+            if op == "prepare" and self.asked.get(uid) == "prepare" and uid not in completed:
+                self._fail("lost", f"claim {uid} was acknowledged prepared and has no completed record")
+        backed = {f for r in records.values() for f in r.get("cdi_specs") or ()}
+        for file in self.daemon.cdi_dir.glob("*.yaml"):
+            if not file.name.endswith("_common.yaml") and file.name not in backed:
+                self._fail("orphan_specs", file.name)
+        self._check_holds(records)
+        if self.lab is not None:
+            containers = self.lab.host_root / "usr/local/hami-vnpu-core/containers"
+            for local in containers.iterdir() if containers.exists() else ():
+                if local.name not in records:
+                    self._fail("orphan_side_effects", f"local dir {local.name} has no record")
+
+    def _check_holds(self, records: dict[str, Any]) -> None:
+        by_device: dict[str, list[dict[str, Any]]] = {}
+        for record in records.values():
+            for device in record.get("devices") or ():
+                by_device.setdefault(device["device"], []).append(device)
+        for name, holds in by_device.items():
+            if self.profile == "HAMivNPUCore":
+                used = sum(int(h.get("consumed_capacity", {}).get("memory", "0Gi").removesuffix("Gi")) * 1024
+                           for h in holds)
+                if used > MEMORY_MIB:
+                    self._fail("double_held", f"{name}: {used} MiB of {MEMORY_MIB} consumed")
+            elif len(holds) > 1:
+                self._fail("double_held", f"{name} held by {len(holds)} records")
+
+    def _replay(self, k: Kubelet) -> None:
+        """What the kubelet resends: the last operation of every claim, until it succeeds."""
+        for claim in self.claims:
+            uid = claim["metadata"]["uid"]
+            op = self.asked.get(uid)
+            if op is None:
+                continue
+            reply = (k.prepare if op == "prepare" else k.unprepare)(claim)
+            answer = reply.claims[uid]
+            if answer.error:
+                if op == "prepare" and ("is already prepared for" in answer.error or "is free" in answer.error):
+                    self.acked.pop(uid, None)  # contention: the kubelet's pod stays pending
+                    self.asked[uid] = "unprepare"
+                    continue
+                self._fail("replay_failed", f"{op} {uid}: {answer.error}")
+                continue
+            if op == "prepare":
+                self._check_resolves(answer)
+            self.acked[uid] = op
+        self._check_holds(self.daemon.records())
+
+
+def run(trials: int, profile: str, seed: int = 0, root: Path | None = None) -> Storm:
+    """Run a storm of ``trials`` rounds and return it (its ``tallies`` and ``details``)."""
+    storm = Storm(root or Path(tempfile.mkdtemp(prefix="adra-storm-", dir="/tmp")), profile, seed=seed)
+    for _ in range(trials):
+        storm.trial()
+    return storm
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--profiles", default="fake,HAMivNPUCore")
+    args = parser.parse_args(argv)
+    failed = False
+    print(f"{'profile':14} {'trials':>6} " + " ".join(f"{t:>19}" for t in TALLIES) + "  seconds")
+    for profile in args.profiles.split(","):
+        started = time.monotonic()
+        storm = run(args.trials, profile, seed=args.seed)
+        print(f"{profile:14} {args.trials:>6} " + " ".join(f"{storm.tallies[t]:>19}" for t in TALLIES)
+              + f"  {time.monotonic() - started:7.1f}")
+        for detail in storm.details[:20]:
+            print(f"  {detail}")
+        failed |= any(storm.tallies.values())
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,243 @@
+"""Discovery edge cases of issue 8 item 6 (and the discovery half of item 1), each through a real npu-smi
+stand-in fed real (or documented-format constructed) outputs and a fake /dev and sysfs tree."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import attrs
+import pytest
+
+from ascend_dra.commands.discover import run
+from ascend_dra.model import Capacity
+from ascend_dra.profiles.ascend.npu310p import Npu310PProfile
+from ascend_dra.profiles.ascend.npu910 import Npu910Profile
+from tests.unit.test_ascend_discovery import ANSWERS_910A, SHARED, tree_910a
+from tests.unit.test_ascend_profiles import context
+from tests.unit.test_ascend_support import dev_tree, fake_npu_smi, fixture, sys_tree
+
+pytestmark = pytest.mark.anyio
+
+A3_INFO = "910C_A3_info_2npus_4dies_constructed.txt"
+
+
+def written(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def dropped_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.getMessage() == "chip not published"]
+
+
+# -- DCMI "not supported" 8255 --------------------------------------------------------------------
+
+
+async def test_dcmi_not_supported_8255_is_never_published_as_memory_or_aicore(tmp_path: Path) -> None:
+    info = fixture("910B3_info.txt").replace("3318 / 65536", "3318 / 8255", 1)
+    common = fixture("910B1_info_-t_common_-i_1.txt").replace(": 24", ": 8255")
+    common = common.replace("NPU ID                         : 1", "NPU ID                         : 0")
+    exe = fake_npu_smi(tmp_path, {"info": written(tmp_path, "info.txt", info),
+                                  "info -m": "910A_info_-m_atlas800-9010.txt",  # logic IDs 0..7 of NPUs 0..7
+                                  "info -t common -i 0": written(tmp_path, "common.txt", common)})
+    dev = dev_tree(tmp_path, [f"davinci{i}" for i in range(8)] + SHARED)
+    inventory = await Npu910Profile().discover(context(tmp_path, exe, dev, sys_tree(tmp_path, {})))
+    first, second = inventory.devices[0], inventory.devices[1]
+    # Memory unknown (no 8255Mi); AI cores from the catalogue (910B3: 20), not 8255.
+    assert dict(first.capacities) == {"aicore": Capacity("20")}
+    assert dict(second.capacities) == {"memory": Capacity("65536Mi"), "aicore": Capacity("20")}
+
+
+# -- device names do not depend on the tier -------------------------------------------------------
+
+
+async def test_310_four_chip_card_keeps_its_device_names_when_npu_smi_goes_away(tmp_path: Path) -> None:
+    exe = fake_npu_smi(tmp_path, {"info": "310_info_atlas800-3000_4chips-per-card_npu-smi-21.0.4.txt",
+                                  "info -m": "310_info_-m_atlas800-3000_MiniD_Mcu.txt"})
+    dev = dev_tree(tmp_path, ["davinci3", "davinci4", "davinci5", "davinci6", *SHARED])
+    # One Atlas 300 card (PCI device 0xd100, reference ascend.md §1): the devfs tier learns the family.
+    functions = {f"0000:0{i}:00.0": ("0x19e5", "0xd100", 0) for i in range(4)}
+    ctx = context(tmp_path, exe, dev, sys_tree(tmp_path, functions))
+    by_npu_smi = await Npu310PProfile().discover(ctx)
+    # A fresh daemon on a node whose npu-smi is gone: the devfs tier.
+    cold = Npu310PProfile()
+    by_devfs = await cold.discover(attrs.evolve(ctx, npu_smi=str(tmp_path / "gone")))
+    assert (by_npu_smi.source, by_devfs.source) == ("npu-smi", "devfs")
+    assert [d.name for d in by_devfs.devices] == [d.name for d in by_npu_smi.devices] == [
+        "npu-0-0", "npu-1-0", "npu-2-0", "npu-3-0"]
+    assert [d.attributes["physicalID"] for d in by_devfs.devices] == [3, 4, 5, 6]
+    # The devfs tier does not know chip IDs, and says so.
+    assert all("chipID" not in d.attributes for d in by_devfs.devices)
+    assert [d.attributes["chipID"] for d in by_npu_smi.devices] == [0, 1, 2, 3]
+    assert any("chip IDs and NPU IDs unknown" in note for note in cold.discovery_notes())
+
+
+async def test_a_running_daemon_keeps_names_when_npu_smi_stops_answering(tmp_path: Path) -> None:
+    """910A 9010: logic IDs are not in physical order here, so the devfs rule alone would rename."""
+    dev, sys_root = tree_910a(tmp_path)
+    ctx = context(tmp_path, fake_npu_smi(tmp_path, ANSWERS_910A), dev, sys_root)
+    profile = Npu910Profile()
+    before = await profile.discover(ctx)
+    after = await profile.discover(attrs.evolve(ctx, npu_smi=str(tmp_path / "gone")))
+    assert after.source == "devfs"
+    assert [(d.name, d.attributes["physicalID"]) for d in after.devices] == sorted(
+        ((d.name, d.attributes["physicalID"]) for d in before.devices), key=lambda p: p[1])
+    assert {d.name: d.attributes["physicalID"] for d in after.devices} == {
+        d.name: d.attributes["physicalID"] for d in before.devices}
+    assert "devfs tier: logic, chip and NPU IDs kept from the last npu-smi answer" in profile.discovery_notes()
+
+
+# -- a chip whose device node is absent is not published ------------------------------------------
+
+
+async def test_910c_dies_without_a_davinci_node_are_not_published(tmp_path: Path,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    exe = fake_npu_smi(tmp_path, {"info": A3_INFO})
+    dev = dev_tree(tmp_path, ["davinci0", "davinci1", *SHARED])
+    ctx = context(tmp_path, exe, dev, sys_tree(tmp_path, {}))
+    profile = Npu910Profile()
+    with caplog.at_level(logging.WARNING):
+        inventory = await profile.discover(ctx)
+    assert [(d.name, d.attributes["physicalID"], d.attributes["npuID"], d.attributes["chipID"])
+            for d in inventory.devices] == [("npu-0-0", 0, 0, 0), ("npu-1-0", 1, 0, 1)]
+    records = dropped_records(caplog)
+    assert [(r.physical_id, r.npu_id, r.chip_id, r.reason) for r in records] == [  # type: ignore[attr-defined]
+        (2, 1, 0, f"no device node {dev / 'davinci2'}"), (3, 1, 1, f"no device node {dev / 'davinci3'}")]
+    table = (await run([Npu910Profile()], ctx, "table")).splitlines()
+    assert "npu-910: 2 chips not published" in table
+    assert (f"npu-910:   not published: physical ID 3 (NPU 1 chip 1, Ascend910): no device node "
+            f"{dev / 'davinci3'}") in table
+    yaml_text = await run([Npu910Profile()], ctx, "yaml")
+    assert "# npu-910: 2 chips not published\n" in yaml_text
+
+
+# -- a chip of unknown family is logged and counted -----------------------------------------------
+
+
+async def test_a_chip_of_unknown_family_is_logged_and_counted(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The anonymised 310P-class sample: name ``xxx``, Bus-Id ``NA``, so no name, PCI or sysfs family."""
+    exe = fake_npu_smi(tmp_path, {"info": "310P-class_info_xxx_BusId-NA.txt"})
+    ctx = context(tmp_path, exe, dev_tree(tmp_path, ["davinci0", *SHARED]), sys_tree(tmp_path, {}))
+    profile = Npu310PProfile()
+    with caplog.at_level(logging.WARNING):
+        inventory = await profile.discover(ctx)
+    assert inventory.devices == ()
+    (record,) = dropped_records(caplog)
+    assert (record.physical_id, record.npu_id, record.chip_name, record.profile) == (  # type: ignore[attr-defined]
+        0, 0, "xxx", "npu-310P")
+    reason = ("chip family unknown: chip name 'xxx' matches no family, and no known PCI device ID "
+              "(npu-smi -t board, sysfs)")
+    assert record.reason == reason  # type: ignore[attr-defined]
+    assert profile.discovery_notes()[-2:] == (
+        "1 chip not published", f"  not published: physical ID 0, logic ID 0 (NPU 0 chip 0, xxx): {reason}")
+
+
+# -- a failing npu-smi info -m degrades per field -------------------------------------------------
+
+
+async def test_910_host_with_a_failing_info_m_keeps_what_info_gave(tmp_path: Path,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """Before: the whole npu-smi tier failed with a 'parse' error and devfs lost memory, AI cores and uuid."""
+    exe = fake_npu_smi(tmp_path, {"info": "910B3_info.txt",
+                                  "info -m": (1, "dcmi module initialize failed. ret is -8005"),
+                                  "info -t board -i 0 -c 0": "910A_info_-t_board_-i_-c_VDieID.txt"})
+    dev = dev_tree(tmp_path, [f"davinci{i}" for i in range(8)] + SHARED)
+    profile = Npu910Profile()
+    with caplog.at_level(logging.INFO):
+        inventory = await profile.discover(context(tmp_path, exe, dev, sys_tree(tmp_path, {})))
+    assert inventory.source == "npu-smi"
+    assert [(d.name, d.attributes["physicalID"], d.attributes["npuID"], d.capacities["memory"].value,
+             d.capacities["aicore"].value) for d in inventory.devices] == [
+        (f"npu-{i}-0", i, i, "65536Mi", "20") for i in range(8)]
+    assert inventory.devices[0].attributes["uuid"] == "42C711D4-20B03704-4A10C8D4-14CC040A-D2102003"
+    lost = [r for r in caplog.records if r.getMessage() == "npu-smi enrichment failed; its attributes are omitted"]
+    assert [r.what for r in lost if r.what == "npu-smi info -m"] == ["npu-smi info -m"]  # type: ignore[attr-defined]
+    assert any(r.getMessage() == "npu-smi info -m failed; logic IDs come from phyid-remap or the physical order"
+               for r in caplog.records)
+    assert any(r.getMessage() == "logic IDs not reported by npu-smi; inferred from physical order"
+               for r in caplog.records)
+    assert any(n.startswith("logic IDs not reported by npu-smi; inferred from physical order (the devfs rule): "
+                            "NPU 0 chip 0 -> 0, NPU 1 chip 0 -> 1") for n in profile.discovery_notes())
+
+
+# -- phyid-remap where the other sources disagree or are missing ----------------------------------
+
+
+async def test_phyid_remap_settles_910c_dies_that_print_the_same_phy_id(tmp_path: Path) -> None:
+    """The in-container 910C sample prints Phy-ID 0 for both dies; phyid-remap maps davinci1 to die 1.
+    (Its chip name is anonymised ``xxx``; it is put back to ``Ascend910``, the A3 name of reference §1.)"""
+    info = fixture("910C_A3_info_in_container_vcann-rt_anonymised.txt").replace("| 0     xxx          |",
+                                                                                  "| 0     Ascend910    |")
+    exe = fake_npu_smi(tmp_path, {"info": written(tmp_path, "info.txt", info),
+                                  "info -t phyid-remap -p 0": "910C_A3_info_-t_phyid-remap_-p_0_constructed.txt",
+                                  "info -t phyid-remap -p 1": "910C_A3_info_-t_phyid-remap_-p_1_constructed.txt"})
+    dev = dev_tree(tmp_path, ["davinci0", "davinci1", *SHARED])
+    profile = Npu910Profile()
+    inventory = await profile.discover(context(tmp_path, exe, dev, sys_tree(tmp_path, {})))
+    assert inventory.source == "npu-smi"
+    assert [(d.name, d.attributes["index"], d.attributes["physicalID"], d.attributes["npuID"], d.attributes["chipID"])
+            for d in inventory.devices] == [("npu-0-0", 0, 0, 0, 0), ("npu-1-0", 1, 1, 0, 1)]
+    assert "NPU 0 chip 1: physical ID 1 from phyid-remap, not 0" in profile.discovery_notes()
+
+
+# -- npu-smi info -t topo: NPU IDs, Phy-ID labels, NIC columns ------------------------------------
+
+
+def topo_npu_labels(affinities: list[str], link: str = "HCCS") -> str:
+    """An older-npu-smi ``-t topo`` (``NPU<k>`` labels) for len(affinities) NPUs, as in 910B3_info_-t_topo.txt."""
+    n = len(affinities)
+    header = "\t   " + "".join(f"NPU{k}".ljust(11) for k in range(n)) + "CPU Affinity"
+    rows = ["".join([f"NPU{a}".ljust(11), *(("X" if a == b else link).ljust(11) for b in range(n)), affinities[a]])
+            for a in range(n)]
+    return "\n".join([header, *rows, "", "Legend:", "", "  X    = Self", ""])
+
+
+async def test_topo_npu_labels_are_npu_ids_so_both_dies_of_a_card_share_its_row(tmp_path: Path) -> None:
+    """Before: NPU<k> was taken as logic ID k, so die 1 of NPU 0 got NPU 1's row and NPU 1's dies got none."""
+    topo = written(tmp_path, "topo.txt", topo_npu_labels(["0-39", "40-79"]))
+    exe = fake_npu_smi(tmp_path, {"info": A3_INFO, "info -t topo": topo})
+    dev = dev_tree(tmp_path, [f"davinci{i}" for i in range(4)] + SHARED)
+    inventory = await Npu910Profile().discover(context(tmp_path, exe, dev, sys_tree(tmp_path, {})))
+    assert [(d.name, d.attributes["npuID"], d.attributes["cpuAffinity"], d.attributes["topologyGroup"])
+            for d in inventory.devices] == [
+        ("npu-0-0", 0, "0-39", "hccs-0"), ("npu-1-0", 0, "0-39", "hccs-0"),
+        ("npu-2-0", 1, "40-79", "hccs-0"), ("npu-3-0", 1, "40-79", "hccs-0")]
+
+
+async def test_a3_topo_with_phy_id_labels_and_nic_columns(tmp_path: Path) -> None:
+    exe = fake_npu_smi(tmp_path, {"info": A3_INFO, "info -t topo": "910C_A3_info_-t_topo_Phy-ID_NIC_constructed.txt"})
+    dev = dev_tree(tmp_path, [f"davinci{i}" for i in range(4)] + SHARED)
+    inventory = await Npu910Profile().discover(context(tmp_path, exe, dev, sys_tree(tmp_path, {})))
+    assert [(d.attributes["physicalID"], d.attributes["hccs"], d.attributes["topologyGroup"],
+             d.attributes["cpuAffinity"]) for d in inventory.devices] == [
+        (0, True, "hccs-0", "0-39"), (1, True, "hccs-0", "0-39"), (2, True, "hccs-0", "40-79"),
+        (3, True, "hccs-0", "40-79")]
+
+
+async def test_910b_topo_with_nic_columns_keeps_topology(tmp_path: Path) -> None:
+    """Before: the NIC0..NIC3 columns of current npu-smi were a parse error and topology was dropped."""
+    exe = fake_npu_smi(tmp_path, {"info": "910B3_info.txt", "info -m": "910A_info_-m_atlas800-9010.txt",
+                                  "info -t topo": "910B3_info_-t_topo_NIC_constructed.txt"})
+    dev = dev_tree(tmp_path, [f"davinci{i}" for i in range(8)] + SHARED)
+    inventory = await Npu910Profile().discover(context(tmp_path, exe, dev, sys_tree(tmp_path, {})))
+    assert [d.attributes["cpuAffinity"] for d in inventory.devices] == [
+        "144-167", "144-167", "96-119", "96-119", "0-23", "0-23", "48-71", "48-71"]
+    assert {d.attributes["topologyGroup"] for d in inventory.devices} == {"hccs-0"}
+
+
+async def test_topo_labels_that_match_no_chip_are_reported_not_silently_dropped(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    topo = written(tmp_path, "topo.txt", topo_npu_labels([f"{k}-{k}" for k in range(10)]))
+    exe = fake_npu_smi(tmp_path, {"info": "910B3_info.txt", "info -m": "910A_info_-m_atlas800-9010.txt",
+                                  "info -t topo": topo})
+    dev = dev_tree(tmp_path, [f"davinci{i}" for i in range(8)] + SHARED)
+    profile = Npu910Profile()
+    with caplog.at_level(logging.WARNING):
+        inventory = await profile.discover(context(tmp_path, exe, dev, sys_tree(tmp_path, {})))
+    # The chips that match keep their rows (before: the whole topology was dropped).
+    assert [d.attributes["cpuAffinity"] for d in inventory.devices] == [f"{k}-{k}" for k in range(8)]
+    assert ("npu-smi info -t topo: labels [8, 9] name no chip of this node; 0 chips have no row "
+            "(labels are NPU IDs)") in profile.discovery_notes()
+    assert any(r.getMessage().startswith("npu-smi info -t topo does not match the chips") for r in caplog.records)

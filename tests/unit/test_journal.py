@@ -1,0 +1,183 @@
+"""journal.py and its use by DeviceState: one small durable append per change, torn tails, compaction."""
+
+from __future__ import annotations
+
+import errno
+import subprocess
+
+import attrs
+import pytest
+
+from ascend_dra import checkpoint as ckpt
+from ascend_dra import journal as jr
+from ascend_dra import state as state_module
+from ascend_dra.checkpoint import CheckpointCorrupt
+from ascend_dra.profiles.fake import FakeProfile
+from tests.claimfiles import claim_object, write_claim
+from tests.unit.test_state import make_state, on_disk, ref
+
+
+def record(uid: str, state: str = "PrepareCompleted") -> dict:
+    return {"uid": uid, "namespace": "ns", "name": f"c-{uid}", "state": state, "boot_id": "b",
+            "devices": [{"request": "npu", "pool": "node-1", "device": "npu-0-0", "cdi_device_ids": ["k=x"]}],
+            "cdi_specs": [f"k_{uid}.yaml"]}
+
+
+def opened(path) -> jr.Journal:
+    journal = jr.Journal(path)
+    journal.open(jr.read(path))
+    return journal
+
+
+def test_appended_changes_read_back_in_order_and_apply_over_the_snapshot(tmp_path):
+    path = tmp_path / jr.JOURNAL_FILE
+    journal = opened(path)
+    journal.append(jr.change_lines([("a", record("a")), ("b", record("b"))]))
+    journal.append(jr.change_lines([("a", None), ("b", record("b", "PrepareStarted"))]))
+    contents = jr.read(path)
+    assert [(uid, r and r["state"]) for uid, r in contents.changes] == [
+        ("a", "PrepareCompleted"), ("b", "PrepareCompleted"), ("a", None), ("b", "PrepareStarted")]
+    assert contents.good_size == path.stat().st_size and not contents.torn_tail
+    snapshot = ckpt.decode_records({"c": record("c"), "a": record("a")}, boot_id="b")
+    state = jr.apply_journal(snapshot, contents)
+    assert sorted(state.claims) == ["b", "c"]
+    assert state.claims["b"].state == "PrepareStarted"
+
+
+def test_a_torn_last_line_is_dropped_and_cut_off_before_the_next_append(tmp_path):
+    path = tmp_path / jr.JOURNAL_FILE
+    journal = opened(path)
+    journal.append(jr.change_lines([("a", record("a"))]))
+    good = path.stat().st_size
+    journal.close()
+    for torn in (jr.change_lines([("b", record("b"))])[:-5], jr.change_lines([("b", record("b"))])[:-1]):
+        with path.open("r+b") as f:
+            f.truncate(good)
+            f.seek(good)
+            f.write(torn)
+        contents = jr.read(path)
+        assert [uid for uid, _ in contents.changes] == ["a"]
+        assert (contents.good_size, contents.torn_tail) == (good, True)
+    journal = opened(path)
+    assert path.stat().st_size == good
+    journal.append(jr.change_lines([("c", record("c"))]))
+    assert [uid for uid, _ in jr.read(path).changes] == ["a", "c"]
+
+
+def test_a_damaged_line_before_the_last_is_corrupt(tmp_path):
+    path = tmp_path / jr.JOURNAL_FILE
+    journal = opened(path)
+    journal.append(jr.change_lines([("a", record("a")), ("b", record("b"))]))
+    blob = path.read_bytes()
+    path.write_bytes(blob.replace(b'"c-a"', b'"c-z"'))
+    with pytest.raises(CheckpointCorrupt) as raised:
+        jr.read(path)
+    assert raised.value.reason == "line 2 of the journal fails its checksum (the file was modified or damaged)"
+
+
+def test_a_journal_with_another_header_is_corrupt(tmp_path):
+    path = tmp_path / jr.JOURNAL_FILE
+    path.write_bytes(jr._line(b'{"kind":"Other","version":1}') + jr.change_lines([("a", record("a"))]))
+    with pytest.raises(CheckpointCorrupt, match="the journal's header is"):
+        jr.read(path)
+
+
+def test_replaying_the_journal_over_the_snapshot_it_was_compacted_into_gives_the_same_state(tmp_path):
+    # A crash between writing the new snapshot and emptying the journal.
+    changes = [("a", record("a")), ("b", record("b")), ("a", None), ("c", record("c", "PrepareStarted"))]
+    contents = jr.JournalContents(tuple(changes), 1, False)
+    once = jr.apply_journal(ckpt.decode_records({"x": record("x")}), contents)
+    twice = jr.apply_journal(ckpt.decode_records(dict(once.raw)), contents)
+    assert twice.claims == once.claims and sorted(once.claims) == ["b", "c", "x"]
+
+
+@pytest.fixture
+def tiny_tmpfs(short_tmp):
+    mountpoint = short_tmp / "tmpfs"
+    mountpoint.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(mountpoint)], check=True)
+    yield mountpoint
+    subprocess.run(["umount", str(mountpoint)], check=True)
+
+
+def test_a_failed_append_leaves_no_partial_line(tiny_tmpfs):
+    path = tiny_tmpfs / jr.JOURNAL_FILE
+    journal = opened(path)
+    journal.append(jr.change_lines([("a", record("a"))]))
+    before = path.read_bytes()
+    with pytest.raises(OSError) as raised:
+        journal.append(jr.change_lines([(f"u{i}", record(f"u{i}")) for i in range(200)]))  # > 16 KiB
+    assert raised.value.errno == errno.ENOSPC
+    assert path.read_bytes() == before
+    journal.append(jr.change_lines([("b", record("b"))]))
+    assert [uid for uid, _ in jr.read(path).changes] == ["a", "b"]
+    journal.close()
+
+
+# -- DeviceState on the journal ---------------------------------------------------------------------
+
+
+async def prepared(root, n: int):
+    state = await make_state(root, {"fake": FakeProfile()})
+    claims = [write_claim(root, claim_object(f"c{i}", results=[("npu", f"npu-{i}-0")])) for i in range(n)]
+    if claims:
+        await state.prepare([ref(c) for c in claims])
+    return state
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("held", [0, 200])
+async def test_a_prepare_appends_one_line_whatever_the_number_of_prepared_claims(tmp_path, held):
+    state = await prepared(tmp_path, 0)
+    state.profile_ctx = attrs.evolve(state.profile_ctx, fake_devices=256)
+    profile = state.profiles["fake"]
+    state.set_inventories({"fake": await profile.discover(state.profile_ctx)})
+    claims = [write_claim(tmp_path, claim_object(f"c{i}", results=[("npu", f"npu-{i}-0")])) for i in range(held)]
+    for i in range(0, held, 50):
+        await state.prepare([ref(c) for c in claims[i:i + 50]])
+    snapshot = tmp_path / "plugin" / ckpt.CHECKPOINT_FILE
+    snapshot_before = snapshot.stat().st_ino if snapshot.exists() else None
+    journal = tmp_path / "plugin" / jr.JOURNAL_FILE
+    size = journal.stat().st_size
+    last = write_claim(tmp_path, claim_object("last", results=[("npu", "npu-250-0")]))
+    await state.prepare([ref(last)])
+    grown = journal.read_bytes()[size:]
+    assert grown.count(b"\n") == 1  # one line: the PrepareCompleted record (no side effects: no PrepareStarted)
+    assert len(grown) < 1024
+    assert (snapshot.stat().st_ino if snapshot.exists() else None) == snapshot_before  # not rewritten
+    assert on_disk(tmp_path).claims[last["metadata"]["uid"]].state == "PrepareCompleted"
+
+
+@pytest.mark.anyio
+async def test_the_journal_is_compacted_into_a_snapshot_past_its_threshold(tmp_path, monkeypatch):
+    monkeypatch.setattr(state_module, "COMPACT_MIN_LINES", 4)
+    state = await prepared(tmp_path, 1)
+    held = next(iter(state.prepared_claims))
+    churn = write_claim(tmp_path, claim_object("churn", results=[("npu", "npu-3-0")]))
+    for _ in range(10):  # 20 changes over 1-2 records: past max(4, 2 x records) lines, it compacts
+        await state.prepare([ref(churn)])
+        await state.unprepare([ref(churn)])
+        assert state.journal.lines <= 4
+    assert held in ckpt.load(tmp_path / "plugin" / ckpt.CHECKPOINT_FILE).claims  # folded into the snapshot
+    assert list(on_disk(tmp_path).claims) == [held]
+
+
+@pytest.mark.anyio
+async def test_a_clean_close_leaves_the_whole_state_in_the_snapshot_for_an_older_release(tmp_path):
+    state = await prepared(tmp_path, 3)
+    uids = sorted(state.prepared_claims)
+    await state.close()
+    assert sorted(ckpt.load(tmp_path / "plugin" / ckpt.CHECKPOINT_FILE).claims) == uids  # the snapshot alone
+    assert jr.read(tmp_path / "plugin" / jr.JOURNAL_FILE).changes == ()
+
+
+@pytest.mark.anyio
+async def test_start_up_applies_the_journal_and_compacts_it(tmp_path):
+    state = await prepared(tmp_path, 2)
+    uids = sorted(state.prepared_claims)
+    state.journal.close()  # a kill -9: no compaction
+    assert jr.read(tmp_path / "plugin" / jr.JOURNAL_FILE).changes
+    restarted = await make_state(tmp_path, {"fake": FakeProfile()})
+    assert sorted(restarted.prepared_claims) == uids
+    assert sorted(ckpt.load(tmp_path / "plugin" / ckpt.CHECKPOINT_FILE).claims) == uids
+    assert jr.read(tmp_path / "plugin" / jr.JOURNAL_FILE).changes == ()
