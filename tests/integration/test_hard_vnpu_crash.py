@@ -9,7 +9,6 @@ the kubelet's retry (Prepare or Unprepare) succeeds and ends clean.
 from __future__ import annotations
 
 import grpc
-import orjson
 import pytest
 
 from ascend_dra.faults import POINTS
@@ -25,7 +24,7 @@ DEVICES = ("vnpu-0-0-vir10-3c-16g-0", "vnpu-0-0-vir05-1c-8g-0")
 
 
 def records(d: DaemonProcess) -> dict:
-    return orjson.loads(d.checkpoint.read_bytes())["data"]["claims"] if d.checkpoint.exists() else {}
+    return d.records()
 
 
 def specs(d: DaemonProcess) -> set[str]:
