@@ -309,3 +309,12 @@ async def test_an_interrupted_prepare_rolled_back_with_none_destroys_what_the_le
     await profile.unprepare_side_effects(None, apply_ctx(sim, inventory, mine))  # idempotent
     assert [v["vnpu_id"] for v in sim.vnpus()] == [106]
     assert sim.ledger() == ["vnpu-4-0-106.json"]
+
+
+def test_a_template_with_an_na_engine_drops_the_engine_counters_of_its_chip():
+    text = (FIXTURES / "910B4_A2-inference_info_-t_template-info.txt").read_text()
+    text = text.replace("|vir05_1c_8g         5         8         1         2 ",
+                        "|vir05_1c_8g         5         8         1         NA")
+    merged = templates.from_template_info(templates.MODELS["910B4"], tables.parse_template_info(text))
+    assert merged.template("vir05_1c_8g").engines is None
+    assert templates.chip_counters(merged) == {"aicore": 20, "memory": 32768, "aicpu": 7}
