@@ -66,6 +66,7 @@ bench: venv cluster-bins
 	$(PY) bench/bench_prepare.py
 	$(PY) bench/bench_discovery.py
 	$(PY) bench/bench_startup.py
+	$(PY) bench/bench_webhook.py
 
 # The full kill -9 storm (tests/storm.py): 200 trials per profile, prints the tallies (all must be 0).
 soak: venv

@@ -134,12 +134,41 @@ def build_parser() -> argparse.ArgumentParser:
     _node_flags(discover, node_required=False)
     discover.add_argument("--output", "-o", choices=("table", "yaml", "json"), default="table")
 
+    _webhook_parser(sub)
+
     profiles = sub.add_parser("profiles", help="list installed profiles, their distribution and load status",
                               description="List every profile installed in the ascend_dra.profiles entry-point "
                                           "group: name, distribution, version, target and whether it loads. "
                                           "Exit code 1 when any of them is broken.")
     profiles.add_argument("--output", "-o", choices=("table", "json", "yaml"), default="table")
     return parser
+
+
+def _webhook_parser(sub: Any) -> None:
+    hook = sub.add_parser("webhook", help="run the admission webhook (config validation, HAMi syntax conversion)",
+                          description="Serve HTTPS admission webhooks: /validate-resource-claim-parameters checks the "
+                                      "opaque configs of ResourceClaims and ResourceClaimTemplates; /mutate-pods "
+                                      "converts HAMi resource syntax (huawei.com/Ascend310P, ...) into ResourceClaims. "
+                                      "See docs/webhook.md.")
+    _flag(hook, "--port", "WEBHOOK_PORT", 8443, "HTTPS port of the webhook endpoints, /healthz and /readyz", type=int)
+    _flag(hook, "--address", "WEBHOOK_ADDRESS", "0.0.0.0", "address the HTTPS server listens on")
+    _flag(hook, "--tls-cert-file", "TLS_CERT_FILE", None, "PEM serving certificate (reloaded when it changes)",
+          type=Path)
+    _flag(hook, "--tls-private-key-file", "TLS_PRIVATE_KEY_FILE", None, "PEM private key of the certificate",
+          type=Path)
+    _flag(hook, "--driver-name", "DRIVER_NAME", DEFAULT_DRIVER_NAME, "DRA driver name")
+    _flag(hook, "--profiles", "PROFILES", ("npu-910",),
+          "comma-separated profiles whose config kinds are validated (only these are imported)", type=_csv)
+    _flag(hook, "--kubeconfig", "KUBECONFIG", None, "kubeconfig file (in-cluster service account if unset)")
+    _flag(hook, "--conversion-mode", "CONVERSION_MODE", "template",
+          "template: a ResourceClaimTemplate per distinct request; claim: direct claims named as HAMi-DRA does, "
+          "owned by their pod", choices=("template", "claim"))
+    _flag(hook, "--orphan-grace", "ORPHAN_GRACE", 60.0,
+          "seconds a direct claim waits for its pod before it is deleted (claim mode)", type=float)
+    _flag(hook, "--metrics-port", "METRICS_PORT", 0, "TCP port for Prometheus /metrics (0: off)", type=int)
+    _flag(hook, "--metrics-address", "METRICS_ADDRESS", "0.0.0.0", "address the metrics endpoint listens on")
+    _flag(hook, "--log-level", "LOG_LEVEL", "info", "debug, info, warning or error")
+    _flag(hook, "--log-format", "LOG_FORMAT", "text", "text or json")
 
 
 def profile_options(args: argparse.Namespace) -> dict[str, str]:
@@ -177,6 +206,33 @@ def _run(args: argparse.Namespace) -> int:
     return daemon_main(settings)
 
 
+def _webhook(args: argparse.Namespace) -> int:
+    if args.tls_cert_file is None or args.tls_private_key_file is None:
+        print("ascend-dra webhook: --tls-cert-file and --tls-private-key-file (or TLS_CERT_FILE, "
+              "TLS_PRIVATE_KEY_FILE) are required", file=sys.stderr)
+        return 2
+    from ascend_dra.webhook.server import main as webhook_main
+    from ascend_dra.webhook.settings import WebhookSettings, WebhookSettingsError
+    from ascend_dra.webhook.tls import TlsError
+
+    try:
+        settings = WebhookSettings(
+            tls_cert_file=args.tls_cert_file, tls_private_key_file=args.tls_private_key_file, port=args.port,
+            address=args.address, driver_name=args.driver_name, profiles=args.profiles, kubeconfig=args.kubeconfig,
+            conversion_mode=args.conversion_mode, orphan_grace_s=args.orphan_grace,
+            metrics_port=args.metrics_port or None, metrics_address=args.metrics_address,
+            log_level=args.log_level, log_format=args.log_format)
+    except WebhookSettingsError as exc:
+        for problem in exc.problems:
+            print(f"ascend-dra webhook: {problem}", file=sys.stderr)
+        return 2
+    try:
+        return webhook_main(settings)
+    except (TlsError, ValueError, OSError) as exc:
+        print(f"ascend-dra webhook: {exc}", file=sys.stderr)
+        return 1
+
+
 def _call(args: argparse.Namespace) -> int:
     from ascend_dra.kubelet.client import main as client_main
 
@@ -206,10 +262,11 @@ def _profiles(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ascend-dra`` console script; returns the exit code."""
     args = build_parser().parse_args(argv)
-    if args.command != "run":
+    if args.command not in ("run", "webhook"):
         # `ascend-dra call ... | head` ends quietly, as any Unix tool does, instead of a BrokenPipeError.
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    handler = {"run": _run, "call": _call, "discover": _discover, "profiles": _profiles}[args.command]
+    handler = {"run": _run, "call": _call, "discover": _discover, "profiles": _profiles,
+               "webhook": _webhook}[args.command]
     return handler(args)
 
 

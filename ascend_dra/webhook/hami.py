@@ -1,0 +1,370 @@
+"""HAMi resource syntax -> ResourceClaim specs and the pod's JSON Patch (pure; no API calls).
+
+The rules are HAMi-DRA's (Project-HAMi/HAMi-DRA), as reference ascend.md §12.1-§12.2a records
+them, for every Ascend ``commonWord``; the facts carry over, the code is ours. Per container (and,
+unlike HAMi-DRA, per init container) and per chip whose count ``huawei.com/<commonWord>`` is in
+``limits``, in the device-config order of :data:`COMMON_WORDS`, one claim:
+
+* request ``npu``, ``exactly: {allocationMode: ExactCount, count: <count>, deviceClassName:
+  hami-vnpu-core.project-hami.io, capacity.requests: {memory, cores}, selectors}``;
+* ``-memory`` is MiB -> ``value * 1024 * 1024`` bytes (``Quantity.Value()`` rounds up, so ``1.5`` ->
+  2 MiB); ``-core`` is percent of a chip, copied as a Quantity (``12.5`` -> ``12500m``);
+* selectors, in this order: the type selector, ``uuid in``, ``!(uuid in)``, ``productName in``,
+  ``!(productName in)`` from ``hami.io/use-<commonWord>-uuid``, ``hami.io/no-use-<commonWord>-uuid``,
+  ``hami.io/use-nputype``, ``hami.io/no-use-nputype`` (comma-split, trimmed, empties dropped, each
+  quoted as Go's ``strconv.Quote`` does); ``use-nputype`` goes into every Ascend claim of the pod;
+* the count, memory and core entries leave both ``limits`` and ``requests``; the pod gets the label
+  ``hami.io/dra: "true"``, each container a ``resources.claims`` entry and the pod a
+  ``spec.resourceClaims`` entry.
+
+Claim names (direct mode, §12.2 step 1-2): ``<namespace>-<pod>-<container>-<lower(commonWord)>``,
+``<namespace>-<rand5>-...`` with ``generateName``; longer than 63 -> ``name[:54].rstrip("-") + "-" +
+sha256(name)[:8 hex]``. Gaps of HAMi-DRA fixed here (issue 10): a dotted pod name has its dots
+turned into ``-`` (a pod claim name must be a DNS label); a memory written with a unit (``8Gi``) is
+read as bytes, never multiplied again; values that are not whole counts, negative, or over 100 % are
+refused naming the field; an annotation with no usable value is refused with its name (as HAMi-DRA).
+
+Template mode (the default): one ResourceClaimTemplate per distinct claim spec, named
+``hami-<lower(commonWord)>-<sha256(spec)[:10 hex]>`` and shared by every pod with that request; the
+pod claim name is ``<container>-<lower(commonWord)>`` and the claim controller creates each pod's
+claim with the pod as its owner.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal
+from enum import StrEnum
+from typing import Any
+
+import attrs
+import orjson
+
+from ascend_dra.model import canonical_quantity, parse_quantity
+
+__all__ = (
+    "COMMON_WORDS",
+    "DEVICE_CLASS",
+    "DRA_LABEL",
+    "MANAGED_BY",
+    "OPT_OUT_LABEL",
+    "ConversionError",
+    "Mode",
+    "PlannedClaim",
+    "PodConversion",
+    "claim_name",
+    "convert_pod",
+    "go_quote",
+    "truncate_dns_label",
+)
+
+#: Ascend commonWords in HAMi's device-config order (``DefaultAscendVNPUs()``, ascend.md §12.1).
+COMMON_WORDS = ("Ascend910A", "Ascend910B2", "Ascend910B3", "Ascend910B4-1", "Ascend910B4", "Ascend310P",
+                "Ascend910C")
+RESOURCE_PREFIX = "huawei.com/"
+#: The DeviceClass HAMi-DRA's claims name (``pkg/constants`` ``AscendDeviceClassName``, §11.4).
+DEVICE_CLASS = "hami-vnpu-core.project-hami.io"
+REQUEST_NAME = "npu"
+DRA_LABEL = "hami.io/dra"
+#: Our opt-out (label on a namespace or pod). Not ``hami.io/webhook: ignore``: that one keeps HAMi
+#: core's webhook away from DRA pods and must not stop this conversion (§12.2a; the lab's pod has it).
+OPT_OUT_LABEL = "ascend.project-hami.io/webhook"
+OPT_OUT_VALUE = "ignore"
+MANAGED_BY = ("app.kubernetes.io/managed-by", "ascend-dra-webhook")
+#: On a direct claim: the pod it was made for (``<name>`` or ``<generateName>*``), for the owner loop.
+POD_ANNOTATION = "ascend.project-hami.io/pod"
+
+_SUFFIX = re.compile(r"[+-]?[0-9.]+([a-zA-Z]*|[eE][+-]?[0-9]+)")
+_BYTE_UNITS = frozenset(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "k", "M", "G", "T", "P", "E"))
+_RAND_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # apimachinery util/rand: no vowels, no 0/1/3
+
+
+class Mode(StrEnum):
+    """``--conversion-mode``: what the pod references."""
+
+    TEMPLATE = "template"  #: a ResourceClaimTemplate per distinct request (the claim controller makes the claims)
+    CLAIM = "claim"  #: a ResourceClaim per container and chip, named as HAMi-DRA names it
+
+
+class ConversionError(ValueError):
+    """Raised by :func:`convert_pod` when the pod's HAMi resources cannot be converted.
+
+    :ivar problems: ``(field path, message)`` pairs, every problem of the pod.
+    """
+
+    def __init__(self, problems: Sequence[tuple[str, str]]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("; ".join(f"{path}: {message}" for path, message in self.problems))
+
+
+@attrs.frozen
+class PlannedClaim:
+    """One claim (or template) the pod will reference.
+
+    :ivar pod_claim_name: ``pod.spec.resourceClaims[].name`` (a DNS label).
+    :ivar object_name: the ResourceClaim (claim mode) or ResourceClaimTemplate (template mode) name.
+    :ivar container: ``spec.containers[i]`` / ``spec.initContainers[i]``, for messages.
+    :ivar spec: the ``resource.k8s.io/v1`` ResourceClaimSpec.
+    """
+
+    pod_claim_name: str
+    object_name: str
+    container: str
+    common_word: str
+    spec: Mapping[str, Any]
+
+
+@attrs.frozen
+class PodConversion:
+    """What converting one pod needs: the objects to create, then the patch to return."""
+
+    mode: Mode
+    claims: tuple[PlannedClaim, ...]
+    patch: tuple[Mapping[str, Any], ...]
+
+
+def go_quote(text: str) -> str:
+    """``text`` as Go's ``strconv.Quote`` writes it; also a valid CEL string literal.
+
+    Printable runes stay as they are; ``"`` and ``\\`` are escaped; control and other
+    non-printable runes become ``\\a \\b \\f \\n \\r \\t \\v``, ``\\xNN``, ``\\uNNNN`` or ``\\UNNNNNNNN``.
+    """
+    escapes = {"\a": r"\a", "\b": r"\b", "\f": r"\f", "\n": r"\n", "\r": r"\r", "\t": r"\t", "\v": r"\v",
+               '"': r"\"", "\\": r"\\"}
+    out = ['"']
+    for char in text:
+        code = ord(char)
+        if char in escapes:
+            out.append(escapes[char])
+        elif char == " " or (char.isprintable() and code != 0x7F):
+            out.append(char)
+        elif code < 0x80:
+            out.append(f"\\x{code:02x}")
+        elif code < 0x10000:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    out.append('"')
+    return "".join(out)
+
+
+def truncate_dns_label(name: str) -> str:
+    """HAMi-DRA's ``truncateDNS1123Label``: names over 63 characters keep a prefix and an 8-hex hash."""
+    if len(name) <= 63:
+        return name
+    suffix = "-" + hashlib.sha256(name.encode()).hexdigest()[:8]
+    prefix = name[: 63 - len(suffix)].rstrip("-")
+    return prefix + suffix if prefix else suffix[1:]
+
+
+def claim_name(namespace: str, pod_name: str, container: str, common_word: str) -> str:
+    """The direct claim's name (and pod claim name), e.g. ``dra-ascend-e2e-ascend-share-a-app-ascend310p``.
+
+    :param pod_name: the pod's name, or the 5 random characters HAMi-DRA uses with ``generateName``.
+    """
+    return truncate_dns_label(f"{namespace}-{pod_name.replace('.', '-')}-{container}-{common_word.lower()}")
+
+
+def _type_selector(driver_name: str) -> str:
+    return (f'device.driver == "{driver_name}" && '
+            f'device.attributes["{driver_name}"].type == "HAMivNPUCore"')
+
+
+def _values(annotations: Mapping[str, Any], key: str) -> list[str] | None:
+    """The comma-separated values of an annotation; None if absent, [] if it has none usable."""
+    raw = annotations.get(key)
+    if raw is None:
+        return None
+    return [v.strip() for v in str(raw).split(",") if v.strip()]
+
+
+def _quantity(value: object) -> Decimal:
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ValueError(f"{orjson.dumps(value).decode()} is not a quantity")
+    number = parse_quantity(value)
+    if not number.is_finite():
+        raise ValueError(f"{value!r} is not a finite quantity")
+    return number
+
+
+def _memory_bytes(value: object) -> int:
+    """``-memory`` in bytes: a plain number is MiB (rounded up, as ``Quantity.Value()``); a value
+    written with a byte unit (``8Gi``, ``500M``) is bytes (rounded up)."""
+    number = _quantity(value)
+    text = str(value).strip()
+    match = _SUFFIX.fullmatch(text)
+    has_unit = bool(match) and match.group(1) in _BYTE_UNITS
+    if number <= 0:
+        raise ValueError(f"{text!r} must be more than 0 (MiB, or bytes with a unit such as 8Gi)")
+    return math.ceil(number) if has_unit else math.ceil(number) * 1024 * 1024
+
+
+def _limit_path(path: str, section: str, key: str) -> str:
+    return f'{path}.resources.{section}["{key}"]'
+
+
+@attrs.frozen
+class _Chip:
+    common_word: str
+    count: int
+    memory_bytes: int | None
+    cores: str | None
+
+
+def _chips(container: Mapping[str, Any], path: str, problems: list[tuple[str, str]]) -> list[_Chip]:
+    limits = (container.get("resources") or {}).get("limits") or {}
+    chips = []
+    for word in COMMON_WORDS:
+        key = RESOURCE_PREFIX + word
+        if key not in limits:
+            continue
+        count = memory = cores = None
+        try:
+            number = _quantity(limits[key])
+            if number != number.to_integral_value() or number < 1:
+                raise ValueError(f"{limits[key]!r} must be a whole number of chips, at least 1")
+            count = int(number)
+        except ValueError as exc:
+            problems.append((_limit_path(path, "limits", key), str(exc)))
+        if key + "-memory" in limits:
+            try:
+                memory = _memory_bytes(limits[key + "-memory"])
+            except ValueError as exc:
+                problems.append((_limit_path(path, "limits", key + "-memory"), str(exc)))
+        if key + "-core" in limits:
+            try:
+                number = _quantity(limits[key + "-core"])
+                if not 0 <= number <= 100:
+                    raise ValueError(f"{limits[key + '-core']!r} is out of range 0..100 (percent of a chip)")
+                cores = canonical_quantity(str(limits[key + "-core"]))
+            except ValueError as exc:
+                problems.append((_limit_path(path, "limits", key + "-core"), str(exc)))
+        if count is not None:
+            chips.append(_Chip(word, count, memory, cores))
+    return chips
+
+
+def _selectors(word: str, annotations: Mapping[str, Any], driver_name: str,
+               problems: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    attribute = f'device.attributes["{driver_name}"]'
+    expressions = [_type_selector(driver_name)]
+    for key, field, negate in ((f"hami.io/use-{word}-uuid", "uuid", False),
+                               (f"hami.io/no-use-{word}-uuid", "uuid", True),
+                               ("hami.io/use-nputype", "productName", False),
+                               ("hami.io/no-use-nputype", "productName", True)):
+        values = _values(annotations, key)
+        if values is None:
+            continue
+        if not values:
+            problems.append((f'metadata.annotations["{key}"]',
+                             f"annotation {key} has no usable value: {go_quote(str(annotations[key]))}"))
+            continue
+        test = f"{attribute}.{field} in [{', '.join(go_quote(v) for v in values)}]"
+        expressions.append(f"!({test})" if negate else test)
+    return [{"cel": {"expression": e}} for e in expressions]
+
+
+def _claim_spec(chip: _Chip, selectors: list[dict[str, Any]]) -> dict[str, Any]:
+    exactly: dict[str, Any] = {"allocationMode": "ExactCount", "count": chip.count, "deviceClassName": DEVICE_CLASS}
+    requests = {}
+    if chip.cores is not None:
+        requests["cores"] = chip.cores
+    if chip.memory_bytes is not None:
+        requests["memory"] = canonical_quantity(str(chip.memory_bytes))  # stored as sent
+    if requests:
+        exactly["capacity"] = {"requests": requests}
+    exactly["selectors"] = selectors
+    return {"devices": {"requests": [{"name": REQUEST_NAME, "exactly": exactly}]}}
+
+
+def template_name(common_word: str, spec: Mapping[str, Any]) -> str:
+    """The shared template of one distinct request: ``hami-<lower(commonWord)>-<10 hex of sha256(spec)>``."""
+    digest = hashlib.sha256(orjson.dumps(spec, option=orjson.OPT_SORT_KEYS)).hexdigest()[:10]
+    return f"hami-{common_word.lower()}-{digest}"
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _random5() -> str:
+    return "".join(secrets.choice(_RAND_ALPHABET) for _ in range(5))
+
+
+def convert_pod(
+    pod: Mapping[str, Any], namespace: str, *, mode: Mode = Mode.TEMPLATE,
+    driver_name: str = "ascend.project-hami.io", random5: Callable[[], str] = _random5,
+) -> PodConversion | None:
+    """Plan the conversion of a pod's HAMi resources.
+
+    :param pod: the Pod as the API server sent it (``request.object``).
+    :param namespace: ``request.namespace`` (the object's may be empty at admission).
+    :param driver_name: the driver in the CEL selectors (HAMi-DRA: ``ascend.project-hami.io``).
+    :param random5: the 5 characters that stand for the name of a pod created with ``generateName``.
+    :returns: None when the pod asks for no Ascend chip in ``limits`` (it passes untouched).
+    :raises ConversionError: with every problem, each naming its field.
+    """
+    metadata = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    annotations = metadata.get("annotations") or {}
+    problems: list[tuple[str, str]] = []
+    found: list[tuple[str, int, Mapping[str, Any], list[_Chip]]] = []
+    for section in ("initContainers", "containers"):
+        for index, container in enumerate(spec.get(section) or ()):
+            path = f"spec.{section}[{index}]"
+            chips = _chips(container, path, problems)
+            if chips:
+                found.append((section, index, container, chips))
+    if not found and not problems:
+        return None
+    pod_name = metadata.get("name") or random5()
+    existing = {c.get("name") for c in spec.get("resourceClaims") or () if isinstance(c, Mapping)}
+    planned: list[PlannedClaim] = []
+    patch: list[dict[str, Any]] = []
+    for section, index, container, chips in found:
+        path = f"spec.{section}[{index}]"
+        name = str(container.get("name", ""))
+        resources = dict(container.get("resources") or {})
+        converted = {RESOURCE_PREFIX + c.common_word + tail for c in chips for tail in ("", "-memory", "-core")}
+        for part in ("limits", "requests"):
+            kept = {k: v for k, v in (resources.get(part) or {}).items() if k not in converted}
+            if kept:
+                resources[part] = kept
+            else:
+                resources.pop(part, None)
+        claims = list(resources.get("claims") or ())
+        for chip in chips:
+            claim_spec = _claim_spec(chip, _selectors(chip.common_word, annotations, driver_name, problems))
+            if mode is Mode.CLAIM:
+                object_name = pod_claim = claim_name(namespace, pod_name, name, chip.common_word)
+            else:
+                pod_claim = truncate_dns_label(f"{name}-{chip.common_word.lower()}")
+                object_name = template_name(chip.common_word, claim_spec)
+            if pod_claim in existing:
+                problems.append((f"{path}.resources.claims",
+                                 f"the pod already has a resource claim named {pod_claim!r}; rename it"))
+            existing.add(pod_claim)
+            planned.append(PlannedClaim(pod_claim, object_name, path, chip.common_word, claim_spec))
+            claims.append({"name": pod_claim})
+        resources["claims"] = claims
+        patch.append({"op": "replace" if "resources" in container else "add",
+                      "path": f"/spec/{section}/{index}/resources", "value": resources})
+    if problems:
+        raise ConversionError(problems)
+    if not planned:
+        return None
+    reference = "resourceClaimName" if mode is Mode.CLAIM else "resourceClaimTemplateName"
+    entries = [{"name": c.pod_claim_name, reference: c.object_name} for c in planned]
+    if spec.get("resourceClaims"):
+        patch += [{"op": "add", "path": "/spec/resourceClaims/-", "value": e} for e in entries]
+    else:
+        patch.append({"op": "add", "path": "/spec/resourceClaims", "value": entries})
+    if metadata.get("labels"):
+        patch.append({"op": "add", "path": f"/metadata/labels/{_escape(DRA_LABEL)}", "value": "true"})
+    else:
+        patch.append({"op": "add", "path": "/metadata/labels", "value": {DRA_LABEL: "true"}})
+    return PodConversion(mode, tuple(planned), tuple(patch))

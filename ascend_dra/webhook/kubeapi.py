@@ -1,0 +1,165 @@
+"""A small JSON client of the Kubernetes API server on aiohttp (the webhook's own server stack).
+
+The webhook makes a handful of calls (create, get, patch, delete, list, watch) on plain JSON
+objects; kubernetes-asyncio would cost ~60 MB and ~0.4 s of imports for them (toolchain.md §5),
+so this module speaks HTTP itself. Credentials come from a kubeconfig (``server``,
+``certificate-authority[-data]``, ``insecure-skip-tls-verify``, ``token``/``tokenFile``,
+``client-certificate[-data]``/``client-key[-data]``) or, without one, from the pod's service
+account (``KUBERNETES_SERVICE_HOST``/``_PORT``, ``/var/run/secrets/kubernetes.io/serviceaccount``);
+the token file is read again every minute, since bound tokens rotate.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import ssl
+import tempfile
+import time
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import anyio
+import orjson
+import yaml
+
+__all__ = ("ApiError", "KubeApi")
+
+SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+_TOKEN_TTL_S = 60.0
+
+
+class ApiError(Exception):
+    """Raised by :class:`KubeApi` for an answer outside 2xx, or no answer (``status`` 0).
+
+    :ivar status: the HTTP status; :ivar reason: the ``metav1.Status`` reason (``AlreadyExists``,
+        ``NotFound``, ``Conflict``, ...); :ivar message: the server's message.
+    """
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        self.status = status
+        self.reason = reason
+        self.message = message
+        super().__init__(f"HTTP {status} {reason}: {message}" if status else message)
+
+
+def _data_file(data: str, directory: str, name: str) -> str:
+    path = os.path.join(directory, name)
+    with open(path, "wb") as f:
+        f.write(base64.b64decode(data))
+    return path
+
+
+class KubeApi:
+    """JSON calls to one API server. Open with :meth:`open` inside the event loop; :meth:`close` ends it."""
+
+    def __init__(self, server: str, ssl_context: ssl.SSLContext, token: str | None = None,
+                 token_file: Path | None = None) -> None:
+        self.server = server.rstrip("/")
+        self._ssl = ssl_context
+        self._token = token
+        self._token_file = token_file
+        self._token_read = 0.0
+        # A watch event is one line; a pod can exceed aiohttp's default 64 KiB line buffer.
+        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ssl_context, limit=32),
+                                              read_bufsize=4 * 1024 * 1024)
+
+    @classmethod
+    def open(cls, kubeconfig: str | None) -> KubeApi:
+        """A client from ``kubeconfig`` (a path), or from the service account when it is None.
+
+        :raises ValueError: when the kubeconfig is not one or lacks a server.
+        :raises OSError: when it, or a file it names, cannot be read.
+        """
+        if not kubeconfig:
+            host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+            if not host:
+                raise ValueError("no --kubeconfig and not in a pod (KUBERNETES_SERVICE_HOST is unset)")
+            ctx = ssl.create_default_context(cafile=str(SERVICE_ACCOUNT / "ca.crt"))
+            host = f"[{host}]" if ":" in host else host
+            return cls(f"https://{host}:{port}", ctx, token_file=SERVICE_ACCOUNT / "token")
+        doc = yaml.safe_load(Path(kubeconfig).read_text())
+        if not isinstance(doc, dict):
+            raise ValueError(f"kubeconfig {kubeconfig} is not a kubeconfig (a YAML mapping)")
+        base = Path(kubeconfig).parent
+        contexts = {c["name"]: c["context"] for c in doc.get("contexts") or ()}
+        context = contexts.get(doc.get("current-context")) or next(iter(contexts.values()), {})
+        cluster = {c["name"]: c["cluster"] for c in doc.get("clusters") or ()}.get(context.get("cluster"), {})
+        user = {u["name"]: u["user"] for u in doc.get("users") or ()}.get(context.get("user"), {}) or {}
+        if not cluster.get("server"):
+            raise ValueError(f"kubeconfig {kubeconfig}: the current context has no cluster server")
+        ctx = ssl.create_default_context()
+        if cluster.get("insecure-skip-tls-verify"):
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        elif cluster.get("certificate-authority-data"):
+            ctx.load_verify_locations(cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
+        elif cluster.get("certificate-authority"):
+            ctx.load_verify_locations(cafile=str(base / cluster["certificate-authority"]))
+        if user.get("client-certificate") or user.get("client-certificate-data"):
+            with tempfile.TemporaryDirectory() as tmp:
+                cert = (_data_file(user["client-certificate-data"], tmp, "c") if user.get("client-certificate-data")
+                        else str(base / user["client-certificate"]))
+                key = (_data_file(user["client-key-data"], tmp, "k") if user.get("client-key-data")
+                       else str(base / user["client-key"]))
+                ctx.load_cert_chain(cert, key)
+        token_file = base / user["tokenFile"] if user.get("tokenFile") else None
+        return cls(cluster["server"], ctx, token=user.get("token"), token_file=token_file)
+
+    async def _authorization(self) -> dict[str, str]:
+        if self._token_file is not None and time.monotonic() - self._token_read > _TOKEN_TTL_S:
+            self._token = (await anyio.Path(self._token_file).read_text()).strip()
+            self._token_read = time.monotonic()
+        return {"Authorization": f"Bearer {self._token}"} if self._token else {}
+
+    async def request(self, method: str, path: str, *, body: Any = None, query: Mapping[str, str] | None = None,
+                      content_type: str = "application/json", timeout_s: float = 10.0) -> Any:
+        """One call; returns the decoded JSON answer.
+
+        :param path: e.g. ``/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims``.
+        :param content_type: ``application/merge-patch+json`` for a merge patch.
+        :raises ApiError: for a non-2xx answer (with the server's reason and message) or no answer.
+        """
+        headers = {"Accept": "application/json", **await self._authorization()}
+        data = None
+        if body is not None:
+            data = orjson.dumps(body)
+            headers["Content-Type"] = content_type
+        try:
+            async with self._session.request(method, self.server + path, data=data, params=query, headers=headers,
+                                             timeout=aiohttp.ClientTimeout(total=timeout_s)) as reply:
+                raw = await reply.read()
+                status = reply.status
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise ApiError(0, "", f"{method} {path}: {type(exc).__name__}: {exc}") from None
+        doc = orjson.loads(raw) if raw else None
+        if not 200 <= status < 300:
+            reason = doc.get("reason", "") if isinstance(doc, dict) else ""
+            message = doc.get("message", "") if isinstance(doc, dict) else raw.decode(errors="replace")[:500]
+            raise ApiError(status, reason, message)
+        return doc
+
+    async def watch(self, path: str, query: Mapping[str, str]) -> AsyncIterator[dict[str, Any]]:
+        """The events of a watch (``{"type": ADDED|MODIFIED|DELETED|BOOKMARK|ERROR, "object": ...}``).
+
+        Ends when the server closes the stream (after its timeout); the caller lists and watches again.
+
+        :raises ApiError: when the watch cannot be opened.
+        """
+        params = {**query, "watch": "1", "allowWatchBookmarks": "true"}
+        headers = {"Accept": "application/json", **await self._authorization()}
+        try:
+            async with self._session.get(self.server + path, params=params, headers=headers,
+                                         timeout=aiohttp.ClientTimeout(total=None, sock_read=330)) as reply:
+                if reply.status != 200:
+                    raise ApiError(reply.status, "", (await reply.read()).decode(errors="replace")[:500])
+                async for line in reply.content:
+                    if line.strip():
+                        yield orjson.loads(line)
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise ApiError(0, "", f"watch {path}: {type(exc).__name__}: {exc}") from None
+
+    async def close(self) -> None:
+        await self._session.close()

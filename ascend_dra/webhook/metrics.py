@@ -1,0 +1,50 @@
+"""Prometheus metrics of the webhook process, served on ``--metrics-port`` (prometheus-client).
+
+Names follow ``ascend_dra_webhook_<noun>_total`` / ``_seconds`` (STYLE §1), zero-initialised:
+
+- ``ascend_dra_webhook_reviews_total{endpoint, outcome}``: AdmissionReviews answered; ``outcome``
+  ``allowed`` (unchanged), ``converted`` (patched), ``denied``, ``malformed`` (HTTP 400) or
+  ``error`` (a bug: answered with a denial, logged with its traceback);
+- ``ascend_dra_webhook_review_seconds{endpoint, outcome}``: time from the body read to the answer;
+- ``ascend_dra_webhook_tls_reloads_total{result}``: certificate reloads (``ok`` / ``error``);
+- ``ascend_dra_webhook_owner_updates_total{result}``: claims given their pod as owner;
+- ``ascend_dra_webhook_orphans_deleted_total``: claims deleted because no pod came for them.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+__all__ = ("ENDPOINTS", "OUTCOMES", "WebhookMetrics")
+
+ENDPOINTS = ("validate-resource-claim-parameters", "mutate-pods")
+OUTCOMES = ("allowed", "converted", "denied", "malformed", "error")
+
+
+class WebhookMetrics:
+    """One registry per webhook (tests create several in one process)."""
+
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry()
+        self.reviews = Counter("ascend_dra_webhook_reviews", "AdmissionReviews answered, by endpoint and outcome",
+                               ["endpoint", "outcome"], registry=r)
+        self.seconds = Histogram("ascend_dra_webhook_review_seconds", "time to answer one AdmissionReview, in seconds",
+                                 ["endpoint", "outcome"], registry=r,
+                                 buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10))
+        self.tls_reloads = Counter("ascend_dra_webhook_tls_reloads", "serving certificate reloads, by result",
+                                   ["result"], registry=r)
+        self.owner_updates = Counter("ascend_dra_webhook_owner_updates", "direct claims given their pod as owner",
+                                     ["result"], registry=r)
+        self.orphans_deleted = Counter("ascend_dra_webhook_orphans_deleted",
+                                       "direct claims deleted because no pod references them", registry=r)
+        for endpoint in ENDPOINTS:
+            for outcome in OUTCOMES:
+                self.reviews.labels(endpoint, outcome)
+        for result in ("ok", "error"):
+            self.tls_reloads.labels(result)
+            self.owner_updates.labels(result)
+
+    def observe(self, endpoint: str, outcome: str, seconds: float) -> None:
+        """Record one answered review."""
+        self.reviews.labels(endpoint, outcome).inc()
+        self.seconds.labels(endpoint, outcome).observe(seconds)

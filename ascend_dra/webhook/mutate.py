@@ -1,0 +1,201 @@
+"""``/mutate-pods``: convert a pod's HAMi resources, creating what its new references name.
+
+The plan comes from :func:`ascend_dra.webhook.hami.convert_pod`; this module makes it true in the
+API server, then answers with the pod's patch:
+
+* claim mode: one ResourceClaim per planned claim, labelled ``hami.io/dra=true`` and
+  ``app.kubernetes.io/managed-by=ascend-dra-webhook``, annotated with the pod it was made for. The
+  pod's uid does not exist yet, so :mod:`ascend_dra.webhook.owners` sets the pod as the owner once
+  the pod is stored (and deletes such a claim whose pod never appeared);
+* template mode: one ResourceClaimTemplate per distinct spec, content-named, shared and kept.
+
+``dryRun`` requests create with ``dryRun=All``: the API server checks the objects and stores
+nothing, and the patch is still returned (HAMi-DRA does the same, ascend.md §12.2a). When a create
+fails half-way, the claims this call created are deleted before the denial (§12.2 step 7). A claim
+that already exists is reused only when this webhook made it for a pod of that name, nobody owns it
+yet and its spec is the planned one (the API server called us again for the same pod); any other
+existing object of that name is left alone and the pod is denied, naming it. A user's own claims
+are never touched.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+
+from ascend_dra.webhook import review
+from ascend_dra.webhook.hami import (
+    DRA_LABEL,
+    MANAGED_BY,
+    OPT_OUT_LABEL,
+    OPT_OUT_VALUE,
+    POD_ANNOTATION,
+    ConversionError,
+    Mode,
+    PlannedClaim,
+    convert_pod,
+)
+from ascend_dra.webhook.kubeapi import ApiError, KubeApi
+
+__all__ = ("PodMutator",)
+
+logger = logging.getLogger(__name__)
+
+RESOURCE_V1 = "/apis/resource.k8s.io/v1"
+#: Seconds one API call of a review may take; the webhook configuration allows 10 in all.
+CALL_TIMEOUT_S = 4.0
+
+
+class _Refused(Exception):
+    def __init__(self, message: str, code: int) -> None:
+        self.message = message
+        self.code = code
+        super().__init__(message)
+
+
+def _labels() -> dict[str, str]:
+    return {DRA_LABEL: "true", MANAGED_BY[0]: MANAGED_BY[1]}
+
+
+class PodMutator:
+    """Answers ``/mutate-pods`` reviews.
+
+    :param api: the API client the claims and templates are created with.
+    :param mode: :class:`~ascend_dra.webhook.hami.Mode` (``template`` by default).
+    :param driver_name: the driver named in the CEL selectors.
+    """
+
+    def __init__(self, api: KubeApi, mode: Mode, driver_name: str) -> None:
+        self.api = api
+        self.mode = mode
+        self.driver_name = driver_name
+
+    async def review(self, request: review.ReviewRequest) -> tuple[bytes, str]:
+        """Answer one review; returns ``(response body, outcome)`` with outcome ``allowed``,
+        ``converted`` or ``denied``."""
+        if (request.group, request.kind) != ("", "Pod") or request.operation != "CREATE" or request.object is None:
+            return review.allowed(request.uid), "allowed"
+        pod = request.object
+        metadata = pod.get("metadata") or {}
+        if (metadata.get("labels") or {}).get(OPT_OUT_LABEL) == OPT_OUT_VALUE:
+            return review.allowed(request.uid), "allowed"
+        pod_name = request.name or metadata.get("name") or ""
+        shown = f"pod {request.namespace}/{pod_name or str(metadata.get('generateName', '')) + '<generated>'}"
+        try:
+            conversion = convert_pod(pod, request.namespace, mode=self.mode, driver_name=self.driver_name)
+        except ConversionError as exc:
+            problems = "; ".join(f"{path}: {message}" for path, message in exc.problems)
+            return review.denied(request.uid, f"{shown}: cannot convert its HAMi resources: {problems}"), "denied"
+        if conversion is None:
+            return review.allowed(request.uid), "allowed"
+        for_pod = pod_name or f"{metadata.get('generateName', '')}*"
+        try:
+            await self._create_all(conversion.claims, request.namespace, for_pod, request.dry_run)
+        except _Refused as exc:
+            return review.denied(request.uid, f"{shown}: {exc.message}", code=exc.code,
+                                 reason="Conflict" if exc.code == 409 else "InternalError"), "denied"
+        logger.info("pod converted", extra={"pod_namespace": request.namespace, "pod_name": for_pod,
+                                            "mode": self.mode.value, "dry_run": request.dry_run,
+                                            "objects": [c.object_name for c in conversion.claims]})
+        return review.patched(request.uid, conversion.patch), "converted"
+
+    def _body(self, claim: PlannedClaim, namespace: str, for_pod: str) -> dict[str, Any]:
+        metadata: dict[str, Any] = {"name": claim.object_name, "namespace": namespace, "labels": _labels()}
+        if self.mode is Mode.CLAIM:
+            metadata["annotations"] = {POD_ANNOTATION: for_pod}
+            return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": metadata,
+                    "spec": claim.spec}
+        return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": metadata,
+                "spec": {"spec": claim.spec}}
+
+    def _collection(self, namespace: str) -> str:
+        plural = "resourceclaims" if self.mode is Mode.CLAIM else "resourceclaimtemplates"
+        return f"{RESOURCE_V1}/namespaces/{namespace}/{plural}"
+
+    async def _create_all(self, claims: tuple[PlannedClaim, ...], namespace: str, for_pod: str, dry_run: bool) -> None:
+        """Create (or reuse) every object; on failure delete the claims created here, then raise _Refused."""
+        created: list[str] = []
+        query = {"dryRun": "All"} if dry_run else None
+        done: set[str] = set()
+        try:
+            for claim in claims:
+                if claim.object_name in done:
+                    continue  # template mode: two containers with the same request share one template
+                done.add(claim.object_name)
+                try:
+                    body = self._body(claim, namespace, for_pod)
+                    await self.api.request("POST", self._collection(namespace), body=body, query=query,
+                                           timeout_s=CALL_TIMEOUT_S)
+                    if not dry_run:
+                        created.append(claim.object_name)
+                except ApiError as exc:
+                    if exc.status != 409:
+                        raise _Refused(f"creating {self._what(claim, namespace)} failed: {exc}", 500) from None
+                    await self._reuse(claim, namespace, for_pod)
+        except BaseException:
+            if self.mode is Mode.CLAIM and created:
+                # Also when the review is cancelled (client gone, shutdown): bounded, shielded.
+                with anyio.CancelScope(shield=True), anyio.move_on_after(2 * CALL_TIMEOUT_S):
+                    await self._roll_back(created, namespace)
+            raise
+
+    def _what(self, claim: PlannedClaim, namespace: str) -> str:
+        kind = "ResourceClaim" if self.mode is Mode.CLAIM else "ResourceClaimTemplate"
+        return f"{kind} {namespace}/{claim.object_name} (for {claim.container})"
+
+    async def _reuse(self, claim: PlannedClaim, namespace: str, for_pod: str) -> None:
+        """Accept an existing object of the planned name only if it is the one we would create."""
+        what = self._what(claim, namespace)
+        try:
+            existing = await self.api.request("GET", f"{self._collection(namespace)}/{claim.object_name}",
+                                              timeout_s=CALL_TIMEOUT_S)
+        except ApiError as exc:
+            raise _Refused(f"{what} exists but cannot be read: {exc}", 500) from None
+        metadata: Mapping[str, Any] = existing.get("metadata") or {}
+        spec = existing.get("spec") if self.mode is Mode.CLAIM else (existing.get("spec") or {}).get("spec")
+        ours = (metadata.get("labels") or {}).get(MANAGED_BY[0]) == MANAGED_BY[1]
+        if not ours:
+            raise _Refused(f"{what} already exists and was not made by this webhook; delete or rename it", 409)
+        if self.mode is Mode.CLAIM:
+            if (metadata.get("annotations") or {}).get(POD_ANNOTATION) != for_pod or metadata.get("ownerReferences"):
+                owner = ", ".join(f"{o.get('kind')} {o.get('name')} uid {o.get('uid')}"
+                                  for o in metadata.get("ownerReferences") or ()) or "no owner"
+                raise _Refused(f"{what} already exists and belongs to another pod ({owner}); a deleted pod's claim "
+                               "is removed by the garbage collector, retry in a few seconds", 409)
+            if metadata.get("deletionTimestamp"):
+                raise _Refused(f"{what} is being deleted; retry in a few seconds", 409)
+        if not _same_spec(spec, claim.spec):
+            raise _Refused(f"{what} already exists with a different spec", 409)
+
+    async def _roll_back(self, names: list[str], namespace: str) -> None:
+        for name in names:
+            try:
+                await self.api.request("DELETE", f"{self._collection(namespace)}/{name}", timeout_s=CALL_TIMEOUT_S)
+            except ApiError as exc:
+                if exc.status != 404:
+                    # The owner loop's sweep deletes it later: it has our label and no owner.
+                    logger.warning("claim not rolled back", extra={"claim_namespace": namespace, "claim_name": name,
+                                                                   "error": str(exc)})
+
+
+def _same_spec(stored: Any, planned: Mapping[str, Any]) -> bool:
+    """Whether the stored spec is the planned one, ignoring fields the API server adds as defaults."""
+    if not isinstance(stored, Mapping):
+        return False
+    try:
+        stored_req = stored["devices"]["requests"]
+        planned_req = planned["devices"]["requests"]
+    except (KeyError, TypeError):
+        return False
+    if len(stored_req) != len(planned_req):
+        return False
+    for got, want in zip(stored_req, planned_req, strict=True):
+        if got.get("name") != want["name"]:
+            return False
+        exact, planned_exact = got.get("exactly") or {}, want["exactly"]
+        if any(exact.get(k) != v for k, v in planned_exact.items()):
+            return False
+    return True

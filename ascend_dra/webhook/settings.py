@@ -1,0 +1,63 @@
+"""Settings of ``ascend-dra webhook``: one frozen attrs class built from flags and their env twins (cli.py)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import attrs
+
+from ascend_dra.webhook.hami import Mode
+
+__all__ = ("WebhookSettings", "WebhookSettingsError")
+
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+class WebhookSettingsError(ValueError):
+    """Raised by :class:`WebhookSettings` when flags are wrong; ``problems`` names each flag."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(problems))
+
+
+@attrs.frozen
+class WebhookSettings:
+    """Everything the webhook needs. Ports are TCP ports (0: pick a free one, for tests and benchmarks).
+
+    :ivar profiles: profiles whose config kinds are validated; only these are imported.
+    :ivar conversion_mode: ``template`` (a ResourceClaimTemplate per distinct request) or ``claim``
+        (direct claims named as HAMi-DRA names them, owned by their pod once it exists).
+    :ivar metrics_port: plain-HTTP port of ``/metrics``; None turns it off.
+    :ivar orphan_grace_s: seconds a direct claim may wait for its pod before it is deleted.
+    """
+
+    tls_cert_file: Path
+    tls_private_key_file: Path
+    port: int = 8443
+    address: str = "0.0.0.0"
+    driver_name: str = "ascend.project-hami.io"
+    profiles: tuple[str, ...] = ("npu-910",)
+    kubeconfig: str | None = None
+    conversion_mode: Mode = attrs.field(default=Mode.TEMPLATE, converter=Mode)
+    metrics_port: int | None = None
+    metrics_address: str = "0.0.0.0"
+    orphan_grace_s: float = 60.0
+    log_level: str = "info"
+    log_format: str = "text"
+
+    def __attrs_post_init__(self) -> None:
+        problems = []
+        if not (len(self.driver_name) <= 63 and _DNS_SUBDOMAIN.fullmatch(self.driver_name)):
+            problems.append(f"--driver-name {self.driver_name!r} must be a lower-case DNS subdomain of at most 63 "
+                            "characters (e.g. ascend.project-hami.io)")
+        for flag, port in (("--port", self.port), ("--metrics-port", self.metrics_port)):
+            if port is not None and not 0 <= port <= 65535:
+                problems.append(f"{flag} {port} is not a TCP port (0..65535)")
+        if self.orphan_grace_s < 15:
+            problems.append(f"--orphan-grace {self.orphan_grace_s} must be at least 15 seconds (a review may take 10)")
+        if not self.profiles:
+            problems.append("--profiles is empty: name the profiles whose configs the cluster's claims use")
+        if problems:
+            raise WebhookSettingsError(problems)

@@ -1,0 +1,402 @@
+"""The webhook against a real kube-apiserver that calls it over TLS on loopback.
+
+Its own control plane serves resource.k8s.io v1, v1beta1 and v1beta2 (1.35 serves only v1 by
+default). The webhook configurations are deployments/webhook/webhook-configurations.yaml with a
+``url`` + ``caBundle`` clientConfig, selecting only this run's namespaces.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.cluster.controlplane import ControlPlane, default_bin_dir
+from tests.cluster.test_publish import ok, wait_until
+from tests.cluster.webhook_process import Hook, installed_hook
+from tests.webhook_certs import issue
+
+pytestmark = pytest.mark.cluster
+
+DRIVER = "ascend.project-hami.io"
+RUNTIME_CONFIG = "--runtime-config=resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true"
+VALIDATING = "resourceclaimparameters.ascend.project-hami.io"
+MUTATING = "pods.hami.ascend.project-hami.io"
+
+# The seed lab, step 4, verbatim.
+LAB_POD = yaml.safe_load('''
+apiVersion: v1
+kind: Pod
+metadata:
+  name: ascend-share-a
+  namespace: dra-ascend-e2e
+  labels:
+    hami.io/webhook: ignore
+  annotations:
+    hami.io/use-Ascend310P-uuid: "68496E64-20E05477-92C31323-6E78030A-BD003019" # 固定到 npu-0-0
+spec:
+  runtimeClassName: ascend
+  containers:
+    - name: app
+      image: quay.io/ascend/vllm-ascend:v0.23.0-310p
+      command: ["sh", "-c", "sleep 3600"]
+      resources:
+        limits:
+          huawei.com/Ascend310P: 1
+          huawei.com/Ascend310P-memory: "8192"
+          huawei.com/Ascend310P-core: "50"
+''')
+# The seed lab, step 5: the stored claim's spec.
+LAB_CLAIM_SPEC = yaml.safe_load('''
+devices:
+  requests:
+    - name: npu
+      exactly:
+        allocationMode: ExactCount
+        count: 1
+        deviceClassName: hami-vnpu-core.project-hami.io
+        capacity:
+          requests:
+            cores: "50"
+            memory: "8589934592"
+        selectors:
+          - cel:
+              expression: device.driver == "ascend.project-hami.io" && device.attributes["ascend.project-hami.io"].type == "HAMivNPUCore"
+          - cel:
+              expression: device.attributes["ascend.project-hami.io"].uuid in ["68496E64-20E05477-92C31323-6E78030A-BD003019"]
+''')  # noqa: E501
+LAB_NAME = "dra-ascend-e2e-ascend-share-a-app-ascend310p"
+
+
+@pytest.fixture(scope="module")
+def cp(tmp_path_factory) -> Iterator[ControlPlane]:
+    plane = ControlPlane(tmp_path_factory.mktemp("webhook-cp"), default_bin_dir(),
+                         extra_apiserver_args=[RUNTIME_CONFIG])
+    plane.start()
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture(scope="module")
+def hook(cp, tmp_path_factory) -> Iterator[Hook]:
+    with installed_hook(cp, tmp_path_factory.mktemp("webhook")) as h:
+        yield h
+
+
+def claim(name: str, parameters: Any, version: str = "v1") -> dict[str, Any]:
+    request = ({"name": "gpu", "deviceClassName": "gpu.example.com"} if version == "v1beta1"
+               else {"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}})
+    return {"apiVersion": f"resource.k8s.io/{version}", "kind": "ResourceClaim", "metadata": {"name": name},
+            "spec": {"devices": {"requests": [request], "config": [
+                {"requests": ["gpu"], "opaque": {"driver": DRIVER, "parameters": parameters}}]}}}
+
+
+BAD_GPU = {"apiVersion": f"{DRIVER}/v1alpha1", "kind": "GpuConfig", "sharing": {"strategy": "Bogus"}}
+GOOD_GPU = {"apiVersion": f"{DRIVER}/v1alpha1", "kind": "GpuConfig",
+            "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}}}
+
+
+@pytest.mark.parametrize("version", ["v1", "v1beta2", "v1beta1"])
+def test_bad_config_is_refused_with_our_message_and_a_good_one_stored(cp, hook, version):
+    ns = hook.namespace()
+    base = f"/apis/resource.k8s.io/{version}/namespaces/{ns}/resourceclaims"
+    status, reply = cp.api("POST", base, claim("bad", BAD_GPU, version))
+    assert status == 422, reply
+    assert reply["message"] == (
+        f'admission webhook "{VALIDATING}" denied the request: ResourceClaim {ns}/bad: 1 problem in opaque configs '
+        "for our driver: spec.devices.config[0].opaque.parameters.sharing.strategy: 'Bogus' is not one of "
+        "TimeSlicing, SpacePartitioning (for request gpu (class gpu.example.com))")
+    stored = ok(cp, "POST", base, claim("good", GOOD_GPU, version))
+    assert stored["spec"]["devices"]["config"][0]["opaque"]["parameters"] == GOOD_GPU
+    assert ok(cp, "GET", f"{base}/good")["metadata"]["name"] == "good"
+    metrics = hook.proc.metrics()
+    assert 'ascend_dra_webhook_reviews_total{endpoint="validate-resource-claim-parameters",outcome="denied"}' in metrics
+    assert 'ascend_dra_webhook_review_seconds_count{endpoint="validate-resource-claim-parameters",outcome="allowed"}' \
+        in metrics
+
+
+def test_template_with_a_bad_config_is_refused_and_other_drivers_pass(cp, hook):
+    ns = hook.namespace()
+    template = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "t"},
+                "spec": {"spec": claim("x", {"apiVersion": f"{DRIVER}/v1alpha1", "kind": "FakeConfig",
+                                             "aicoreLimit": "lots"})["spec"]}}
+    status, reply = cp.api("POST", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaimtemplates", template)
+    assert status == 422, reply
+    assert "ResourceClaimTemplate " + ns + "/t: 1 problem" in reply["message"]
+    assert "spec.spec.devices.config[0].opaque.parameters.aicoreLimit: must be an integer, got a string" in \
+        reply["message"]
+    other = claim("other", {"kind": "NotOurs", "whatever": [1, 2, 3]})
+    other["spec"]["devices"]["config"][0]["opaque"]["driver"] = "gpu.example.com"
+    ok(cp, "POST", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims", other)
+
+
+def _lab_namespace(hook: Hook) -> str:
+    ns = hook.namespace("dra-ascend-e2e")
+    cp = hook.cp
+    for pod in ok(cp, "GET", f"/api/v1/namespaces/{ns}/pods")["items"]:
+        cp.api("DELETE", f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}?gracePeriodSeconds=0")
+    wait_until(lambda: not ok(cp, "GET", f"/api/v1/namespaces/{ns}/pods")["items"], "lab namespace empty", 30)
+    wait_until(lambda: not ok(cp, "GET", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims")["items"],
+               "lab claims gone", 30)
+    return ns
+
+
+def test_lab_pod_is_stored_converted_as_the_lab_shows_in_claim_mode(cp, hook):
+    hook.use("claim")
+    ns = _lab_namespace(hook)
+    pod = ok(cp, "POST", f"/api/v1/namespaces/{ns}/pods", LAB_POD)
+    stored = ok(cp, "GET", f"/api/v1/namespaces/{ns}/pods/ascend-share-a")
+    for got in (pod, stored):
+        assert got["metadata"]["labels"] == {"hami.io/dra": "true", "hami.io/webhook": "ignore"}
+        assert got["metadata"]["annotations"] == {
+            "hami.io/use-Ascend310P-uuid": "68496E64-20E05477-92C31323-6E78030A-BD003019"}
+        assert got["spec"]["runtimeClassName"] == "ascend"
+        [container] = got["spec"]["containers"]
+        assert (container["name"], container["image"]) == ("app", "quay.io/ascend/vllm-ascend:v0.23.0-310p")
+        assert container["resources"] == {"claims": [{"name": LAB_NAME}]}
+        assert got["spec"]["resourceClaims"] == [{"name": LAB_NAME, "resourceClaimName": LAB_NAME}]
+    claim_obj = ok(cp, "GET", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{LAB_NAME}")
+    assert (claim_obj["metadata"]["name"], claim_obj["metadata"]["namespace"]) == (LAB_NAME, ns)
+    assert claim_obj["spec"] == LAB_CLAIM_SPEC
+    # The owner loop makes the pod the claim's owner as soon as the pod exists.
+    owners = wait_until(lambda: ok(cp, "GET", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{LAB_NAME}")[
+        "metadata"].get("ownerReferences"), "owned by the pod")
+    assert owners == [{"apiVersion": "v1", "kind": "Pod", "name": "ascend-share-a", "uid": stored["metadata"]["uid"],
+                       "controller": True, "blockOwnerDeletion": True}]
+
+
+def test_lab_pod_in_template_mode_gets_the_same_claim_from_a_shared_template(cp, hook):
+    hook.use("template")
+    ns = _lab_namespace(hook)
+    ok(cp, "POST", f"/api/v1/namespaces/{ns}/pods", LAB_POD)
+    stored = ok(cp, "GET", f"/api/v1/namespaces/{ns}/pods/ascend-share-a")
+    [reference] = stored["spec"]["resourceClaims"]
+    assert reference["name"] == "app-ascend310p"
+    template = ok(cp, "GET", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaimtemplates/"
+                             f"{reference['resourceClaimTemplateName']}")
+    assert template["spec"]["spec"] == LAB_CLAIM_SPEC
+    assert stored["spec"]["containers"][0]["resources"] == {"claims": [{"name": "app-ascend310p"}]}
+    # The claim controller makes the pod's claim from the template, owned by the pod.
+    generated = wait_until(lambda: ok(cp, "GET", f"/api/v1/namespaces/{ns}/pods/ascend-share-a").get(
+        "status", {}).get("resourceClaimStatuses"), "claim generated", within=20)
+    claim_obj = ok(cp, "GET", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/"
+                              f"{generated[0]['resourceClaimName']}")
+    assert claim_obj["spec"] == LAB_CLAIM_SPEC
+    assert claim_obj["metadata"]["ownerReferences"][0]["uid"] == stored["metadata"]["uid"]
+
+
+@pytest.mark.parametrize("mode", ["claim", "template"])
+def test_deleting_the_pod_removes_its_claim_also_with_the_webhook_stopped(cp, hook, mode):
+    hook.use(mode)
+    ns = hook.namespace()
+    user_claim = ok(cp, "POST", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims", {
+        "metadata": {"name": "users-own"}, "spec": {"devices": {"requests": [
+            {"name": "x", "exactly": {"deviceClassName": "gpu.example.com"}}]}}})
+    pod = {"metadata": {"name": "p"}, "spec": {
+        "resourceClaims": [{"name": "mine", "resourceClaimName": "users-own"}],
+        "containers": [{"name": "c", "image": "x", "resources": {
+            "claims": [{"name": "mine"}], "limits": {"huawei.com/Ascend910B3": "1"}}}]}}
+    ok(cp, "POST", f"/api/v1/namespaces/{ns}/pods", pod)
+    claims_path = f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims"
+
+    def ours() -> list[dict[str, Any]]:
+        return [c for c in ok(cp, "GET", claims_path)["items"] if c["metadata"]["name"] != "users-own"]
+
+    [owned] = wait_until(lambda: [c for c in ours() if c["metadata"].get("ownerReferences")], "claim owned by pod",
+                         within=20)
+    hook.stop()
+    try:
+        ok(cp, "DELETE", f"/api/v1/namespaces/{ns}/pods/p?gracePeriodSeconds=0")
+        wait_until(lambda: not ours(), f"claim {owned['metadata']['name']} garbage-collected", within=30)
+        # A user's own claim that the pod referenced is kept.
+        assert ok(cp, "GET", f"{claims_path}/users-own")["metadata"]["uid"] == user_claim["metadata"]["uid"]
+    finally:
+        hook.use(mode)
+
+
+def test_dry_run_creates_nothing_and_still_returns_the_converted_pod(cp, hook):
+    hook.use("claim")
+    ns = hook.namespace()
+    pod = {"metadata": {"name": "dry"}, "spec": {"containers": [{"name": "c", "image": "x", "resources": {
+        "limits": {"huawei.com/Ascend310P": "1"}}}]}}
+    reply = ok(cp, "POST", f"/api/v1/namespaces/{ns}/pods?dryRun=All", pod)
+    assert reply["spec"]["resourceClaims"] == [{"name": f"{ns}-dry-c-ascend310p",
+                                                "resourceClaimName": f"{ns}-dry-c-ascend310p"}]
+    assert ok(cp, "GET", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims")["items"] == []
+    assert cp.api("GET", f"/api/v1/namespaces/{ns}/pods/dry")[0] == 404
+
+
+def test_failure_half_way_leaves_no_claim_and_names_the_conflict(cp, hook):
+    hook.use("claim")
+    ns = hook.namespace()
+    base = f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims"
+    # The second planned claim's name is taken by a user's claim: the first one must be rolled back.
+    ok(cp, "POST", base, {"metadata": {"name": f"{ns}-p-c-ascend310p"}, "spec": {"devices": {"requests": [
+        {"name": "x", "exactly": {"deviceClassName": "gpu.example.com"}}]}}})
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x", "resources": {
+        "limits": {"huawei.com/Ascend910A": "1", "huawei.com/Ascend310P": "1"}}}]}}
+    status, reply = cp.api("POST", f"/api/v1/namespaces/{ns}/pods", pod)
+    assert status == 409, reply
+    assert reply["message"] == (
+        f'admission webhook "{MUTATING}" denied the request: pod {ns}/p: ResourceClaim {ns}/{ns}-p-c-ascend310p '
+        "(for spec.containers[0]) already exists and was not made by this webhook; delete or rename it")
+    assert [c["metadata"]["name"] for c in ok(cp, "GET", base)["items"]] == [f"{ns}-p-c-ascend310p"]
+
+
+def test_refused_conversion_names_the_field(cp, hook):
+    hook.use("claim")
+    ns = hook.namespace()
+    pod = {"metadata": {"name": "p", "annotations": {"hami.io/use-Ascend310P-uuid": " , "}}, "spec": {
+        "containers": [{"name": "c", "image": "x", "resources": {"limits": {
+            "huawei.com/Ascend310P": "1", "huawei.com/Ascend310P-memory": "-1024",
+            "huawei.com/Ascend310P-core": "150"}}}]}}
+    status, reply = cp.api("POST", f"/api/v1/namespaces/{ns}/pods", pod)
+    assert status == 422, reply
+    assert reply["message"] == (
+        f'admission webhook "{MUTATING}" denied the request: pod {ns}/p: cannot convert its HAMi resources: '
+        'spec.containers[0].resources.limits["huawei.com/Ascend310P-memory"]: \'-1024\' must be more than 0 (MiB, or '
+        "bytes with a unit such as 8Gi); "
+        'spec.containers[0].resources.limits["huawei.com/Ascend310P-core"]: \'150\' is out of range 0..100 (percent '
+        "of a chip); "
+        'metadata.annotations["hami.io/use-Ascend310P-uuid"]: annotation hami.io/use-Ascend310P-uuid has no usable '
+        'value: " , "')
+    assert ok(cp, "GET", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims")["items"] == []
+
+
+def test_opt_out_labels_on_pod_and_namespace_and_generate_name(cp, hook):
+    hook.use("claim")
+    ns = hook.namespace()
+    opted = {"metadata": {"name": "o", "labels": {"ascend.project-hami.io/webhook": "ignore"}}, "spec": {
+        "containers": [{"name": "c", "image": "x", "resources": {"limits": {"huawei.com/Ascend310P": "1"}}}]}}
+    stored = ok(cp, "POST", f"/api/v1/namespaces/{ns}/pods", opted)
+    assert stored["spec"]["containers"][0]["resources"]["limits"] == {"huawei.com/Ascend310P": "1"}
+    opted_ns = hook.namespace()
+    status, reply = cp.api("PATCH", f"/api/v1/namespaces/{opted_ns}",
+                           {"metadata": {"labels": {"ascend.project-hami.io/webhook": "ignore"}}},
+                           content_type="application/merge-patch+json")
+    assert status == 200, reply
+    plain = {"metadata": {"name": "n"}, "spec": opted["spec"]}
+    stored = wait_until(lambda: (r := cp.api("POST", f"/api/v1/namespaces/{opted_ns}/pods?dryRun=All", plain))[0]
+                        == 201 and "resourceClaims" not in r[1]["spec"] and r[1], "namespace opt-out in effect")
+    assert stored["spec"]["containers"][0]["resources"]["limits"] == {"huawei.com/Ascend310P": "1"}
+    generated = {"metadata": {"generateName": "job-"}, "spec": {
+        "containers": [{"name": "c", "image": "x", "resources": {"limits": {"huawei.com/Ascend310P": "2"}}}]}}
+    stored = ok(cp, "POST", f"/api/v1/namespaces/{ns}/pods", generated)
+    [reference] = stored["spec"]["resourceClaims"]
+    name = reference["resourceClaimName"]
+    assert name.startswith(f"{ns}-") and name.endswith("-c-ascend310p") and len(name) == len(ns) + 19
+    owners = wait_until(lambda: ok(cp, "GET", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{name}")[
+        "metadata"].get("ownerReferences"), "generateName pod owns its claim")
+    assert owners[0]["name"] == stored["metadata"]["name"]
+
+
+def test_reinvocation_reuses_the_claim_and_an_orphan_is_swept(cp, hook):
+    """The API server calling twice for one pod gets the same answer; the claim no pod came for is deleted."""
+    import base64
+    import json
+    import ssl
+    import urllib.request
+
+    proc = hook.use("claim")
+    ns = hook.namespace()
+    # A user's claim with no owner that no pod references: never the sweep's business.
+    ok(cp, "POST", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims", {
+        "metadata": {"name": "users-idle", "labels": {"hami.io/dra": "true"}}, "spec": {"devices": {"requests": [
+            {"name": "x", "exactly": {"deviceClassName": "gpu.example.com"}}]}}})
+    pod = {"metadata": {"name": "never"}, "spec": {"containers": [{"name": "c", "image": "x", "resources": {
+        "limits": {"huawei.com/Ascend310P": "1"}}}]}}
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "r-1", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "operation": "CREATE",
+        "namespace": ns, "name": "never", "object": pod, "dryRun": False}}
+    context = ssl.create_default_context(cafile=str(hook.ca[0]))
+    answers = []
+    for _ in range(2):
+        request = urllib.request.Request(f"https://127.0.0.1:{proc.port}/mutate-pods", data=json.dumps(review).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, context=context, timeout=10) as reply:
+            answers.append(json.loads(reply.read())["response"])
+    assert answers[0] == answers[1] and answers[0]["allowed"] is True
+    assert json.loads(base64.b64decode(answers[0]["patch"]))[1]["value"] == [
+        {"name": f"{ns}-never-c-ascend310p", "resourceClaimName": f"{ns}-never-c-ascend310p"}]
+    path = f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{ns}-never-c-ascend310p"
+    assert ok(cp, "GET", path)["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "ascend-dra-webhook"
+    wait_until(lambda: cp.api("GET", path)[0] == 404, "orphaned claim swept", within=45)
+    assert "ascend_dra_webhook_orphans_deleted_total 1.0" in proc.metrics()
+    assert ok(cp, "GET", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/users-idle")
+
+
+def test_certificate_rotation_while_reviews_flow_loses_none(cp, hook):
+    proc = hook.use("claim")
+    ns = hook.namespace()
+    base = f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims?dryRun=All"
+    outcomes: list[tuple[int, str]] = []
+    stop = threading.Event()
+
+    def reviews() -> None:
+        while not stop.is_set():
+            for parameters, expected in ((BAD_GPU, 422), (GOOD_GPU, 201)):
+                status, reply = cp.api("POST", base, claim(f"c-{uuid.uuid4().hex[:6]}", parameters))
+                message = reply.get("message", "") if isinstance(reply, dict) else str(reply)
+                if status != expected or (expected == 422 and "'Bogus' is not one of" not in message):
+                    outcomes.append((status, message))
+                else:
+                    outcomes.append((status, "ok"))
+
+    workers = [threading.Thread(target=reviews) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    try:
+        time.sleep(1.0)
+        before = len(outcomes)
+        new_cert, new_key = issue(hook.workdir / "pki-next", hook.ca, "serving")
+        hook.key.write_bytes(new_key.read_bytes())  # key first: a mismatching pair for a moment
+        time.sleep(0.2)
+        hook.cert.write_bytes(new_cert.read_bytes())
+        wait_until(lambda: 'ascend_dra_webhook_tls_reloads_total{result="ok"} 1.0' in proc.metrics(), "reloaded")
+        time.sleep(1.5)
+    finally:
+        stop.set()
+        for worker in workers:
+            worker.join()
+    assert [o for o in outcomes if o[1] != "ok"] == []
+    assert len(outcomes) - before > 10
+    import ssl
+
+    served = ssl.get_server_certificate(("127.0.0.1", proc.port), ca_certs=str(hook.ca[0]))
+    assert ssl.PEM_cert_to_DER_cert(served) == ssl.PEM_cert_to_DER_cert(new_cert.read_text())
+
+
+PLURALS = {"Namespace": "/api/v1/namespaces", "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
+           "Service": "/api/v1/namespaces/{ns}/services", "Deployment": "/apis/apps/v1/namespaces/{ns}/deployments",
+           "PodDisruptionBudget": "/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
+           "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+           "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+           "ValidatingWebhookConfiguration": "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+           "MutatingWebhookConfiguration": "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"}
+
+
+def test_deployment_manifests_are_accepted_by_the_api_server(cp):
+    """Every manifest except cert-manager's (no CRDs here) passes a server-side dry-run create."""
+    from tests.cluster.webhook_process import DEPLOYMENTS
+
+    kustomization = yaml.safe_load((DEPLOYMENTS / "kustomization.yaml").read_text())
+    kinds = []
+    for name in kustomization["resources"]:
+        for doc in yaml.safe_load_all((DEPLOYMENTS / name).read_text()):
+            kinds.append(doc["kind"])
+            if doc["apiVersion"].startswith("cert-manager.io/"):
+                continue
+            if doc["kind"] == "Namespace":
+                status, reply = cp.api("POST", PLURALS["Namespace"], doc)  # namespaced dry runs need it
+                assert status in (201, 409), reply
+                continue
+            path = PLURALS[doc["kind"]].format(ns=doc["metadata"].get("namespace", ""))
+            ok(cp, "POST", f"{path}?dryRun=All", doc)
+    assert sorted(set(kinds)) == sorted({*PLURALS, "Issuer", "Certificate"})

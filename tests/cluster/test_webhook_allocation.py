@@ -1,0 +1,84 @@
+"""End to end: the seed lab's HAMi pod, converted by the webhook, allocated by the real scheduler
+against the HAMivNPUCore profile's slices and prepared by our daemon, as the lab's steps 4-6 show.
+
+The daemon runs ``HAMivNPUCore`` on the simulated lab node (``ascend_dra.profiles.ascend.labnode``:
+two 310P3, an npu-smi stand-in, a fake host root); the webhook runs in each mode with that
+profile loaded, so its config kind ``VnpuCoreConfig`` is validated too.
+"""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from ascend_dra.profiles.ascend import labnode
+from tests.cluster.test_publish import EXAMPLES, RES, delete_our_slices, ok, our_slices, pod_claim, wait_until
+from tests.cluster.test_webhook import LAB_CLAIM_SPEC, LAB_POD
+from tests.cluster.webhook_process import installed_hook
+from tests.integration.daemon import DRIVER, DaemonProcess, Kubelet
+
+pytestmark = pytest.mark.cluster
+
+NS = "dra-ascend-e2e"
+#: The lab's step 6: the env a pod A container gets (NPU_MEM_QUOTA in MiB, NPU_PRIORITY in percent).
+LAB_ENV = {"NPU_PRIORITY": "50", "ASCEND_VISIBLE_DEVICES": "0",
+           "NPU_GLOBAL_SHM_PATH": "/hami-shared-region/0_global_registry",
+           "NPU_LOCAL_SHM_PATH": "/hami-vnpu-shmem/vnpu_local_shmem", "NPU_MEM_QUOTA": "8192"}
+
+
+@pytest.mark.parametrize("mode", ["claim", "template"])
+def test_lab_pod_is_converted_allocated_and_prepared_as_the_lab_shows(control_plane, short_tmp, tmp_path, mode):
+    cp = control_plane
+    delete_our_slices(cp, cp.node_name)
+    node = labnode.build(short_tmp / "lab")
+    status, reply = cp.api("POST", f"{RES}/deviceclasses",
+                           yaml.safe_load((EXAMPLES / "deviceclasses" / "hami-vnpu-core.yaml").read_text()))
+    assert status in (201, 409), reply
+    daemon = DaemonProcess(short_tmp / "node", node=cp.node_name, kubeconfig=cp.kubeconfig, profiles="HAMivNPUCore",
+                           extra_args=node.flags()).start()
+    kubelet = Kubelet(daemon)
+    claim = None
+    try:
+        with installed_hook(cp, tmp_path, mode, profiles="HAMivNPUCore,npu-310P") as hook:
+            ns = hook.namespace(NS)
+            # The profile's own config kind is checked when a claim is created.
+            bad = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "bad"},
+                   "spec": {"devices": {"requests": [{"name": "npu", "exactly": {
+                       "deviceClassName": "hami-vnpu-core.project-hami.io"}}], "config": [{"opaque": {
+                           "driver": DRIVER, "parameters": {"apiVersion": f"{DRIVER}/v1alpha1",
+                                                            "kind": "VnpuCoreConfig", "mountTools": "yes"}}}]}}}
+            status, reply = cp.api("POST", f"{RES}/namespaces/{ns}/resourceclaims", bad)
+            assert status == 422 and reply["message"].endswith(
+                "spec.devices.config[0].opaque.parameters.mountTools: must be a boolean, got a string \"yes\" "
+                "(for all requests)"), reply
+            wait_until(lambda: our_slices(cp, cp.node_name), "HAMivNPUCore slices published")
+            ok(cp, "POST", f"/api/v1/namespaces/{ns}/pods", LAB_POD)
+            claim = wait_until(lambda: (c := pod_claim(cp, ns, "ascend-share-a")) and c.get("status", {}).get(
+                "allocation") and c, "allocated", within=30)
+            assert claim["spec"] == LAB_CLAIM_SPEC
+            [result] = claim["status"]["allocation"]["devices"]["results"]
+            share_id = result.pop("shareID")
+            # The lab's step 5, plus the profile's `containers` capacity (one hami-vnpu-core slot per container).
+            assert result == {"consumedCapacity": {"cores": "50", "memory": "8Gi", "containers": "1"},
+                              "device": "npu-0-0", "driver": DRIVER, "pool": cp.node_name, "request": "npu"}
+            bound = wait_until(lambda: ok(cp, "GET", f"/api/v1/namespaces/{ns}/pods/ascend-share-a")["spec"].get(
+                "nodeName"), "pod bound", within=30)
+            assert bound == cp.node_name
+            uid = claim["metadata"]["uid"]
+            reply = kubelet.prepare(claim)
+            assert reply.claims[uid].error == ""
+            [prepared] = reply.claims[uid].devices
+            assert prepared.share_id == share_id
+            spec = yaml.safe_load((daemon.cdi_dir / f"k8s.{DRIVER}-vnpu_{uid}.yaml").read_text())
+            [device] = spec["devices"]
+            assert dict(e.split("=", 1) for e in device["containerEdits"]["env"]) == LAB_ENV
+            assert kubelet.unprepare(claim).claims[uid].error == ""
+            # Deleting the pod removes its claim (garbage collector: the pod owns it in both modes).
+            ok(cp, "DELETE", f"/api/v1/namespaces/{ns}/pods/ascend-share-a?gracePeriodSeconds=0")
+            wait_until(lambda: cp.api("GET", f"{RES}/namespaces/{ns}/resourceclaims/{claim['metadata']['name']}")[0]
+                       == 404, "claim deleted with its pod", within=60)
+    finally:
+        kubelet.close()
+        cp.api("DELETE", f"/api/v1/namespaces/{NS}/pods/ascend-share-a?gracePeriodSeconds=0")
+        daemon.stop()
+        delete_our_slices(cp, cp.node_name)

@@ -1,0 +1,62 @@
+"""``ascend-dra webhook`` start-up errors: each names the flag (cli.py, webhook/settings.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.webhook_certs import issue, make_ca
+
+
+def webhook(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ascend_dra.cli", "webhook", *args], capture_output=True, text=True,
+                          timeout=60, env={"PATH": "/usr/bin:/bin"})
+
+
+def test_certificate_flags_are_required():
+    result = webhook()
+    assert (result.returncode, result.stderr) == (2, "ascend-dra webhook: --tls-cert-file and --tls-private-key-file "
+                                                     "(or TLS_CERT_FILE, TLS_PRIVATE_KEY_FILE) are required\n")
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("pki")
+    return issue(directory, make_ca(directory), "serving")
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--port", "70000"], "--port 70000 is not a TCP port (0..65535)"),
+    (["--driver-name", "Not_DNS"], "--driver-name 'Not_DNS' must be a lower-case DNS subdomain of at most 63 "
+                                   "characters (e.g. ascend.project-hami.io)"),
+    (["--orphan-grace", "1"], "--orphan-grace 1.0 must be at least 15 seconds (a review may take 10)"),
+], ids=["port", "driver name", "orphan grace"])
+def test_bad_flags_name_the_flag(pair, flags, message):
+    result = webhook("--tls-cert-file", str(pair[0]), "--tls-private-key-file", str(pair[1]), *flags)
+    assert (result.returncode, result.stderr) == (2, f"ascend-dra webhook: {message}\n")
+
+
+def test_key_of_another_certificate_is_refused_at_start(tmp_path, pair):
+    other = issue(tmp_path, make_ca(tmp_path), "other")
+    result = webhook("--tls-cert-file", str(pair[0]), "--tls-private-key-file", str(other[1]))
+    assert result.returncode == 1
+    # The tail is the ssl module's source location, which differs between Python builds.
+    assert result.stderr.startswith(f"ascend-dra webhook: --tls-cert-file {pair[0]} / --tls-private-key-file "
+                                    f"{other[1]}: [X509: KEY_VALUES_MISMATCH] key values mismatch (_ssl.c:")
+
+
+def test_no_kubeconfig_outside_a_pod_is_said_at_start(pair):
+    result = webhook("--tls-cert-file", str(pair[0]), "--tls-private-key-file", str(pair[1]), "--profiles", "fake")
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == ("ascend-dra webhook: no --kubeconfig and not in a pod "
+                                              "(KUBERNETES_SERVICE_HOST is unset)")
+
+
+def test_unknown_profile_is_refused_naming_the_installed_ones(pair):
+    result = webhook("--tls-cert-file", str(pair[0]), "--tls-private-key-file", str(pair[1]), "--profiles", "nope",
+                     "--kubeconfig", "/dev/null")
+    assert result.returncode == 1
+    assert ("ascend-dra webhook: profile 'nope' from unknown: no profile 'nope' is installed; installed: "
+            in result.stderr)

@@ -1,0 +1,201 @@
+"""HAMi syntax -> claim specs and pod patch (ascend_dra/webhook/hami.py), against ascend.md §12 and the lab."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from typing import Any
+
+import pytest
+
+from ascend_dra.webhook.hami import (
+    COMMON_WORDS,
+    ConversionError,
+    Mode,
+    claim_name,
+    convert_pod,
+    go_quote,
+    truncate_dns_label,
+)
+from tests.jsonpatch import apply_patch
+
+UUID = "68496E64-20E05477-92C31323-6E78030A-BD003019"
+TYPE = ('device.driver == "ascend.project-hami.io" && '
+        'device.attributes["ascend.project-hami.io"].type == "HAMivNPUCore"')
+
+
+def lab_pod() -> dict[str, Any]:
+    """The seed lab's step-4 manifest, as the API server sends it (quantities as strings)."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "ascend-share-a", "namespace": "dra-ascend-e2e",
+                         "labels": {"hami.io/webhook": "ignore"},
+                         "annotations": {"hami.io/use-Ascend310P-uuid": UUID}},
+            "spec": {"runtimeClassName": "ascend", "containers": [{
+                "name": "app", "image": "quay.io/ascend/vllm-ascend:v0.23.0-310p",
+                "command": ["sh", "-c", "sleep 3600"],
+                "resources": {"limits": {"huawei.com/Ascend310P": "1", "huawei.com/Ascend310P-memory": "8192",
+                                         "huawei.com/Ascend310P-core": "50"}}}]}}
+
+
+def pod_with(limits: dict[str, str], annotations: dict[str, str] | None = None, name: str = "p") -> dict[str, Any]:
+    return {"metadata": {"name": name, "annotations": annotations or {}},
+            "spec": {"containers": [{"name": "c", "resources": {"limits": limits}}]}}
+
+
+def test_lab_pod_converts_to_the_labs_claim_and_pod_in_claim_mode():
+    conversion = convert_pod(lab_pod(), "dra-ascend-e2e", mode=Mode.CLAIM)
+    [planned] = conversion.claims
+    name = "dra-ascend-e2e-ascend-share-a-app-ascend310p"
+    assert (planned.object_name, planned.pod_claim_name) == (name, name)
+    assert planned.spec == {"devices": {"requests": [{"name": "npu", "exactly": {
+        "allocationMode": "ExactCount", "count": 1, "deviceClassName": "hami-vnpu-core.project-hami.io",
+        "capacity": {"requests": {"cores": "50", "memory": "8589934592"}},
+        "selectors": [{"cel": {"expression": TYPE}},
+                      {"cel": {"expression": f'device.attributes["ascend.project-hami.io"].uuid in ["{UUID}"]'}}]}}]}}
+    pod = apply_patch(lab_pod(), conversion.patch)
+    assert pod["metadata"]["labels"] == {"hami.io/dra": "true", "hami.io/webhook": "ignore"}
+    assert pod["spec"]["containers"][0]["resources"] == {"claims": [{"name": name}]}
+    assert pod["spec"]["resourceClaims"] == [{"name": name, "resourceClaimName": name}]
+
+
+def test_template_mode_references_a_content_named_template_shared_by_equal_requests():
+    pod = lab_pod()
+    pod["spec"]["containers"].append(copy.deepcopy(pod["spec"]["containers"][0]) | {"name": "side"})
+    conversion = convert_pod(pod, "dra-ascend-e2e", mode=Mode.TEMPLATE)
+    first, second = conversion.claims
+    assert first.object_name == second.object_name
+    assert first.object_name.startswith("hami-ascend310p-") and len(first.object_name) == len("hami-ascend310p-") + 10
+    assert (first.pod_claim_name, second.pod_claim_name) == ("app-ascend310p", "side-ascend310p")
+    patched = apply_patch(pod, conversion.patch)
+    assert patched["spec"]["resourceClaims"] == [
+        {"name": "app-ascend310p", "resourceClaimTemplateName": first.object_name},
+        {"name": "side-ascend310p", "resourceClaimTemplateName": first.object_name}]
+
+
+def test_long_name_is_truncated_with_the_sha256_suffix():
+    long = "n" * 50
+    raw = f"ns-{long}-app-ascend910b4-1"
+    expected = raw[:54].rstrip("-") + "-" + hashlib.sha256(raw.encode()).hexdigest()[:8]
+    assert claim_name("ns", long, "app", "Ascend910B4-1") == expected
+    assert len(expected) <= 63 and not expected[:-9].endswith("-")
+    assert truncate_dns_label("-" * 70) == hashlib.sha256(("-" * 70).encode()).hexdigest()[:8]
+
+
+def test_generate_name_uses_five_random_characters_and_dotted_names_become_labels():
+    pod = pod_with({"huawei.com/Ascend310P": "1"}, name="")
+    pod["metadata"]["generateName"] = "job-"
+    [planned] = convert_pod(pod, "ns", mode=Mode.CLAIM, random5=lambda: "bcd42").claims
+    assert planned.object_name == "ns-bcd42-c-ascend310p"
+    [dotted] = convert_pod(pod_with({"huawei.com/Ascend310P": "1"}, name="infer.v1.replica-0"), "ns",
+                           mode=Mode.CLAIM).claims
+    assert dotted.pod_claim_name == "ns-infer-v1-replica-0-c-ascend310p"
+
+
+def test_two_chips_in_one_container_follow_device_config_order_and_share_nputype():
+    pod = pod_with({"huawei.com/Ascend310P": "1", "huawei.com/Ascend910B3": "2"},
+                   {"hami.io/use-nputype": "310P3, 910B3", "hami.io/no-use-Ascend910B3-uuid": "X,,Y",
+                    "hami.io/use-Ascend910A-uuid": "not requested: ignored"})
+    first, second = convert_pod(pod, "ns", mode=Mode.CLAIM).claims
+    assert (first.common_word, second.common_word) == ("Ascend910B3", "Ascend310P")
+    attr = 'device.attributes["ascend.project-hami.io"]'
+    assert [s["cel"]["expression"] for s in first.spec["devices"]["requests"][0]["exactly"]["selectors"]] == [
+        TYPE, f'!({attr}.uuid in ["X", "Y"])', f'{attr}.productName in ["310P3", "910B3"]']
+    assert first.spec["devices"]["requests"][0]["exactly"]["count"] == 2
+    assert "capacity" not in first.spec["devices"]["requests"][0]["exactly"]
+    assert len(second.spec["devices"]["requests"][0]["exactly"]["selectors"]) == 2
+
+
+@pytest.mark.parametrize(("memory", "expected"), [
+    ("8192", "8589934592"), ("1.5", "2097152"), ("8Gi", "8589934592"), ("500M", "500M"), ("1e3", "1048576k"),
+], ids=["MiB", "fraction rounds up", "binary unit is bytes", "decimal unit is bytes", "exponent is MiB"])
+def test_memory_units(memory, expected):
+    [planned] = convert_pod(pod_with({"huawei.com/Ascend310P": "1", "huawei.com/Ascend310P-memory": memory}),
+                            "ns").claims
+    assert planned.spec["devices"]["requests"][0]["exactly"]["capacity"]["requests"]["memory"] == expected
+
+
+def test_cores_are_copied_as_a_quantity():
+    [planned] = convert_pod(pod_with({"huawei.com/Ascend310P": "1", "huawei.com/Ascend310P-core": "12.5"}),
+                            "ns").claims
+    assert planned.spec["devices"]["requests"][0]["exactly"]["capacity"]["requests"] == {"cores": "12500m"}
+
+
+def test_every_problem_is_refused_at_once_naming_its_field():
+    pod = pod_with({"huawei.com/Ascend310P": "1.5", "huawei.com/Ascend910A": "1",
+                    "huawei.com/Ascend910A-memory": "lots", "huawei.com/Ascend910A-core": "120"},
+                   {"hami.io/use-Ascend910A-uuid": " , ", "hami.io/use-nputype": ""})
+    with pytest.raises(ConversionError) as caught:
+        convert_pod(pod, "ns")
+    limits = 'spec.containers[0].resources.limits'
+    assert caught.value.problems == (
+        (f'{limits}["huawei.com/Ascend910A-memory"]', "invalid quantity 'lots': expected a number with an optional "
+         "suffix (Ki, Mi, Gi, Ti, Pi, Ei, k, M, G, T, P, E, m)"),
+        (f'{limits}["huawei.com/Ascend910A-core"]', "'120' is out of range 0..100 (percent of a chip)"),
+        (f'{limits}["huawei.com/Ascend310P"]', "'1.5' must be a whole number of chips, at least 1"),
+        ('metadata.annotations["hami.io/use-Ascend910A-uuid"]',
+         'annotation hami.io/use-Ascend910A-uuid has no usable value: " , "'),
+        ('metadata.annotations["hami.io/use-nputype"]', 'annotation hami.io/use-nputype has no usable value: ""'),
+    )
+
+
+@pytest.mark.parametrize("pod", [
+    pod_with({"nvidia.com/gpu": "1"}),
+    pod_with({"huawei.com/Ascend310P-memory": "1024"}),
+    {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "resources": {
+        "requests": {"huawei.com/Ascend310P": "1"}}}]}},
+    {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}},
+], ids=["other vendor", "memory without count", "count only in requests", "no resources"])
+def test_pods_without_an_ascend_count_in_limits_pass_untouched(pod):
+    assert convert_pod(pod, "ns") is None
+
+
+def test_only_converted_entries_leave_limits_and_requests_and_init_containers_convert_too():
+    pod = {"metadata": {"name": "p", "labels": {}}, "spec": {
+        "resourceClaims": [{"name": "mine", "resourceClaimName": "mine"}],
+        "initContainers": [{"name": "warm", "resources": {"limits": {"huawei.com/Ascend310P": "1"}}}],
+        "containers": [{"name": "c", "resources": {
+            "limits": {"huawei.com/Ascend310P": "1", "cpu": "2", "huawei.com/Ascend310P-memory": "1024"},
+            "requests": {"huawei.com/Ascend310P": "1", "cpu": "1"}, "claims": [{"name": "mine"}]}}]}}
+    conversion = convert_pod(pod, "ns", mode=Mode.CLAIM)
+    patched = apply_patch(pod, conversion.patch)
+    assert patched["spec"]["initContainers"][0]["resources"] == {"claims": [{"name": "ns-p-warm-ascend310p"}]}
+    assert patched["spec"]["containers"][0]["resources"] == {
+        "limits": {"cpu": "2"}, "requests": {"cpu": "1"}, "claims": [{"name": "mine"}, {"name": "ns-p-c-ascend310p"}]}
+    assert [c["name"] for c in patched["spec"]["resourceClaims"]] == ["mine", "ns-p-warm-ascend310p",
+                                                                       "ns-p-c-ascend310p"]
+    assert patched["metadata"]["labels"] == {"hami.io/dra": "true"}
+
+
+def test_reinvocation_on_the_converted_pod_changes_nothing():
+    conversion = convert_pod(lab_pod(), "dra-ascend-e2e", mode=Mode.CLAIM)
+    assert convert_pod(apply_patch(lab_pod(), conversion.patch), "dra-ascend-e2e", mode=Mode.CLAIM) is None
+
+
+def test_a_users_claim_with_our_name_is_refused():
+    pod = pod_with({"huawei.com/Ascend310P": "1"})
+    pod["spec"]["resourceClaims"] = [{"name": "c-ascend310p", "resourceClaimName": "x"}]
+    with pytest.raises(ConversionError, match="already has a resource claim named 'c-ascend310p'"):
+        convert_pod(pod, "ns", mode=Mode.TEMPLATE)
+
+
+def test_driver_name_goes_into_the_selectors():
+    [planned] = convert_pod(pod_with({"huawei.com/Ascend910C": "2"}, {"hami.io/use-Ascend910C-uuid": "u"}), "ns",
+                            driver_name="npu.example.com").claims
+    assert [s["cel"]["expression"] for s in planned.spec["devices"]["requests"][0]["exactly"]["selectors"]] == [
+        'device.driver == "npu.example.com" && device.attributes["npu.example.com"].type == "HAMivNPUCore"',
+        'device.attributes["npu.example.com"].uuid in ["u"]']
+
+
+@pytest.mark.parametrize(("text", "quoted"), [
+    ("abc", '"abc"'), ('a"b\\c', r'"a\"b\\c"'), ("tab\tnl\n", r'"tab\tnl\n"'), ("\x01\x7f", r'"\x01\x7f"'),
+    ("中文", '"中文"'), ("\u200b", r'"\u200b"'), ("\U000e0001", r'"\U000e0001"'),
+], ids=["plain", "quote and backslash", "named escapes", "control bytes", "printable unicode", "format char",
+        "astral format char"])
+def test_go_quote_matches_strconv_quote(text, quoted):
+    assert go_quote(text) == quoted
+
+
+def test_every_common_word_is_converted():
+    for word in COMMON_WORDS:
+        [planned] = convert_pod(pod_with({f"huawei.com/{word}": "1"}), "ns", mode=Mode.CLAIM).claims
+        assert planned.object_name == f"ns-p-c-{word.lower()}"
