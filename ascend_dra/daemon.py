@@ -206,6 +206,7 @@ class Daemon:
             plugin_dir=s.plugin_dir, boot_id=boot_id, claim_source=self.claim_source(),
         )
         await self.state.recover()
+        await self.reconcile_side_effects()
         self.metrics.set_inventories(inventories)
         await self.check_health()
         if s.metrics_port:
@@ -220,6 +221,21 @@ class Daemon:
             if close is not None:  # the API claim source's HTTP session
                 with anyio.CancelScope(shield=True), anyio.move_on_after(2):
                     await close()
+
+    async def reconcile_side_effects(self) -> None:
+        """Call each profile's optional ``reconcile_side_effects(live, ctx)`` once, after recovery,
+        with the side effects of every claim record the state keeps, so the profile can undo what
+        a crash left that no record names (hard vNPU: orphan vNPUs). A failure is logged, never fatal."""
+        assert self.state is not None
+        for name, profile in self.state.profiles.items():
+            hook = getattr(profile, "reconcile_side_effects", None)
+            if hook is None:
+                continue
+            live = [r.side_effects[name] for r in self.state.prepared_claims.values() if name in r.side_effects]
+            try:
+                await hook(live, self.ctx)
+            except Exception:
+                log.exception("reconciling a profile's side effects failed", extra={"profile": name})
 
     async def _serve(self, *, task_status: TaskStatus[None]) -> None:
         s = self.settings

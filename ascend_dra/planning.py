@@ -165,13 +165,21 @@ class Planner:
             specs[naming.claim_spec_file(kind, claim.uid)] = spec
         nodes = tuple(dict.fromkeys(n.host_path or n.path for spec in specs.values() for d in spec.devices
                                     for n in d.container_edits.device_nodes))
-        absent = self.absent_nodes(nodes)
+        # Admin access (KEP-5018) gets the device's edits but never its side effects (no vNPU).
+        effects = {p: tuple(r for r in rs if not r.admin_access) for p, rs in groups.items()}
+        # Nodes the side effects create (a hard vNPU's /dev/vdavinci<ID>) cannot exist yet; the
+        # answer is still checked against them after the side effects ran (state.py).
+        created: set[str] = set()
+        for profile_name, members in effects.items():
+            hook = getattr(self.profiles[profile_name], "created_device_nodes", None)
+            if hook is not None and members:
+                created.update(hook(members, ApplyContext(self.profile_ctx, self.inventories[profile_name],
+                                                          claim.uid, claim.namespace, claim.name)))
+        absent = [n for n in self.absent_nodes(nodes) if n not in created]
         if absent:
             raise PlanError(f"{ref}: device nodes {', '.join(absent)} do not exist on node {self.node_name} "
                                f"(looked for under {self.profile_ctx.dev_root}); the NPU driver may not be loaded "
                                "yet, or the device was removed. Nothing was prepared; the kubelet retries")
-        # Admin access (KEP-5018) gets the device's edits but never its side effects (no vNPU).
-        effects = {p: tuple(r for r in rs if not r.admin_access) for p, rs in groups.items()}
         return Plan(claim, tuple(records), specs, {p: rs for p, rs in effects.items() if rs}, nodes)
 
     def _decode(self, config: OpaqueConfig, profile: Profile, profile_name: str) -> Any:

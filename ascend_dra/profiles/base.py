@@ -10,6 +10,9 @@ that satisfies :class:`Profile`. The daemon then calls, in this order:
    group of allocated devices that share a config -> ``{device name: ContainerEdits}``;
 3. optionally ``await profile.prepare_side_effects(...)`` / ``unprepare_side_effects(...)`` for
    profiles that change the node (they must be idempotent; what they did is checkpointed).
+   With them, optionally ``created_device_nodes(devices, apply_ctx) -> host paths`` (nodes the side
+   effects create: not required to exist when the claim is planned) and
+   ``await reconcile_side_effects(live records, ctx)`` (once at start-up, after recovery).
 
 The default config (:meth:`Profile.default_config`) applies to devices no opaque config names.
 

@@ -1,0 +1,61 @@
+"""A kill -9 storm (tests/storm.py) over the hard-vNPU profile and the stateful npu-smi simulator:
+besides the storm's own tallies (no lost claim, no orphan spec, no device held twice, every answered
+CDI id resolves, replays succeed), after every restart the simulator holds exactly the vNPUs the
+durable records name (``orphan_side_effects``)."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from tests import storm
+from tests.claimfiles import claim_object, write_claim
+from tests.hardvnpu import SimHost, daemon_args, vnpu_keys, vnpus_of_records
+from tests.integration.daemon import DRIVER, DaemonProcess
+
+#: Claims go in pairs on the same vNPU device (contention, as the storm's fake claims do); the four
+#: vir05_1c_8g instances of a 910B4 fit the chip together (reference ascend.md §3.3).
+DEVICES = [f"vnpu-0-0-vir05-1c-8g-{k}" for k in range(4)]
+
+
+class HardVnpuStorm(storm.Storm):
+    def __init__(self, root: Path, *, claims: int = 8, seed: int = 0) -> None:
+        self.root = root
+        self.profile = "hard-vNPU"
+        self.rng = random.Random(seed)
+        self.tallies: Counter[str] = Counter({t: 0 for t in storm.TALLIES})
+        self.details: list[str] = []
+        self.lab = None
+        node = root / "node"
+        self.host = SimHost(node)
+        self.host.state_dir = node / "plugins" / DRIVER / "profiles"
+        self.daemon = DaemonProcess(node, node=storm.LAB_NODE, profiles="hard-vNPU", env=self.host.env,
+                                    extra_args=daemon_args(self.host))
+        self.claims = [write_claim(self.daemon.root, self._claim(i)) for i in range(claims)]
+        self.asked: dict[str, str] = {}
+        self.acked: dict[str, str] = {}
+        self.lock = threading.Lock()
+
+    def _claim(self, i: int) -> dict[str, Any]:
+        return claim_object(f"c{i}", namespace="storm", node=storm.LAB_NODE,
+                            results=[("npu", DEVICES[(i // 2) % len(DEVICES)])])
+
+    def _check_after_restart(self) -> None:
+        super()._check_after_restart()
+        recorded = vnpus_of_records(self.daemon.records())
+        present = vnpu_keys(self.host.vnpus())
+        for key in sorted(present - recorded):
+            self._fail("orphan_side_effects", f"vNPU {key} exists and no record names it")
+        for key in sorted(recorded - present):
+            self._fail("orphan_side_effects", f"vNPU {key} is recorded and does not exist")
+
+
+def test_a_kill9_storm_over_hard_vnpus_loses_nothing_and_leaves_no_orphan_vnpu(short_tmp):
+    s = HardVnpuStorm(short_tmp, seed=11)
+    for _ in range(8):
+        s.trial()
+    assert dict(s.tallies) == dict.fromkeys(storm.TALLIES, 0), "\n".join(s.details)
+    assert s.acked  # the storm did prepare and unprepare claims

@@ -1,0 +1,320 @@
+"""The hard-vNPU profile against the stateful npu-smi simulator: catalogue, counters, create/destroy,
+half-way rollback, admin access, reboot, start-up repair; and the simulator's formats and rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ascend_dra.model import AllocatedDevice, ClaimAllocation
+from ascend_dra.profiles import checks
+from ascend_dra.profiles.ascend import npusmi_sim, tables, templates
+from ascend_dra.profiles.ascend.hard_vnpu import HardVnpuProfile
+from ascend_dra.profiles.ascend.vnpu_ops import VnpuError
+from ascend_dra.profiles.base import ApplyContext
+from ascend_dra.slices import MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS, build_slices
+from tests.hardvnpu import SimHost
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "npu-smi"
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def sim(tmp_path, monkeypatch):
+    host = SimHost(tmp_path)
+    monkeypatch.setenv(npusmi_sim.ENV_DIR, str(host.sim_dir))
+    return host
+
+
+async def discovered(host: SimHost) -> tuple[HardVnpuProfile, object]:
+    profile = HardVnpuProfile()
+    return profile, await profile.discover(host.ctx())
+
+
+def claim(uid: str, *devices: str, admin: bool = False) -> ClaimAllocation:
+    return ClaimAllocation(uid, "default", f"claim-{uid}", tuple(
+        AllocatedDevice(f"r{i}", "ascend.project-hami.io", "node-1", d, admin_access=admin)
+        for i, d in enumerate(devices)))
+
+
+def apply_ctx(host: SimHost, inventory, c: ClaimAllocation) -> ApplyContext:
+    return ApplyContext(host.ctx(), inventory, c.uid, c.namespace, c.name)
+
+
+# -- catalogue ----------------------------------------------------------------------------------
+
+
+def test_910b4_1_has_its_own_templates_not_910b4s():
+    assert [t.name for t in templates.MODELS["910B4-1"].templates] == ["vir05_1c_16g", "vir10_3c_32g"]
+    assert [t.name for t in templates.MODELS["910B4"].templates] == [
+        "vir10_3c_16g", "vir10_4c_16g_m", "vir10_3c_16g_nm", "vir05_1c_8g"]
+    assert templates.MODELS["910B4-1"].memory_mib == 65536
+
+
+@pytest.mark.parametrize(("model", "template", "count"), [
+    ("310P3", "vir01", 7),          # 7 AICPUs (and at most 7 vNPUs)
+    ("310P3", "vir04", 1),          # 4 + 4 AICPUs > 7
+    ("310P3", "vir04_3c", 2),       # 8 AI cores, 24 GiB
+    ("910B4", "vir05_1c_8g", 4),    # 20 AI cores, 32 GiB, 24 JPEGD
+    ("910B4", "vir10_4c_16g_m", 1),  # all 9 VPC
+    ("910B4-1", "vir10_3c_32g", 2),  # 64 GiB (910B4-1_64G_info-vnpu sample: two fit)
+    ("910B2", "vir03_1c_8g", 6),    # 6 AICPUs
+], ids=["310P3 vir01 by AICPU", "310P3 vir04 by AICPU", "310P3 vir04_3c by cores", "910B4 vir05 by cores",
+        "910B4 media template by VPC", "910B4-1 vir10_3c_32g by memory", "910B2 vir03 by AICPU"])
+def test_max_instances_follow_the_tightest_counter(model, template, count):
+    resources = templates.MODELS[model]
+    assert templates.max_instances(resources, resources.template(template)) == count
+
+
+def test_910a_with_32_cores_fits_two_vir16():
+    resources = templates.resources_of("910A", 32)
+    assert templates.max_instances(resources, resources.template("vir16")) == 2
+    assert templates.max_instances(templates.resources_of("910A", 30), resources.template("vir16")) == 1
+
+
+@pytest.mark.parametrize("fixture", ["310P3_info_-t_template-info_drv22.0.4.txt",
+                                     "910B4_A2-inference_info_-t_template-info.txt"],
+                         ids=["+===+ header rule (310P3 22.0.4)", "|===| header rule (910B4)"])
+def test_template_info_of_the_node_replaces_the_tables(fixture):
+    parsed = tables.parse_template_info((FIXTURES / fixture).read_text())
+    model = "310P3" if fixture.startswith("310P3") else "910B4"
+    merged = templates.from_template_info(templates.MODELS[model], parsed)
+    assert merged.templates == templates.MODELS[model].templates
+
+
+# -- the simulator --------------------------------------------------------------------------------
+
+
+def sim_run(host: SimHost, *argv: str) -> str:
+    return npusmi_sim.run(argv, host.sim_dir)
+
+
+def test_simulator_prints_formats_our_parsers_read(sim):
+    info = tables.parse_info(sim_run(sim, "info"))
+    assert [(c.npu_id, c.chip_id, c.name, c.hbm_total_mib) for c in info.chips] == [
+        (4, 0, "910B4", 32768), (5, 0, "910B4", 32768)]
+    mapping = tables.parse_mapping(sim_run(sim, "info", "-m"))
+    assert [(m.npu_id, m.logic_id) for m in mapping] == [(4, 0), (5, 1)]
+    assert len(tables.parse_template_info(sim_run(sim, "info", "-t", "template-info", "-i", "4"))) == 4
+
+
+def test_simulator_info_vnpu_after_two_creates_reads_like_the_real_910b4(sim):
+    for vnpu_id in ("100", "101"):
+        out = sim_run(sim, "set", "-t", "create-vnpu", "-i", "4", "-c", "0", "-f", "vir10_3c_16g", "-v", vnpu_id)
+        assert out == "\tStatus                         : OK\n\tMessage                        : Create vnpu success\n"
+    ours = tables.parse_vnpu_info(sim_run(sim, "info", "-t", "info-vnpu", "-i", "4", "-c", "0"))
+    real = (FIXTURES / "910B4_A2-inference_info_-t_info-vnpu_empty_and_2vnpus.txt").read_text()
+    after = tables.parse_vnpu_info(real.split("\n\n")[1])
+    assert ours.resources == after.resources
+    assert [(v.vnpu_id, v.vgroup_id, v.template_name) for v in ours.vnpus] == [
+        (v.vnpu_id, v.vgroup_id, v.template_name) for v in after.vnpus]
+    assert (sim.vdev / "vdavinci100").exists()
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (("-f", "vir01", "-v", "100"), "The template name is invalid: vir01 (this chip accepts vir10_3c_16g, "
+                                   "vir10_4c_16g_m, vir10_3c_16g_nm, vir05_1c_8g)"),
+    (("-f", "vir05_1c_8g", "-v", "116"), "The vnpu id is invalid: 116 (allowed 100-115)"),
+    (("-f", "vir10_4c_16g_m", "-v", "102"), "The resource is insufficient: aicore needs 10, 0 free"),
+    (("-f", "vir10_3c_16g", "-v", "100"), "The vnpu id already exists: 100"),
+], ids=["template of another chip", "vNPU ID of another chip", "chip full", "ID in use"])
+def test_simulator_refuses_what_the_chip_refuses(sim, argv, message):
+    for vnpu_id in ("100", "101"):
+        sim_run(sim, "set", "-t", "create-vnpu", "-i", "4", "-c", "0", "-f", "vir10_3c_16g", "-v", vnpu_id)
+    with pytest.raises(npusmi_sim.SimError, match="^" + message.replace("(", r"\(").replace(")", r"\)") + "$"):
+        sim_run(sim, "set", "-t", "create-vnpu", "-i", "4", "-c", "0", *argv)
+
+
+def test_simulator_310p_stops_at_seven_vnpus(tmp_path):
+    host = SimHost(tmp_path, chips=((7, 0, 0, 0, "310P3"),))
+    for _ in range(7):
+        sim_run(host, "set", "-t", "create-vnpu", "-i", "7", "-c", "0", "-f", "vir01")
+    with pytest.raises(npusmi_sim.SimError, match="The number of vnpu reaches the upper limit: 7"):
+        sim_run(host, "set", "-t", "create-vnpu", "-i", "7", "-c", "0", "-f", "vir01")
+
+
+# -- discovery and publishing -----------------------------------------------------------------------
+
+
+async def test_publishes_chip_and_instances_as_partitionable_devices_within_api_limits(sim):
+    _, inventory = await discovered(sim)
+    names = [d.name for d in inventory.devices]
+    assert names[:10] == ["npu-0-0", "vnpu-0-0-vir10-3c-16g-0", "vnpu-0-0-vir10-3c-16g-1",
+                          "vnpu-0-0-vir10-4c-16g-m-0", "vnpu-0-0-vir10-3c-16g-nm-0", "vnpu-0-0-vir10-3c-16g-nm-1",
+                          "vnpu-0-0-vir05-1c-8g-0", "vnpu-0-0-vir05-1c-8g-1", "vnpu-0-0-vir05-1c-8g-2",
+                          "vnpu-0-0-vir05-1c-8g-3"]
+    assert [(c.name, dict(c.counters)) for c in inventory.counter_sets][1] == (
+        "npu-1-0-counters", {"aicore": "20", "memory": "32768Mi", "aicpu": "7", "vpc": "9", "jpegd": "24",
+                             "vdec": "2", "jpege": "4"})
+    whole = inventory.device("npu-1-0")
+    assert whole.consumes_counters[0].counters == inventory.counter_sets[1].counters
+    vnpu = inventory.device("vnpu-1-0-vir05-1c-8g-3")
+    assert {k: vnpu.attributes[k] for k in ("type", "vnpuTemplate", "vnpuID", "aicoreCount", "memoryMiB", "npuID",
+                                            "physicalID")} == {
+        "type": "vnpu", "vnpuTemplate": "vir05_1c_8g", "vnpuID": 2 * 16 + 100 + 8, "aicoreCount": 5,
+        "memoryMiB": 8192, "npuID": 5, "physicalID": 2}
+    assert vnpu.consumes_counters[0].counters == {"aicore": "5", "memory": "8192Mi", "aicpu": "1", "vpc": "2",
+                                                  "jpegd": "6", "jpege": "1"}
+    assert checks.inventory_problems(inventory) == []
+
+
+async def test_310p_shares_vnpu_ids_through_counters_and_slices_split(tmp_path, monkeypatch):
+    chips = tuple((i, 0, i, i, "310P3") for i in range(8))
+    host = SimHost(tmp_path, chips=chips)
+    monkeypatch.setenv(npusmi_sim.ENV_DIR, str(host.sim_dir))
+    _, inventory = await discovered(host)
+    assert checks.inventory_problems(inventory) == []
+    per_chip = [d for d in inventory.devices if d.name.startswith("vnpu-0-0-")]
+    assert len(per_chip) == 7 + 3 + 4 + 1 + 2 + 2 + 1
+    slot_of = {d.name: next(k for k in d.consumes_counters[0].counters if k.startswith("vnpu-id-")) for d in per_chip}
+    assert len({slot_of[f"vnpu-0-0-vir01-{k}"] for k in range(7)}) == 7  # seven vir01 can coexist
+    assert {d.attributes["vnpuID"] for d in per_chip} == set(range(100, 108))
+    slices = build_slices(inventory, driver_name="ascend.project-hami.io", node_name="node-1")
+    device_slices = [s for s in slices if "devices" in s["spec"]]
+    assert len(device_slices) == 3 and all(
+        len(s["spec"]["devices"]) <= MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS for s in device_slices)
+    assert sum(len(s["spec"].get("sharedCounters", [])) for s in slices) == 8
+
+
+async def test_template_info_missing_falls_back_to_the_reference_tables(tmp_path, monkeypatch):
+    host = SimHost(tmp_path, chips=((0, 0, 0, 0, "910B4-1"),))
+    monkeypatch.setenv(npusmi_sim.ENV_DIR, str(host.sim_dir))
+    _, inventory = await discovered(host)
+    assert sorted({d.attributes.get("vnpuTemplate") for d in inventory.devices} - {None}) == [
+        "vir05_1c_16g", "vir10_3c_32g"]
+    # vir05_1c_16g's engines are unknown, so no engine counter could be trusted on this chip.
+    assert set(inventory.counter_sets[0].counters) == {"aicore", "memory", "aicpu"}
+
+
+# -- Prepare / Unprepare ----------------------------------------------------------------------------
+
+
+async def test_prepare_creates_with_npu_id_and_edits_name_the_vdavinci_node(sim):
+    profile, inventory = await discovered(sim)
+    c = claim("uid-1", "vnpu-1-0-vir10-3c-16g-0", "vnpu-1-0-vir05-1c-8g-0")
+    ctx = apply_ctx(sim, inventory, c)
+    edits = profile.apply_config(None, c.results, ctx)
+    assert profile.created_device_nodes(c.results, ctx) == [f"{sim.vdev}/vdavinci132", f"{sim.vdev}/vdavinci137"]
+    effects = await profile.prepare_side_effects(c, c.results, ctx)
+    assert [(v["npu_id"], v["chip_id"], v["vnpu_id"], v["template"]) for v in sim.vnpus()] == [
+        (5, 0, 132, "vir10_3c_16g"), (5, 0, 137, "vir05_1c_8g")]
+    assert [e["vnpu_id"] for e in effects["vnpus"]] == [132, 137]
+    first = edits["vnpu-1-0-vir10-3c-16g-0"]
+    assert first.device_nodes[0].path == "/dev/vdavinci132"
+    assert first.device_nodes[0].host_path == f"{sim.vdev}/vdavinci132"
+    assert (sim.vdev / "vdavinci132").exists()
+    assert first.env[:1] == ("ASCEND_VISIBLE_DEVICES=132",) and "ASCEND_RUNTIME_OPTIONS=VIRTUAL" in first.env
+    assert len(sim.ledger()) == 2
+
+    await profile.unprepare_side_effects(effects, ctx)
+    await profile.unprepare_side_effects(effects, ctx)  # idempotent
+    assert sim.vnpus() == [] and sim.ledger() == []
+    assert not (sim.vdev / "vdavinci132").exists()
+
+
+async def test_a_claim_failing_half_way_destroys_what_it_made_and_leaves_foreign_vnpus(sim):
+    profile, inventory = await discovered(sim)
+    sim_run(sim, "set", "-t", "create-vnpu", "-i", "4", "-c", "0", "-f", "vir05_1c_8g", "-v", "105")  # not ours
+    c = claim("uid-2", "vnpu-0-0-vir10-3c-16g-0", "vnpu-0-0-vir05-1c-8g-0")
+    with pytest.raises(VnpuError, match=r"^device vnpu-0-0-vir05-1c-8g-0: vNPU 105 \(vir05_1c_8g\) on NPU 4 chip 0: "
+                                        r"a vNPU with that ID already exists \(template vir05_1c_8g\) and was not "
+                                        "created by ascend-dra"):
+        await profile.prepare_side_effects(c, c.results, apply_ctx(sim, inventory, c))
+    assert [v["vnpu_id"] for v in sim.vnpus()] == [105]
+    assert sim.ledger() == []
+
+
+async def test_admin_access_creates_nothing_and_gets_the_chip(sim):
+    profile, inventory = await discovered(sim)
+    c = claim("uid-3", "vnpu-0-0-vir05-1c-8g-0", admin=True)
+    ctx = apply_ctx(sim, inventory, c)
+    edits = profile.apply_config(None, c.results, ctx)
+    assert edits["vnpu-0-0-vir05-1c-8g-0"].device_nodes[0].path == "/dev/davinci0"
+    assert profile.created_device_nodes(c.results, ctx) == []
+    assert await profile.prepare_side_effects(c, c.results, ctx) == {"vnpus": []}
+    assert sim.vnpus() == []
+
+
+async def test_after_a_reboot_vnpus_are_gone_and_a_replayed_prepare_makes_them_again(sim):
+    profile, inventory = await discovered(sim)
+    c = claim("uid-4", "vnpu-0-0-vir05-1c-8g-1")
+    ctx = apply_ctx(sim, inventory, c)
+    old = await profile.prepare_side_effects(c, c.results, ctx)
+    sim.reboot("boot-2")
+    assert sim.vnpus() == []
+    # A foreign vNPU took another ID after the reboot; unpreparing the old record must not touch it.
+    sim_run(sim, "set", "-t", "create-vnpu", "-i", "4", "-c", "0", "-f", "vir05_1c_8g", "-v", "107")
+    await profile.unprepare_side_effects(old, ctx)
+    assert [v["vnpu_id"] for v in sim.vnpus()] == [107]
+    new = await profile.prepare_side_effects(c, c.results, ctx)
+    assert [v["vnpu_id"] for v in sim.vnpus()] == [107, 106]  # 107 theirs, 106 ours again
+    assert new["vnpus"][0]["boot_id"] == "boot-2"
+
+
+async def test_startup_repair_destroys_only_ledger_orphans(sim):
+    profile, inventory = await discovered(sim)
+    kept, orphan = claim("uid-5", "vnpu-0-0-vir05-1c-8g-0"), claim("uid-6", "vnpu-0-0-vir05-1c-8g-1")
+    kept_effects = await profile.prepare_side_effects(kept, kept.results, apply_ctx(sim, inventory, kept))
+    await profile.prepare_side_effects(orphan, orphan.results, apply_ctx(sim, inventory, orphan))
+    sim_run(sim, "set", "-t", "create-vnpu", "-i", "4", "-c", "0", "-f", "vir05_1c_8g", "-v", "108")  # foreign
+    await profile.reconcile_side_effects([kept_effects], sim.ctx())
+    assert sorted(v["vnpu_id"] for v in sim.vnpus()) == [105, 108]
+    assert sim.ledger() == ["vnpu-4-0-105.json"]
+
+
+async def test_second_chip_of_a_two_chip_card_is_cut_with_its_chip_id(tmp_path, monkeypatch):
+    # A 310P Duo card: one NPU ID, chips 0 and 1 (reference ascend.md §1, §5).
+    host = SimHost(tmp_path, chips=((1, 0, 0, 0, "310P3"), (1, 1, 1, 1, "310P3")))
+    monkeypatch.setenv(npusmi_sim.ENV_DIR, str(host.sim_dir))
+    profile, inventory = await discovered(host)
+    c = claim("uid-7", "vnpu-1-1-vir04-0")
+    effects = await profile.prepare_side_effects(c, c.results, apply_ctx(host, inventory, c))
+    assert [(v["npu_id"], v["chip_id"], v["template"]) for v in host.vnpus()] == [(1, 1, "vir04")]
+    assert effects["vnpus"][0]["vnpu_id"] == inventory.device("vnpu-1-1-vir04-0").attributes["vnpuID"]
+    assert 116 <= effects["vnpus"][0]["vnpu_id"] < 124  # physical ID 1: 1 x 16 + 100 + k, k < 8
+
+
+async def test_a_whole_chip_is_refused_while_foreign_vnpus_sit_on_it(sim):
+    profile, inventory = await discovered(sim)
+    c = claim("uid-8", "npu-0-0")
+    assert await profile.prepare_side_effects(c, c.results, apply_ctx(sim, inventory, c)) == {"vnpus": []}
+    sim_run(sim, "set", "-t", "create-vnpu", "-i", "4", "-c", "0", "-f", "vir05_1c_8g", "-v", "110")
+    with pytest.raises(VnpuError, match=r"^device npu-0-0: NPU 4 chip 0 holds vNPUs 110 \(vir05_1c_8g\) that "
+                                        "ascend-dra did not make for this claim; a whole chip is given out only "
+                                        "without vNPUs$"):
+        await profile.prepare_side_effects(c, c.results, apply_ctx(sim, inventory, c))
+    assert [v["vnpu_id"] for v in sim.vnpus()] == [110]
+
+
+@pytest.mark.parametrize(("side_effects", "message"), [
+    ([], "hard-vNPU side effects must be {'vnpus': [...]}, got []"),
+    ({"vnpus": [{"npu_id": "4"}]}, "hard-vNPU side effects: vNPU record field npu_id: expected int, got '4'"),
+    ({"vnpus": [{"npu_id": 4, "chip_id": 0, "vnpu_id": 100, "template": "vir01", "claim_uid": "u",
+                 "device": "d"}]}, "hard-vNPU side effects: vNPU record field boot_id: expected str, got None"),
+], ids=["not an object", "NPU ID as a string", "boot id missing"])
+async def test_a_record_that_does_not_decode_fails_unprepare_naming_the_field(sim, side_effects, message):
+    profile, inventory = await discovered(sim)
+    with pytest.raises(VnpuError) as raised:
+        await profile.unprepare_side_effects(side_effects, apply_ctx(sim, inventory, claim("u")))
+    assert str(raised.value) == message
+
+
+async def test_an_interrupted_prepare_rolled_back_with_none_destroys_what_the_ledger_names_for_the_claim(sim):
+    profile, inventory = await discovered(sim)
+    mine, other = claim("uid-9", "vnpu-0-0-vir05-1c-8g-0"), claim("uid-10", "vnpu-0-0-vir05-1c-8g-1")
+    await profile.prepare_side_effects(mine, mine.results, apply_ctx(sim, inventory, mine))
+    await profile.prepare_side_effects(other, other.results, apply_ctx(sim, inventory, other))
+    await profile.unprepare_side_effects(None, apply_ctx(sim, inventory, mine))
+    await profile.unprepare_side_effects(None, apply_ctx(sim, inventory, mine))  # idempotent
+    assert [v["vnpu_id"] for v in sim.vnpus()] == [106]
+    assert sim.ledger() == ["vnpu-4-0-106.json"]
+
+
+def test_a_template_with_an_na_engine_drops_the_engine_counters_of_its_chip():
+    text = (FIXTURES / "910B4_A2-inference_info_-t_template-info.txt").read_text()
+    text = text.replace("|vir05_1c_8g         5         8         1         2 ",
+                        "|vir05_1c_8g         5         8         1         NA")
+    merged = templates.from_template_info(templates.MODELS["910B4"], tables.parse_template_info(text))
+    assert merged.template("vir05_1c_8g").engines is None
+    assert templates.chip_counters(merged) == {"aicore": 20, "memory": 32768, "aicpu": 7}
