@@ -3,8 +3,9 @@
 After a successful Prepare, each device we prepared for a claim gets an entry in the claim's
 ``status.devices`` (``AllocatedDeviceStatus``: ``driver``, ``pool``, ``device``, ``shareID``,
 ``data``), written by server-side apply on the ``resourceclaims/status`` subresource under the
-field manager named after our driver; Unprepare applies an empty list, which removes exactly
-the entries we own (kubelet-dra-protocol.md §7.3; gate DRAResourceClaimDeviceStatus, beta/on
+field manager named after our driver (a JSON merge patch of our entries where the API server
+cannot apply, see :meth:`ClaimStatusWriter._merge`); Unprepare applies an empty list, which
+removes exactly the entries we own (kubelet-dra-protocol.md §7.3; gate DRAResourceClaimDeviceStatus, beta/on
 since 1.33, GA in 1.37). So an operator reads what was prepared with::
 
     kubectl get resourceclaim NAME -o jsonpath='{.status.devices}'
@@ -60,7 +61,8 @@ MAX_DATA_BYTES = 10 * 1024
 #: Entries per claim: ``status.devices`` matches allocated devices, at most 32 results per claim.
 MAX_DEVICES = 32
 #: Which CDI env variables are the profile's per-device data worth showing (quota, visibility).
-_ENV_SHOWN = re.compile(r"^(ASCEND_[A-Z0-9_]*|NPU_[A-Z0-9_]*|NVIDIA_VISIBLE_DEVICES|[A-Z0-9_]*_QUOTA)$")
+_ENV_SHOWN = re.compile(r"^(ASCEND_[A-Z0-9_]*|NPU_[A-Z0-9_]*|NVIDIA_VISIBLE_DEVICES"
+                        r"|[A-Z0-9_]*_(QUOTA|LIMIT|PRIORITY))$")
 RESOURCE_V1 = "/apis/resource.k8s.io/v1"
 
 
@@ -226,24 +228,56 @@ class ClaimStatusWriter:
         path = f"{RESOURCE_V1}/namespaces/{job.namespace}/resourceclaims/{job.name}/status"
         query = [("fieldManager", self.driver_name), ("force", "true")]
         delay = 0.5
+        apply = True
         for attempt in range(1, self.attempts + 1):
             try:
-                await api.call("PATCH", path, query=query, body=apply_body(job.namespace, job.name, job.uid, entries),
-                               content_type="application/apply-patch+yaml")
+                if apply:
+                    await api.call("PATCH", path, query=query, content_type="application/apply-patch+yaml",
+                                   body=apply_body(job.namespace, job.name, job.uid, entries))
+                    if job.claim is None:  # entries a fallback merge patch wrote are not the apply's to remove
+                        await self._merge(api, path, job, [])
+                else:
+                    await self._merge(api, path, job, entries)
                 self.applied += 1
                 log.debug("claim status written", extra={"claim_uid": job.uid, "devices": len(entries)})
                 return
             except ApiError as exc:
-                if exc.status in (404, 409):  # gone, or replaced (uid precondition): nothing of ours to show
+                if exc.status == 404 or (exc.status == 409 and apply):  # gone, or replaced (uid precondition)
                     log.debug("claim status skipped", extra={"claim_uid": job.uid, "error": str(exc)})
                     return
-                if exc.status == 422 or attempt == self.attempts:  # invalid will stay invalid
+                if exc.status == 422 and apply and "status.allocation" in str(exc):
+                    apply = False  # see _merge: retry at once with a merge patch
+                    continue
+                if (exc.status == 422 and not apply) or attempt == self.attempts:  # invalid stays invalid
                     self.failed += 1
                     log.warning("writing the claim's status.devices failed; the claim stays prepared",
                                 extra={"claim_uid": job.uid, "error": str(exc)})
                     return
             await anyio.sleep(delay)
             delay *= 2
+
+    async def _merge(self, api: Any, path: str, job: _Job, entries: list[dict]) -> None:
+        """The fallback for claims that server-side apply cannot patch.
+
+        Found on the 1.35 API server: any patch of ``resourceclaims/status`` re-encodes the
+        allocation's opaque ``parameters``, and its "status.allocation is immutable" check compares
+        bytes. Server-side apply re-encodes them with sorted keys, so it fails unless the claim's
+        creator wrote them sorted and compact (kubectl does; a Go struct or a Python dict in its own
+        key order does not); a JSON merge patch keeps the key order and fails only when the creator
+        wrote whitespace. So: other drivers' entries are kept as read, ours replaced, and
+        ``resourceVersion`` guards against a concurrent writer (409 -> the loop retries).
+        """
+        claim = await api.call("GET", path.removesuffix("/status"))
+        if claim.get("metadata", {}).get("uid") != job.uid:
+            return  # replaced meanwhile: nothing of ours to show
+        devices = (claim.get("status") or {}).get("devices") or []
+        others = [d for d in devices if d.get("driver") != self.driver_name]
+        if not entries and len(others) == len(devices):
+            return  # nothing of ours to remove
+        await api.call("PATCH", path, query=[("fieldManager", self.driver_name)],
+                       content_type="application/merge-patch+json",
+                       body={"metadata": {"resourceVersion": claim["metadata"]["resourceVersion"]},
+                             "status": {"devices": [*others, *entries]}})
 
 
 async def open_kube_api(kubeconfig: str | None) -> Any:

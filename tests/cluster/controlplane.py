@@ -542,8 +542,18 @@ class ControlPlane:
         return probe
 
     # ------------------------------------------------------------------ tiny API client (stdlib)
-    def api(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> tuple[int, Any]:
-        data = None if body is None else json.dumps(body).encode()
+    def api(self, method: str, path: str, body: Any = None, content_type: str = "application/json", *,
+            json_style: str = "python") -> tuple[int, Any]:
+        """One request. ``json_style`` is how the body is encoded, as different clients do: ``python``
+        (json.dumps defaults, spaces), ``go`` (compact, keys in the given order, as Go structs) or
+        ``kubectl`` (compact, keys sorted, as kubectl's YAML-to-JSON). Opaque parameters are stored
+        byte for byte as sent, which matters to later patches of the object."""
+        if body is None:
+            data = None
+        elif json_style == "python":
+            data = json.dumps(body).encode()
+        else:
+            data = json.dumps(body, separators=(",", ":"), sort_keys=json_style == "kubectl").encode()
         req = urllib.request.Request(self.server + path, data=data, method=method)
         req.add_header("Authorization", f"Bearer {self.token}")
         req.add_header("Accept", "application/json")
