@@ -298,7 +298,8 @@ def simulated_310p_daemon(cp, root: Path, chips: int = 2) -> DaemonProcess:
     """The npu-310P profile on its simulated tier, with device nodes (plain files) under ``root/dev``."""
     dev = root / "dev"
     dev.mkdir(parents=True)
-    for node in [*(f"davinci{i}" for i in range(chips)), "davinci_manager", "devmm_svm", "hisi_hdc"]:
+    # The simulated tier backs its device nodes with /dev/null, looked up under --dev-root too.
+    for node in [*(f"davinci{i}" for i in range(chips)), "davinci_manager", "devmm_svm", "hisi_hdc", "null"]:
         (dev / node).write_text("")
     return DaemonProcess(root / "node", node=cp.node_name, kubeconfig=cp.kubeconfig, profiles="npu-310P",
                          fake_devices=chips, extra_args=["--profile-option", "npu-310P.simulate=always",
