@@ -211,8 +211,13 @@ class ClaimStatusWriter:
                             log.warning("claim status: no API client",
                                         extra={"claim_uid": job.uid, "error": str(exc)})
                             continue
-                    await self._write(api, job)
+                    try:
+                        await self._write(api, job)
+                    except Exception:  # a bug here must not take the daemon's task group down
+                        self.failed += 1
+                        log.exception("writing the claim's status.devices raised", extra={"claim_uid": job.uid})
         finally:
+            self._send.close()
             close = getattr(getattr(api, "client", None), "close", None)
             if close is not None:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(2):
