@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 CLUSTER_DIR ?= .cluster
 # Kubernetes minor versions the cluster suite runs on (`make test`); the first is the default of every
 # other target. Each has a wrapper module tests/cluster/go-k8s-<minor>/.
-K8S_VERSIONS ?= 1.35 1.37
+K8S_VERSIONS ?= 1.35 1.36 1.37
 K8S ?= $(firstword $(K8S_VERSIONS))
 
 .PHONY: venv test test-unit test-integration test-cluster test-container test-plugins proto proto-check lint demo \

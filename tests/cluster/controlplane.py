@@ -41,8 +41,8 @@ DEFAULT_K8S = "1.35"
 
 #: DRA feature gates turned on for every component. All of them exist in 1.35 (the alpha ones are off
 #: by default there; DRAAdminAccess / DRAPrioritizedList / DRAResourceClaimDeviceStatus are beta-on) and
-#: in 1.37 (where the GA ones are locked on, and setting them to true is accepted). DRAExtendedResource
-#: (KEP-5004) is left at its default on purpose: off (alpha) in 1.35, on (GA) in 1.37, so the tests see
+#: in 1.36/1.37 (where the GA ones are locked on, and setting them to true is accepted). DRAExtendedResource
+#: (KEP-5004) is left at its default on purpose: off (alpha) in 1.35, on in 1.36 (beta) and 1.37 (GA), so the tests see
 #: what a default cluster of each version does with ``extendedResourceName``.
 DEFAULT_FEATURE_GATES: dict[str, bool] = {
     "DRAConsumableCapacity": True,

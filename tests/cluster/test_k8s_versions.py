@@ -1,6 +1,6 @@
 """What changed in DRA from Kubernetes 1.35 to 1.37, on the real control plane of each version (issue 13).
 
-Run on 1.35 (default) and on 1.37 (``ASCEND_DRA_K8S=1.37``). A test for a feature the version under
+Run on 1.35 (default), 1.36 and 1.37 (``ASCEND_DRA_K8S=1.37``). A test for a feature the version under
 test lacks is skipped with the reason; where the lack itself is behaviour we document (extended
 resources on 1.35), that behaviour is tested instead. grpcio plays the kubelet, as everywhere.
 """
@@ -286,11 +286,12 @@ def delete_extended_classes(cp) -> None:
             cp.api("DELETE", f"{RES}/deviceclasses/{doc['metadata']['name']}")
 
 
-def classic_pod(cp, resource: str = "huawei.com/Ascend310P") -> str:
-    name = f"classic-{uuid.uuid4().hex[:8]}"
-    ok(cp, "POST", "/api/v1/namespaces/default/pods", {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-        "spec": {"containers": [{"name": "main", "image": "busybox", "resources": {"limits": {resource: "1"}}}]}})
+def classic_pod(cp) -> str:
+    """examples/pods/ascend310p-extended-resource-pod.yaml (limits huawei.com/Ascend310P: 1), under a fresh name."""
+    pod = yaml.safe_load((EXAMPLES / "pods" / "ascend310p-extended-resource-pod.yaml").read_text())
+    assert pod["spec"]["containers"][0]["resources"] == {"limits": {"huawei.com/Ascend310P": 1}}
+    pod["metadata"]["name"] = name = f"classic-{uuid.uuid4().hex[:8]}"
+    ok(cp, "POST", "/api/v1/namespaces/default/pods", pod)
     return name
 
 
@@ -308,8 +309,8 @@ def simulated_310p_daemon(cp, root: Path, chips: int = 2) -> DaemonProcess:
 
 
 def test_a_classic_extended_resource_pod_gets_our_chip_with_no_claim_written(cp, short_tmp, k8s_version):
-    require_k8s(k8s_version, "1.37", "DRA extended resources (DeviceClass.spec.extendedResourceName, "
-                                     "KEP-5004, GA in 1.37)")
+    require_k8s(k8s_version, "1.36", "DRA extended resources (DeviceClass.spec.extendedResourceName, "
+                                     "KEP-5004, beta and on by default in 1.36, GA in 1.37)")
     d = simulated_310p_daemon(cp, short_tmp)
     k = Kubelet(d)
     pod = ""
