@@ -3,6 +3,10 @@ PYTHON ?= python3.11
 VENV ?= .venv
 PY := $(VENV)/bin/python
 CLUSTER_DIR ?= .cluster
+# Kubernetes minor versions the cluster suite runs on (`make test`); the first is the default of every
+# other target. Each has a wrapper module tests/cluster/go-k8s-<minor>/.
+K8S_VERSIONS ?= 1.35 1.36 1.37
+K8S ?= $(firstword $(K8S_VERSIONS))
 
 .PHONY: venv test test-unit test-integration test-cluster test-container test-plugins proto proto-check lint demo \
         cluster-bins container-deps cluster-up cluster-down bench soak clean
@@ -17,7 +21,8 @@ $(VENV)/.installed: pyproject.toml plugins/example-profile/pyproject.toml
 venv: $(VENV)/.installed
 
 test: venv proto-check lint cluster-bins container-deps
-	$(PY) -m pytest tests -q
+	ASCEND_DRA_K8S=$(firstword $(K8S_VERSIONS)) $(PY) -m pytest tests -q
+	for v in $(wordlist 2,9,$(K8S_VERSIONS)); do ASCEND_DRA_K8S=$$v $(PY) -m pytest tests/cluster -q || exit 1; done
 	$(PY) -m pytest plugins/example-profile/tests -q
 
 test-unit: venv
@@ -27,7 +32,7 @@ test-integration: venv
 	$(PY) -m pytest tests/integration -q
 
 test-cluster: venv cluster-bins
-	$(PY) -m pytest tests/cluster -q
+	for v in $(K8S_VERSIONS); do ASCEND_DRA_K8S=$$v $(PY) -m pytest tests/cluster -q || exit 1; done
 
 test-container: venv container-deps
 	$(PY) -m pytest tests/container -q
@@ -51,12 +56,14 @@ demo: venv
 	PY=$(PY) hack/demo.sh
 
 # Control-plane binaries (kube-apiserver, kube-scheduler, kube-controller-manager, etcd) are
-# built from their Go modules into ~/.cache/ascend-dra, only when missing (~7 min cold).
+# built from their Go modules into ~/.cache/ascend-dra/controlplane-<version>, only when missing
+# (cold: ~7 min for the first version; the next one shares the Go caches, see tests/cluster/README.md).
 cluster-bins:
-	tests/cluster/build.sh
+	for v in $(K8S_VERSIONS); do tests/cluster/build.sh --k8s $$v || exit 1; done
 
-cluster-up: venv cluster-bins
-	$(PY) tests/cluster/controlplane.py up --dir $(CLUSTER_DIR)
+cluster-up: venv
+	tests/cluster/build.sh --k8s $(K8S)
+	$(PY) tests/cluster/controlplane.py up --dir $(CLUSTER_DIR) --k8s $(K8S)
 	@echo "export ASCEND_DRA_KUBECONFIG=$(CURDIR)/$(CLUSTER_DIR)/kubeconfig   # tests reuse this cluster"
 
 cluster-down:

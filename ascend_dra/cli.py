@@ -77,6 +77,24 @@ def _node_flags(p: argparse.ArgumentParser, node_required: bool) -> None:
                         "a comma-separated list [env PROFILE_OPTIONS; default none]")
 
 
+def _kubelet_dir_flags(p: argparse.ArgumentParser) -> None:
+    """The kubelet's root dir and the two dirs under it (derived unless given)."""
+    _flag(p, "--kubelet-root-dir", "KUBELET_ROOT_DIR", Path("/var/lib/kubelet"),
+          "the kubelet's --root-dir; the DRA socket must be inside it (kubelet 1.38 checks)", type=Path)
+    _flag(p, "--kubelet-registrar-directory-path", "KUBELET_REGISTRAR_DIRECTORY_PATH", "<root-dir>/plugins_registry",
+          "kubelet plugin registration directory", type=Path)
+    _flag(p, "--kubelet-plugins-directory-path", "KUBELET_PLUGINS_DIRECTORY_PATH", "<root-dir>/plugins",
+          "kubelet plugins directory (our data dir is <this>/<driver>)", type=Path)
+
+
+def kubelet_dirs(args: argparse.Namespace) -> tuple[Path, Path]:
+    """``(registration dir, plugins dir)`` from the flags: given ones as is, the others under the root dir."""
+    registrar, plugins = args.kubelet_registrar_directory_path, args.kubelet_plugins_directory_path
+    root = args.kubelet_root_dir
+    return (root / "plugins_registry" if str(registrar) == "<root-dir>/plugins_registry" else registrar,
+            root / "plugins" if str(plugins) == "<root-dir>/plugins" else plugins)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ascend-dra", description="Kubernetes DRA driver for Huawei Ascend NPUs.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -89,10 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
           "run with no cluster: sockets, CDI specs, checkpoint, slices and claims under DIR", type=Path)
     _flag(run, "--kubeconfig", "KUBECONFIG", None, "kubeconfig file (cluster mode; in-cluster config if unset)")
     _flag(run, "--cdi-root", "CDI_ROOT", Path("/var/run/cdi"), "directory for CDI spec files", type=Path)
-    _flag(run, "--kubelet-registrar-directory-path", "KUBELET_REGISTRAR_DIRECTORY_PATH",
-          Path("/var/lib/kubelet/plugins_registry"), "kubelet plugin registration directory", type=Path)
-    _flag(run, "--kubelet-plugins-directory-path", "KUBELET_PLUGINS_DIRECTORY_PATH",
-          Path("/var/lib/kubelet/plugins"), "kubelet plugins directory (our data dir is <this>/<driver>)", type=Path)
+    _kubelet_dir_flags(run)
     _flag(run, "--boot-id-file", "BOOT_ID_FILE", Path("/proc/sys/kernel/random/boot_id"),
           "file holding the node's boot id", type=Path)
     _flag(run, "--discovery-timeout", "DISCOVERY_TIMEOUT", 30.0, "seconds one profile's discovery may take",
@@ -104,6 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
     _flag(run, "--taint-unhealthy", "TAINT_UNHEALTHY", False,
           "taint devices their profile reports unhealthy (<driver>/unhealthy: NoSchedule; needs the "
           "DRADeviceTaints feature gate)", type=_bool, nargs="?", const=True)
+    _flag(run, "--health-service", "HEALTH_SERVICE", True,
+          "serve and advertise the kubelet's device health stream (v1 and v1alpha1.DRAResourceHealth)",
+          type=_bool, nargs="?", const=True)
+    _flag(run, "--claim-status", "CLAIM_STATUS", True,
+          "write status.devices of prepared ResourceClaims (cluster mode; KEP-4817)", type=_bool, nargs="?",
+          const=True)
     _flag(run, "--metrics-port", "METRICS_PORT", 0, "TCP port for Prometheus /metrics (0: off)", type=int)
     _flag(run, "--metrics-address", "METRICS_ADDRESS", "0.0.0.0", "address the metrics endpoint listens on")
     _flag(run, "--log-level", "LOG_LEVEL", "info", "debug, info, warning or error")
@@ -114,10 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "or unprepare a claim (its uid read from the claim file), or watch health.")
     _flag(call, "--standalone", "STANDALONE_DIR", None, "the daemon's standalone DIR", type=Path)
     _flag(call, "--driver-name", "DRIVER_NAME", DEFAULT_DRIVER_NAME, "DRA driver name")
-    _flag(call, "--kubelet-registrar-directory-path", "KUBELET_REGISTRAR_DIRECTORY_PATH",
-          Path("/var/lib/kubelet/plugins_registry"), "kubelet plugin registration directory", type=Path)
-    _flag(call, "--kubelet-plugins-directory-path", "KUBELET_PLUGINS_DIRECTORY_PATH",
-          Path("/var/lib/kubelet/plugins"), "kubelet plugins directory", type=Path)
+    _kubelet_dir_flags(call)
     _flag(call, "--api", "DRA_API", "v1", "DRA service version to call: v1 or v1beta1",
           choices=("v1", "v1beta1"))
     call.add_argument("action", choices=("register", "prepare", "unprepare", "health"))
@@ -187,11 +205,13 @@ def _run(args: argparse.Namespace) -> int:
     from ascend_dra.daemon import main as daemon_main
     from ascend_dra.settings import Settings, SettingsError
 
+    registrar, plugins = kubelet_dirs(args)
     try:
         settings = Settings(
             node_name=args.node_name, profiles=args.profiles, driver_name=args.driver_name,
             standalone=args.standalone, kubeconfig=args.kubeconfig, cdi_root=args.cdi_root,
-            registrar_dir=args.kubelet_registrar_directory_path, plugins_dir=args.kubelet_plugins_directory_path,
+            kubelet_root_dir=args.kubelet_root_dir, registrar_dir=registrar, plugins_dir=plugins,
+            health_service=args.health_service, claim_status=args.claim_status,
             fake_devices=args.fake_devices, npu_smi=args.npu_smi, dev_root=args.dev_root, sys_root=args.sys_root,
             boot_id_file=args.boot_id_file, discovery_timeout=args.discovery_timeout,
             rediscover_interval=args.rediscover_interval, metrics_port=args.metrics_port,

@@ -63,13 +63,14 @@ class KubeApi:
         self.client = api_client
 
     async def call(self, method: str, path: str, *, query: list[tuple[str, str]] | None = None,
-                   body: Any = None) -> Any:
+                   body: Any = None, content_type: str = "application/json") -> Any:
+        """One request; ``content_type`` ``application/apply-patch+yaml`` makes a PATCH a server-side apply."""
         from kubernetes_asyncio.client.exceptions import ApiException
 
         try:
             return await self.client.call_api(
                 path, method, query_params=query or [], body=body,
-                header_params={"Accept": "application/json", "Content-Type": "application/json"},
+                header_params={"Accept": "application/json", "Content-Type": content_type},
                 response_types_map={200: "object", 201: "object", 202: "object"},
                 auth_settings=["BearerToken"], _return_http_data_only=True, _request_timeout=30,
             )

@@ -25,8 +25,8 @@ from ascend_dra.claims import ClaimSource, StandaloneClaimSource
 from ascend_dra.hotplug import watch_device_nodes
 from ascend_dra.instancelock import hold_instance_lock
 from ascend_dra.kubelet import dra
-from ascend_dra.kubelet.health import HealthFeed, HealthService
-from ascend_dra.kubelet.registration import RegistrationServer, RegistrationState
+from ascend_dra.kubelet.health import HEALTH_SERVICES, HealthFeed, health_services
+from ascend_dra.kubelet.registration import RegistrationServer, RegistrationState, supported_services
 from ascend_dra.kubelet.sockets import serve_unix
 from ascend_dra.logs import setup_logging
 from ascend_dra.loopstall import LoopStallMonitor
@@ -240,14 +240,24 @@ class Daemon:
     async def _serve(self, *, task_status: TaskStatus[None]) -> None:
         s = self.settings
         assert self.state is not None
+        health = health_services(self.health, resend_s=s.health_interval) if s.health_service else []
+        advertised = supported_services(HEALTH_SERVICES if s.health_service else ())
+        writer, status = None, None
+        if s.standalone is None and s.claim_status:  # standalone has no claims to write to
+            from ascend_dra.claimstatus import ClaimStatusWriter, StatusHook, open_kube_api
+
+            writer = ClaimStatusWriter(lambda: open_kube_api(s.kubeconfig), s.driver_name)
+            status = StatusHook(writer, self.state, s.cdi_root)
         async with (
-            serve_unix([*dra.services(self.state, self), HealthService(self.health, resend_s=s.health_interval)],
-                       s.dra_socket),
-            serve_unix([RegistrationServer(s.driver_name, str(s.dra_socket.absolute()), self.registration)],
+            serve_unix([*dra.services(self.state, self, status), *health], s.dra_socket),
+            serve_unix([RegistrationServer(s.driver_name, str(s.dra_socket.absolute()), self.registration,
+                                           advertised)],
                        s.registration_socket),
             anyio.create_task_group() as tg,
         ):
             self.stalls.phase = "serving"
+            if writer is not None:
+                await tg.start(writer.run)
             log.info("serving the kubelet", extra={"registration_socket": str(s.registration_socket),
                                                    "dra_socket": str(s.dra_socket), "node": s.node_name,
                                                    "driver": s.driver_name})

@@ -8,6 +8,11 @@ In standalone mode (``--standalone DIR``) every path lives under DIR (DESIGN §1
     DIR/cdi/                                   CDI specs
     DIR/resourceslices/                        the ResourceSlices it would publish, as YAML
     DIR/claims/<namespace>/<name>.yaml         allocated claims, as `kubectl get -o yaml` prints them
+
+In cluster mode the kubelet's root dir (``--kubelet-root-dir``, the kubelet's ``--root-dir``,
+default ``/var/lib/kubelet``) gives the registration dir ``<root>/plugins_registry`` and the
+plugins dir ``<root>/plugins`` unless those are given, and the configuration must pass the checks
+the 1.38 kubelet makes at registration (:func:`ascend_dra.kubelet.rules.registration_problems`).
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import attrs
+
+from ascend_dra.kubelet.rules import endpoint_problems
 
 __all__ = ("DEFAULT_DRIVER_NAME", "Settings", "SettingsError")
 
@@ -47,6 +54,10 @@ class Settings:
     :ivar taint_unhealthy: publish a ``<driver>/unhealthy: NoSchedule`` taint on devices their
         profile reports unhealthy (needs the DRADeviceTaints gate, alpha in 1.34/1.35).
     :ivar metrics_port: TCP port of the Prometheus ``/metrics`` endpoint; 0 turns it off.
+    :ivar kubelet_root_dir: the kubelet's ``--root-dir``; ``registrar_dir`` and ``plugins_dir``
+        default to ``<root>/plugins_registry`` and ``<root>/plugins``.
+    :ivar health_service: serve (and advertise) the KEP-4680 health stream, v1 and v1alpha1.
+    :ivar claim_status: write ``status.devices`` of prepared claims (cluster mode, KEP-4817).
     """
 
     node_name: str
@@ -55,8 +66,11 @@ class Settings:
     standalone: Path | None = None
     kubeconfig: str | None = None
     cdi_root: Path = Path("/var/run/cdi")
-    registrar_dir: Path = Path("/var/lib/kubelet/plugins_registry")
-    plugins_dir: Path = Path("/var/lib/kubelet/plugins")
+    kubelet_root_dir: Path = Path("/var/lib/kubelet")
+    registrar_dir: Path | None = None
+    plugins_dir: Path | None = None
+    health_service: bool = True
+    claim_status: bool = True
     fake_devices: int = 4
     npu_smi: str = "npu-smi"
     dev_root: Path = Path("/dev")
@@ -73,19 +87,24 @@ class Settings:
     log_format: str = "text"
 
     def __attrs_post_init__(self) -> None:
-        problems = self.problems()
-        if problems:
-            raise SettingsError(problems)
         # Paths end up in CDI specs and PluginInfo.endpoint, which must be absolute.
-        for name in ("standalone", "cdi_root", "registrar_dir", "plugins_dir"):
+        for name in ("standalone", "cdi_root", "kubelet_root_dir", "registrar_dir", "plugins_dir"):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, Path(value).absolute())
         if self.standalone is not None:
             root = self.standalone
+            object.__setattr__(self, "kubelet_root_dir", root)
             object.__setattr__(self, "registrar_dir", root / "plugins_registry")
             object.__setattr__(self, "plugins_dir", root / "plugins")
             object.__setattr__(self, "cdi_root", root / "cdi")
+        if self.registrar_dir is None:
+            object.__setattr__(self, "registrar_dir", self.kubelet_root_dir / "plugins_registry")
+        if self.plugins_dir is None:
+            object.__setattr__(self, "plugins_dir", self.kubelet_root_dir / "plugins")
+        problems = self.problems()
+        if problems:
+            raise SettingsError(problems)
 
     def problems(self) -> list[str]:
         """What is wrong with these settings, each naming the flag and what it accepts."""
@@ -104,11 +123,14 @@ class Settings:
         for name in ("discovery_timeout", "rediscover_interval", "health_interval"):
             if getattr(self, name) <= 0:
                 found.append(f"--{name.replace('_', '-')} {getattr(self, name)} must be more than 0 seconds")
+        if self.standalone is None and not found:  # a kubelet checks these only in cluster mode
+            found += endpoint_problems(str(self.dra_socket), str(self.kubelet_root_dir))
         return found
 
     @property
     def plugin_dir(self) -> Path:
         """``<plugins dir>/<driver>``: sockets and checkpoint (persists across reboots)."""
+        assert self.plugins_dir is not None  # set in __attrs_post_init__
         return self.plugins_dir / self.driver_name
 
     @property
@@ -117,6 +139,7 @@ class Settings:
 
     @property
     def registration_socket(self) -> Path:
+        assert self.registrar_dir is not None  # set in __attrs_post_init__
         return self.registrar_dir / f"{self.driver_name}-reg.sock"
 
     @property

@@ -95,7 +95,7 @@ def one_start(cp: ControlPlane) -> tuple[float, float, float, float]:
     (work / "boot_id").write_text("bench\n")
     reg = work / "plugins_registry" / f"{DRIVER}-reg.sock"
     args = [sys.executable, "-m", "ascend_dra.cli", "run", "--profiles", "fake", "--node-name", cp.node_name,
-            "--kubeconfig", str(cp.kubeconfig), "--cdi-root", str(work / "cdi"),
+            "--kubeconfig", str(cp.kubeconfig), "--cdi-root", str(work / "cdi"), "--kubelet-root-dir", str(work),
             "--kubelet-registrar-directory-path", str(work / "plugins_registry"),
             "--kubelet-plugins-directory-path", str(work / "plugins"), "--boot-id-file", str(work / "boot_id")]
     started = time.perf_counter()

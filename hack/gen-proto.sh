@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 BIN=$(dirname "$PY")
 PROTO=ascend_dra/kubelet/proto
-FILES=(pluginregistration/api.proto dra/v1/api.proto dra/v1beta1/api.proto dra-health/v1alpha1/api.proto)
+FILES=(pluginregistration/api.proto dra/v1/api.proto dra/v1beta1/api.proto dra-health/v1alpha1/api.proto dra-health/v1/api.proto)
 rm -rf ascend_dra/kubelet/_gen tests/kubelet_pb
 mkdir -p ascend_dra/kubelet/_gen tests/kubelet_pb
 PATH="$BIN:$PATH" "$PY" -m grpc_tools.protoc -I "$PROTO" \

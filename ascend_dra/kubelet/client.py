@@ -44,7 +44,9 @@ def _paths(args: argparse.Namespace) -> tuple[Path, Path]:
     if args.standalone is not None:
         registrar, plugins = args.standalone / "plugins_registry", args.standalone / "plugins"
     else:
-        registrar, plugins = args.kubelet_registrar_directory_path, args.kubelet_plugins_directory_path
+        from ascend_dra.cli import kubelet_dirs
+
+        registrar, plugins = kubelet_dirs(args)
     return registrar / f"{args.driver_name}-reg.sock", plugins / args.driver_name / "dra.sock"
 
 

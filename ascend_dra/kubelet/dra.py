@@ -4,6 +4,8 @@ Thin on purpose (STYLE §1): translate the request into :class:`~ascend_dra.stat
 values, call :class:`~ascend_dra.state.DeviceState`, and build one response entry per requested
 claim UID: devices on success, ``error`` on failure (kubelet-dra-protocol.md §3, §4.3).
 ``request_names`` carry base request names; ``share_id`` is set only in v1 (kubelet 1.35).
+An optional status hook (claimstatus.py) hears of each claim prepared or unprepared, after the
+state answered; it queues work and returns, so it never delays or fails the answer.
 """
 
 from __future__ import annotations
@@ -31,11 +33,28 @@ class _Observer(Protocol):
     def observe(self, operation: str, seconds: float, errors: int, claims: int) -> None: ...
 
 
+class _StatusHook(Protocol):
+    def after_prepare(self, namespace: str, name: str, uid: str, devices: Sequence[PreparedDevice]) -> None: ...
+    def after_unprepare(self, namespace: str, name: str, uid: str) -> None: ...
+
+
+def _notify(status: _StatusHook | None, refs: Sequence[ClaimRef], results: dict, prepared: bool) -> None:
+    if status is None:
+        return
+    for ref in refs:
+        result = results.get(ref.uid)
+        if prepared and isinstance(result, list):
+            status.after_prepare(ref.namespace, ref.name, ref.uid, result)
+        elif not prepared and ref.uid in results and result is None:
+            status.after_unprepare(ref.namespace, ref.name, ref.uid)
+
+
 def _refs(claims: Sequence[v1.Claim] | Sequence[v1beta1.Claim]) -> list[ClaimRef]:
     return [ClaimRef(namespace=c.namespace, name=c.name, uid=c.uid) for c in claims]
 
 
-async def _prepare(state: _State, claims, observer: _Observer | None) -> dict[str, list[PreparedDevice] | Exception]:
+async def _prepare(state: _State, claims, observer: _Observer | None,
+                   status: _StatusHook | None = None) -> dict[str, list[PreparedDevice] | Exception]:
     started = time.perf_counter()
     refs = _refs(claims)
     try:
@@ -50,10 +69,12 @@ async def _prepare(state: _State, claims, observer: _Observer | None) -> dict[st
             log.warning("prepare failed", extra={"claim_uid": uid, "error": str(result)})
     if observer is not None:
         observer.observe("prepare", time.perf_counter() - started, errors, len(results))
+    _notify(status, refs, results, prepared=True)
     return results
 
 
-async def _unprepare(state: _State, claims, observer: _Observer | None) -> dict[str, Exception | None]:
+async def _unprepare(state: _State, claims, observer: _Observer | None,
+                     status: _StatusHook | None = None) -> dict[str, Exception | None]:
     started = time.perf_counter()
     refs = _refs(claims)
     try:
@@ -64,18 +85,20 @@ async def _unprepare(state: _State, claims, observer: _Observer | None) -> dict[
     errors = sum(1 for r in results.values() if r is not None)
     if observer is not None:
         observer.observe("unprepare", time.perf_counter() - started, errors, len(results))
+    _notify(status, refs, results, prepared=False)
     return results
 
 
 class DraV1Service(v1.DraPluginBase):
     """``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin`` (kubelet 1.34+)."""
 
-    def __init__(self, state: _State, observer: _Observer | None = None) -> None:
+    def __init__(self, state: _State, observer: _Observer | None = None, status: _StatusHook | None = None) -> None:
         self.state = state
         self.observer = observer
+        self.status = status
 
     async def node_prepare_resources(self, message: v1.NodePrepareResourcesRequest) -> v1.NodePrepareResourcesResponse:
-        results = await _prepare(self.state, message.claims, self.observer)
+        results = await _prepare(self.state, message.claims, self.observer, self.status)
         return v1.NodePrepareResourcesResponse(claims={
             uid: v1.NodePrepareResourceResponse(error=str(r)) if isinstance(r, Exception)
             else v1.NodePrepareResourceResponse(devices=[
@@ -89,7 +112,7 @@ class DraV1Service(v1.DraPluginBase):
     async def node_unprepare_resources(
         self, message: v1.NodeUnprepareResourcesRequest
     ) -> v1.NodeUnprepareResourcesResponse:
-        results = await _unprepare(self.state, message.claims, self.observer)
+        results = await _unprepare(self.state, message.claims, self.observer, self.status)
         return v1.NodeUnprepareResourcesResponse(claims={
             uid: v1.NodeUnprepareResourceResponse(error="" if r is None else str(r)) for uid, r in results.items()
         })
@@ -98,14 +121,15 @@ class DraV1Service(v1.DraPluginBase):
 class DraV1beta1Service(v1beta1.DraPluginBase):
     """``k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin``: the same answers without ``share_id``."""
 
-    def __init__(self, state: _State, observer: _Observer | None = None) -> None:
+    def __init__(self, state: _State, observer: _Observer | None = None, status: _StatusHook | None = None) -> None:
         self.state = state
         self.observer = observer
+        self.status = status
 
     async def node_prepare_resources(
         self, message: v1beta1.NodePrepareResourcesRequest
     ) -> v1beta1.NodePrepareResourcesResponse:
-        results = await _prepare(self.state, message.claims, self.observer)
+        results = await _prepare(self.state, message.claims, self.observer, self.status)
         return v1beta1.NodePrepareResourcesResponse(claims={
             uid: v1beta1.NodePrepareResourceResponse(error=str(r)) if isinstance(r, Exception)
             else v1beta1.NodePrepareResourceResponse(devices=[
@@ -119,13 +143,13 @@ class DraV1beta1Service(v1beta1.DraPluginBase):
     async def node_unprepare_resources(
         self, message: v1beta1.NodeUnprepareResourcesRequest
     ) -> v1beta1.NodeUnprepareResourcesResponse:
-        results = await _unprepare(self.state, message.claims, self.observer)
+        results = await _unprepare(self.state, message.claims, self.observer, self.status)
         return v1beta1.NodeUnprepareResourcesResponse(claims={
             uid: v1beta1.NodeUnprepareResourceResponse(error="" if r is None else str(r))
             for uid, r in results.items()
         })
 
 
-def services(state: _State, observer: _Observer | None = None) -> list[object]:
+def services(state: _State, observer: _Observer | None = None, status: _StatusHook | None = None) -> list[object]:
     """Both DRA service versions, ready for one grpclib server."""
-    return [DraV1Service(state, observer), DraV1beta1Service(state, observer)]
+    return [DraV1Service(state, observer, status), DraV1beta1Service(state, observer, status)]

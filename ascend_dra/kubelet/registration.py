@@ -4,12 +4,19 @@ Source: kubelet-dra-protocol.md §1.2 and §2: ``GetInfo`` answers type ``DRAPlu
 name, the absolute DRA socket path and the gRPC services we serve, ``v1.DRAPlugin`` first; the
 kubelet then calls ``NotifyRegistrationStatus``, whose outcome we keep so that a failed
 registration is visible (log, metrics, ``/healthz``).
+
+:func:`~ascend_dra.kubelet.rules.registration_problems` applies the checks the 1.38 kubelet makes
+on ``GetInfo`` (kubernetes/kubernetes PR #140837, kubelet-dra-protocol.md §5): the driver name a DNS subdomain
+of at most 63 characters, the endpoint absolute, shorter than 108 bytes (``sun_path``) and inside
+the kubelet root dir. The daemon refuses to start on any of them, so a configuration the kubelet
+would reject never gets as far as a registration that times out.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 
 import attrs
 from grpclib import GRPCError, Status
@@ -21,14 +28,33 @@ from ascend_dra.kubelet._gen.pluginregistration import (
     RegistrationStatus,
     RegistrationStatusResponse,
 )
+from ascend_dra.kubelet.rules import registration_problems
 
-__all__ = ("DRA_PLUGIN_TYPE", "SUPPORTED_SERVICES", "RegistrationServer", "RegistrationState")
+__all__ = (
+    "DRA_PLUGIN_TYPE",
+    "DRA_SERVICES",
+    "SUPPORTED_SERVICES",
+    "RegistrationServer",
+    "RegistrationState",
+    "registration_problems",
+    "supported_services",
+)
 
 log = logging.getLogger(__name__)
 
 DRA_PLUGIN_TYPE = "DRAPlugin"
-#: In our order of preference; the kubelet picks the first it supports (§2.1).
-SUPPORTED_SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin", "v1alpha1.DRAResourceHealth")
+#: The DRA node services, in our order of preference; the kubelet picks the first it supports (§2.1).
+DRA_SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+#: What we list when health is served (see :func:`supported_services`): the 1.37 kubelet picks the
+#: newest health version both sides list, older ones ignore what they do not know.
+SUPPORTED_SERVICES = (*DRA_SERVICES, "v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth")
+def supported_services(health: Sequence[str] = ()) -> list[str]:
+    """``PluginInfo.supported_versions``: the DRA services, then the health services really served.
+
+    Advertising a health service that is not served makes the kubelet retry it every ~5 s and fill
+    its log (kubelet-dra-protocol.md §5), so ``health`` lists only what the DRA socket serves.
+    """
+    return [*DRA_SERVICES, *health]
 
 
 @attrs.define
@@ -51,17 +77,20 @@ class RegistrationServer(RegistrationBase):
 
     :param driver_name: the DRA driver name.
     :param endpoint: absolute path of the DRA service socket.
+    :param services: ``supported_versions`` (default: :func:`supported_services` without health).
     """
 
-    def __init__(self, driver_name: str, endpoint: str, state: RegistrationState | None = None) -> None:
+    def __init__(self, driver_name: str, endpoint: str, state: RegistrationState | None = None,
+                 services: Sequence[str] | None = None) -> None:
         self.driver_name = driver_name
         self.endpoint = endpoint
         self.state = state if state is not None else RegistrationState()
+        self.services = list(services) if services is not None else supported_services()
 
     async def get_info(self, message: InfoRequest) -> PluginInfo:
         self.state.info_calls += 1
         return PluginInfo(type=DRA_PLUGIN_TYPE, name=self.driver_name, endpoint=self.endpoint,
-                          supported_versions=list(SUPPORTED_SERVICES))
+                          supported_versions=list(self.services))
 
     async def notify_registration_status(self, message: RegistrationStatus) -> RegistrationStatusResponse:
         self.state.registered = message.plugin_registered

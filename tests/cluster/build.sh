@@ -5,17 +5,38 @@
 #   ${ASCEND_DRA_CACHE:-$HOME/.cache/ascend-dra}/controlplane-<k8s version>/bin/
 #
 # Only missing (or out-of-date, see the .stamp files) binaries are built, so a fresh clone on
-# the same machine reuses them. GOMODCACHE / GOCACHE stay at Go's defaults.
+# the same machine reuses them. GOMODCACHE / GOCACHE stay at Go's defaults and are shared by
+# every Kubernetes version (a second version reuses the packages whose versions match).
 #
-# Usage: tests/cluster/build.sh            build what is missing, print the bin dir last
-#        tests/cluster/build.sh --print-bin-dir   only print the bin dir
-#        tests/cluster/build.sh --check     exit 1 if something is missing (build nothing)
-#        tests/cluster/build.sh --force     rebuild everything
+# The Kubernetes minor version is chosen with --k8s MINOR or $ASCEND_DRA_K8S (default 1.35);
+# each minor has its wrapper module go-k8s-<minor>/ (pinned patch release in its go.mod).
+#
+# Usage: tests/cluster/build.sh [--k8s 1.37]             build what is missing, print the bin dir last
+#        tests/cluster/build.sh [--k8s 1.37] --print-bin-dir   only print the bin dir
+#        tests/cluster/build.sh [--k8s 1.37] --check     exit 1 if something is missing (build nothing)
+#        tests/cluster/build.sh [--k8s 1.37] --force     rebuild everything
+#        tests/cluster/build.sh --list                   print the minors that have a wrapper module
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-K8S_MOD="$HERE/go"
 ETCD_MOD="$HERE/go-etcd"
+
+K8S_MINOR="${ASCEND_DRA_K8S:-1.35}"
+args=()
+while (($#)); do
+    case "$1" in
+        --k8s) K8S_MINOR="${2:?build.sh: --k8s needs a minor version such as 1.37}"; shift 2 ;;
+        --k8s=*) K8S_MINOR="${1#--k8s=}"; shift ;;
+        --list) for d in "$HERE"/go-k8s-*/; do d="${d%/}"; echo "${d##*/go-k8s-}"; done; exit 0 ;;
+        *) args+=("$1"); shift ;;
+    esac
+done
+set -- "${args[@]+"${args[@]}"}"
+K8S_MOD="$HERE/go-k8s-$K8S_MINOR"
+if [[ ! -f "$K8S_MOD/go.mod" ]]; then
+    echo "build.sh: Kubernetes $K8S_MINOR: no wrapper module $K8S_MOD (allowed: $("$0" --list | tr '\n' ' '))" >&2
+    exit 2
+fi
 
 K8S_VERSION="$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' "$K8S_MOD/go.mod")"
 ETCD_VERSION="$(awk '$1 == "require" && $2 == "go.etcd.io/etcd/server/v3" {print $3}' "$ETCD_MOD/go.mod")"
@@ -34,7 +55,7 @@ case "${1:-}" in
     --print-bin-dir) echo "$BIN_DIR"; exit 0 ;;
     --check) mode=check ;;
     --force) mode=force ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "build.sh: unknown argument $1" >&2; exit 2 ;;
 esac
 
@@ -134,10 +155,27 @@ build_one() {  # $1 = name, $2 = module dir, $3 = package, $4 = ldflags, $5 = st
         "$(du -h "$BIN_DIR/$name" | cut -f1)"
 }
 
+# etcd does not depend on the Kubernetes version: take a current one from another version's
+# bin dir (hard link, else copy) instead of building it again.
+reuse_etcd() {
+    [[ "$mode" == force ]] && return 1
+    local other
+    for other in "$CACHE_ROOT"/controlplane-*/bin; do
+        [[ "$other" == "$BIN_DIR" || ! -x "$other/etcd" ]] && continue
+        [[ "$(cat "$other/.etcd.stamp" 2>/dev/null)" == "$ETCD_STAMP" ]] || continue
+        ln -f "$other/etcd" "$BIN_DIR/.etcd.tmp" 2>/dev/null || cp -f "$other/etcd" "$BIN_DIR/.etcd.tmp"
+        mv -f "$BIN_DIR/.etcd.tmp" "$BIN_DIR/etcd"
+        echo "$ETCD_STAMP" > "$BIN_DIR/.etcd.stamp"
+        echo "== etcd: reused from $other"
+        return 0
+    done
+    return 1
+}
+
 total0=$(date +%s.%N)
 for b in "${missing[@]}"; do
     case "$b" in
-        etcd) build_one etcd "$ETCD_MOD" . "-s -w" "$ETCD_STAMP" ;;
+        etcd) reuse_etcd || build_one etcd "$ETCD_MOD" . "-s -w" "$ETCD_STAMP" ;;
         *) build_one "$b" "$K8S_MOD" "k8s.io/kubernetes/cmd/$b" "$LDF" "$K8S_STAMP" ;;
     esac
 done

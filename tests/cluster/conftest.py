@@ -1,4 +1,4 @@
-"""Fixtures for tests that need a real Kubernetes 1.35 control plane.
+"""Fixtures for tests that need a real Kubernetes control plane (1.35 by default, $ASCEND_DRA_K8S=1.37).
 
 * ``control_plane`` (session scope): etcd + kube-apiserver + kube-controller-manager + kube-scheduler on
   127.0.0.1 in a tmp dir, with a fake Ready Node. Exposes ``.kubeconfig`` (Path), ``.node_name``,
@@ -9,6 +9,9 @@
 * Missing binaries are built with ``tests/cluster/build.sh`` once, at the end of collection (outside the
   per-test timeout; a cold build takes many minutes). Set ``ASCEND_DRA_NO_BUILD=1`` to fail instead.
 * ``anyio_backend``: "asyncio" (grpclib / aiohttp / kubernetes_asyncio are asyncio-only).
+* The version: ``ASCEND_DRA_K8S=1.37`` selects the 1.37 binaries (``build.sh --k8s 1.37``).
+  ``k8s_version`` is what the API server reports (``"1.37"``); ``versions.require_k8s`` skips a test on
+  an older server, naming the feature and the version that has it (never silently).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from controlplane import (
     ControlPlane,
     ControlPlaneError,
     default_bin_dir,
+    k8s_minor,
     missing_binaries,
 )
 
@@ -64,11 +68,12 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     log.parent.mkdir(parents=True, exist_ok=True)
     if tr is not None:
         tr.write_line(
-            f"tests/cluster: building {', '.join(missing)} into {bin_dir} "
+            f"tests/cluster: building Kubernetes {k8s_minor()}: {', '.join(missing)} into {bin_dir} "
             f"(cold: ~7 min on 2 cores, warm Go cache: ~25 s); log: {log}"
         )
     with open(log, "ab") as f:
-        rc = subprocess.run(["bash", str(BUILD_SH)], stdout=f, stderr=subprocess.STDOUT).returncode
+        rc = subprocess.run(["bash", str(BUILD_SH), "--k8s", k8s_minor()], stdout=f,
+                            stderr=subprocess.STDOUT).returncode
     if rc != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
         raise pytest.UsageError(f"{BUILD_SH} failed (exit {rc}); last lines of {log}:\n{tail}")
@@ -101,6 +106,10 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
         cp.start()
     except ControlPlaneError as e:
         pytest.fail(f"control plane did not start: {e}", pytrace=False)
+    if cp.server_version() != k8s_minor():
+        cp.stop()
+        pytest.fail(f"{bin_dir} serves Kubernetes {cp.server_version()}, not {k8s_minor()} ($ASCEND_DRA_K8S)",
+                    pytrace=False)
     try:
         yield cp
     finally:
@@ -110,6 +119,13 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def k8s_version(control_plane) -> str:
+    """``MAJOR.MINOR`` of the cluster under test, as its API server reports it (``"1.35"``, ``"1.37"``)."""
+    server_version = getattr(control_plane, "server_version", None)
+    return server_version() if server_version is not None else k8s_minor()
 
 
 # -- per-test fixtures shared by the cluster tests ---------------------------------------------------

@@ -8,7 +8,8 @@ Stdlib + PyYAML only: imported by the pytest fixtures (tests/cluster/conftest.py
     python tests/cluster/controlplane.py status --dir .cluster
 
 Binaries come from tests/cluster/build.sh (``--bin-dir`` / $ASCEND_DRA_CONTROLPLANE_BIN, default: the
-folder that ``build.sh --print-bin-dir`` names).
+folder that ``build.sh --print-bin-dir`` names). The Kubernetes minor version is ``--k8s MINOR`` or
+$ASCEND_DRA_K8S (default 1.35, see :func:`k8s_minor`); each has its wrapper module ``go-k8s-<minor>/``.
 """
 
 from __future__ import annotations
@@ -35,8 +36,14 @@ import yaml
 HERE = Path(__file__).resolve().parent
 BUILD_SH = HERE / "build.sh"
 
+#: The Kubernetes minor version used when $ASCEND_DRA_K8S is not set.
+DEFAULT_K8S = "1.35"
+
 #: DRA feature gates turned on for every component. All of them exist in 1.35 (the alpha ones are off
-#: by default there; DRAAdminAccess / DRAPrioritizedList / DRAResourceClaimDeviceStatus are beta-on).
+#: by default there; DRAAdminAccess / DRAPrioritizedList / DRAResourceClaimDeviceStatus are beta-on) and
+#: in 1.36/1.37 (where the GA ones are locked on, and setting them to true is accepted). DRAExtendedResource
+#: (KEP-5004) is left at its default on purpose: off (alpha) in 1.35, on in 1.36 (beta) and 1.37 (GA), so the tests see
+#: what a default cluster of each version does with ``extendedResourceName``.
 DEFAULT_FEATURE_GATES: dict[str, bool] = {
     "DRAConsumableCapacity": True,
     "DRAPartitionableDevices": True,
@@ -72,12 +79,18 @@ class ControlPlaneError(RuntimeError):
     """Start-up, readiness or shutdown failure. The message contains the tail of the relevant log."""
 
 
-def default_bin_dir() -> Path:
+def k8s_minor() -> str:
+    """The Kubernetes minor version the tests use: $ASCEND_DRA_K8S (``1.35``, ``1.37``), default 1.35."""
+    return os.environ.get("ASCEND_DRA_K8S") or DEFAULT_K8S
+
+
+def default_bin_dir(k8s: str | None = None) -> Path:
     env = os.environ.get("ASCEND_DRA_CONTROLPLANE_BIN")
     if env:
         return Path(env)
     out = subprocess.run(
-        ["bash", str(BUILD_SH), "--print-bin-dir"], check=True, capture_output=True, text=True
+        ["bash", str(BUILD_SH), "--k8s", k8s or k8s_minor(), "--print-bin-dir"], check=True, capture_output=True,
+        text=True,
     ).stdout.strip()
     return Path(out)
 
@@ -529,8 +542,18 @@ class ControlPlane:
         return probe
 
     # ------------------------------------------------------------------ tiny API client (stdlib)
-    def api(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> tuple[int, Any]:
-        data = None if body is None else json.dumps(body).encode()
+    def api(self, method: str, path: str, body: Any = None, content_type: str = "application/json", *,
+            json_style: str = "python") -> tuple[int, Any]:
+        """One request. ``json_style`` is how the body is encoded, as different clients do: ``python``
+        (json.dumps defaults, spaces), ``go`` (compact, keys in the given order, as Go structs) or
+        ``kubectl`` (compact, keys sorted, as kubectl's YAML-to-JSON). Opaque parameters are stored
+        byte for byte as sent, which matters to later patches of the object."""
+        if body is None:
+            data = None
+        elif json_style == "python":
+            data = json.dumps(body).encode()
+        else:
+            data = json.dumps(body, separators=(",", ":"), sort_keys=json_style == "kubectl").encode()
         req = urllib.request.Request(self.server + path, data=data, method=method)
         req.add_header("Authorization", f"Bearer {self.token}")
         req.add_header("Accept", "application/json")
@@ -549,6 +572,13 @@ class ControlPlane:
 
     def _api_status(self, method: str, path: str) -> int:
         return self.api(method, path)[0]
+
+    def server_version(self) -> str:
+        """``MAJOR.MINOR`` that kube-apiserver reports on ``/version`` (e.g. ``1.37``)."""
+        status, obj = self.api("GET", "/version")
+        if status != 200:
+            raise ControlPlaneError(f"GET /version: HTTP {status}: {obj}")
+        return f"{obj['major']}.{obj['minor'].rstrip('+')}"
 
     def ensure_node(self) -> None:
         """Create (or repair) the fake Node: Ready, 8 CPU / 32Gi / 110 pods, no taints."""
@@ -600,7 +630,7 @@ class ControlPlane:
             "nodeInfo": {
                 "architecture": "amd64",
                 "operatingSystem": "linux",
-                "kubeletVersion": "v1.35.0-fake",
+                "kubeletVersion": f"v{self.server_version()}.0-fake",
                 "kubeProxyVersion": "",
                 "containerRuntimeVersion": "fake://0",
                 "bootID": "",
@@ -682,10 +712,10 @@ def _cmd_up(args: argparse.Namespace) -> int:
             return 0
         print("stale state found, stopping leftovers", file=sys.stderr)
         cp.stop()
-    bin_dir = Path(args.bin_dir) if args.bin_dir else default_bin_dir()
+    bin_dir = Path(args.bin_dir) if args.bin_dir else default_bin_dir(args.k8s)
     if missing_binaries(bin_dir):
         if args.build:
-            subprocess.run(["bash", str(BUILD_SH)], check=True)
+            subprocess.run(["bash", str(BUILD_SH), "--k8s", args.k8s], check=True)
         else:
             print(f"missing binaries in {bin_dir}: run {BUILD_SH}", file=sys.stderr)
             return 1
@@ -734,6 +764,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     up.add_argument("--node-name", default="node-1")
     up.add_argument("--timeout", type=float, default=120.0)
     up.add_argument("--build", action="store_true", help="run build.sh if binaries are missing")
+    up.add_argument("--k8s", default=k8s_minor(), help="Kubernetes minor version (default $ASCEND_DRA_K8S or 1.35)")
     up.set_defaults(func=_cmd_up)
     down = sub.add_parser("down", help="stop a control plane started by `up`")
     down.add_argument("--dir", default=".cluster")

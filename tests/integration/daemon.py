@@ -17,6 +17,8 @@ from tests.kubelet_pb.dra.v1 import api_pb2 as v1_pb2
 from tests.kubelet_pb.dra.v1 import api_pb2_grpc as v1_grpc
 from tests.kubelet_pb.dra.v1beta1 import api_pb2 as v1beta1_pb2
 from tests.kubelet_pb.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
+from tests.kubelet_pb.dra_health.v1 import api_pb2 as health_v1_pb2
+from tests.kubelet_pb.dra_health.v1 import api_pb2_grpc as health_v1_grpc
 from tests.kubelet_pb.dra_health.v1alpha1 import api_pb2 as health_pb2
 from tests.kubelet_pb.dra_health.v1alpha1 import api_pb2_grpc as health_grpc
 from tests.kubelet_pb.pluginregistration import api_pb2 as reg_pb2
@@ -78,8 +80,7 @@ class DaemonProcess:
             mode = ["--standalone", str(standalone)]
         else:
             mode = ["--kubeconfig", str(self.kubeconfig), "--cdi-root", str(self.cdi_dir),
-                    "--kubelet-registrar-directory-path", str(self.root / "plugins_registry"),
-                    "--kubelet-plugins-directory-path", str(self.root / "plugins")]
+                    "--kubelet-root-dir", str(self.root)]
         args = [sys.executable, "-m", "ascend_dra.cli", "run", "--profiles", self.profiles, *mode,
                 "--node-name", self.node, "--fake-devices", str(self.fake_devices),
                 "--boot-id-file", str(self.boot_id_file), *self.extra_args]
@@ -137,6 +138,7 @@ class Kubelet:
         self.v1 = v1_grpc.DRAPluginStub(self.dra_channel)
         self.v1beta1 = v1beta1_grpc.DRAPluginStub(self.dra_channel)
         self.health = health_grpc.DRAResourceHealthStub(self.dra_channel)
+        self.health_v1 = health_v1_grpc.DRAResourceHealthStub(self.dra_channel)
 
     def close(self) -> None:
         self.reg_channel.close()
@@ -155,8 +157,9 @@ class Kubelet:
         request = pb.NodeUnprepareResourcesRequest(claims=[_claim(pb, c) for c in claims])
         return stub.NodeUnprepareResources(request, timeout=45)
 
-    def first_health(self):
-        stream = self.health.NodeWatchResources(health_pb2.NodeWatchResourcesRequest(), timeout=10)
+    def first_health(self, api: str = "v1alpha1"):
+        stub, pb = (self.health, health_pb2) if api == "v1alpha1" else (self.health_v1, health_v1_pb2)
+        stream = stub.NodeWatchResources(pb.NodeWatchResourcesRequest(), timeout=10)
         message = next(stream)
         stream.cancel()
         return message

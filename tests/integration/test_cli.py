@@ -23,13 +23,16 @@ RUN_FLAGS = {
     "--standalone": ("STANDALONE_DIR", "none"),
     "--kubeconfig": ("KUBECONFIG", "none"),
     "--cdi-root": ("CDI_ROOT", "/var/run/cdi"),
-    "--kubelet-registrar-directory-path": ("KUBELET_REGISTRAR_DIRECTORY_PATH", "/var/lib/kubelet/plugins_registry"),
-    "--kubelet-plugins-directory-path": ("KUBELET_PLUGINS_DIRECTORY_PATH", "/var/lib/kubelet/plugins"),
+    "--kubelet-root-dir": ("KUBELET_ROOT_DIR", "/var/lib/kubelet"),
+    "--kubelet-registrar-directory-path": ("KUBELET_REGISTRAR_DIRECTORY_PATH", "<root-dir>/plugins_registry"),
+    "--kubelet-plugins-directory-path": ("KUBELET_PLUGINS_DIRECTORY_PATH", "<root-dir>/plugins"),
     "--boot-id-file": ("BOOT_ID_FILE", "/proc/sys/kernel/random/boot_id"),
     "--discovery-timeout": ("DISCOVERY_TIMEOUT", "30.0"),
     "--rediscover-interval": ("REDISCOVER_INTERVAL", "60.0"),
     "--health-interval": ("HEALTH_INTERVAL", "10.0"),
     "--taint-unhealthy": ("TAINT_UNHEALTHY", "False"),
+    "--health-service": ("HEALTH_SERVICE", "True"),
+    "--claim-status": ("CLAIM_STATUS", "True"),
     "--metrics-port": ("METRICS_PORT", "0"),
     "--metrics-address": ("METRICS_ADDRESS", "0.0.0.0"),
     "--log-level": ("LOG_LEVEL", "info"),
@@ -89,7 +92,7 @@ def test_call_register_prepare_unprepare_print_what_came_back(daemon):
     register = cli("call", "--standalone", root, "register")
     assert register.returncode == 0, register.stderr
     first = json.loads(register.stdout.split("\n}\n")[0] + "\n}")
-    assert first["getInfo"]["supportedVersions"] == ["v1.DRAPlugin", "v1beta1.DRAPlugin",
+    assert first["getInfo"]["supportedVersions"] == ["v1.DRAPlugin", "v1beta1.DRAPlugin", "v1.DRAResourceHealth",
                                                      "v1alpha1.DRAResourceHealth"]
 
     prepare = cli("call", "--standalone", root, "prepare", "default/cli-claim")
@@ -161,7 +164,8 @@ def test_an_unknown_profile_name_stops_the_daemon_with_the_installed_names(short
 
 
 def test_cluster_mode_without_a_cluster_says_what_to_pass(short_tmp):
-    dirs = ["--cdi-root", str(short_tmp / "cdi"), "--kubelet-registrar-directory-path", str(short_tmp / "reg"),
+    dirs = ["--cdi-root", str(short_tmp / "cdi"), "--kubelet-root-dir", str(short_tmp),
+            "--kubelet-registrar-directory-path", str(short_tmp / "reg"),
             "--kubelet-plugins-directory-path", str(short_tmp / "plugins")]
     result = cli("run", "--node-name", "n", "--profiles", "fake", *dirs, env=BASE_ENV)
     assert result.returncode == 1
@@ -215,3 +219,26 @@ def test_call_prints_every_cdi_spec_of_a_claim_and_names_bad_yaml(short_tmp):
         assert f"claim file {d.root}/claims/default/broken.yaml is not valid YAML" in bad.stderr
     finally:
         d.stop()
+
+
+def test_a_configuration_the_kubelet_would_reject_is_refused_at_start_up_in_one_line(short_tmp):
+    base = ["run", "--node-name", "n", "--profiles", "fake", "--kubeconfig", "nokubeconfig"]
+    bad_name = cli(*base, "--driver-name", "Ascend_NPU", "--kubelet-root-dir", str(short_tmp), env=BASE_ENV)
+    assert bad_name.returncode == 2
+    assert bad_name.stderr.splitlines() == [
+        "ascend-dra run: --driver-name 'Ascend_NPU' must be a lower-case DNS subdomain of at most 63 characters "
+        "(e.g. ascend.project-hami.io); it is the CDI vendor and the slices' driver"]
+    outside = cli(*base, "--kubelet-root-dir", str(short_tmp / "kubelet"), "--kubelet-plugins-directory-path",
+                  str(short_tmp / "run"), env=BASE_ENV)
+    assert outside.returncode == 2
+    assert outside.stderr.splitlines() == [
+        f"ascend-dra run: DRA socket {short_tmp}/run/{DRIVER}/dra.sock: the kubelet accepts only endpoints inside "
+        f"its root dir {short_tmp}/kubelet (--kubelet-root-dir); put --kubelet-plugins-directory-path under it"]
+    long_root = short_tmp / ("k" * 80)
+    too_long = cli(*base, "--kubelet-root-dir", str(long_root), env=BASE_ENV)
+    assert too_long.returncode == 2
+    [line] = too_long.stderr.splitlines()
+    assert line.startswith(f"ascend-dra run: DRA socket {long_root}/plugins/{DRIVER}/dra.sock: ")
+    assert line.endswith("bytes long; the kubelet accepts only endpoints shorter than 108 bytes (a unix socket "
+                         "limit): use a shorter --kubelet-plugins-directory-path or --kubelet-root-dir")
+    assert not (short_tmp / "kubelet").exists() and not long_root.exists()  # refused before creating anything

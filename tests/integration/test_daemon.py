@@ -40,7 +40,8 @@ def test_registration_answers_like_the_go_helper_and_keeps_the_status(daemon, ku
     assert info.type == "DRAPlugin"
     assert info.name == DRIVER
     assert info.endpoint == str(daemon.dra_socket)
-    assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin", "v1alpha1.DRAResourceHealth"]
+    assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin", "v1.DRAResourceHealth",
+                                             "v1alpha1.DRAResourceHealth"]
     from tests.kubelet_pb.pluginregistration import api_pb2 as reg_pb2
 
     kubelet.registration.NotifyRegistrationStatus(reg_pb2.RegistrationStatus(plugin_registered=True), timeout=5)

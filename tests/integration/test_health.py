@@ -62,3 +62,56 @@ def test_the_stream_ends_cleanly_when_the_daemon_stops(short_tmp):
         pass
     finally:
         k.close()
+
+
+def test_both_health_versions_stream_the_same_devices_and_are_advertised_newest_first(short_tmp):
+    d = DaemonProcess(short_tmp / "sa").start()
+    k = Kubelet(d)
+    try:
+        services = list(k.get_info().supported_versions)
+        assert services == ["v1.DRAPlugin", "v1beta1.DRAPlugin", "v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"]
+        v1, v1alpha1 = k.first_health("v1"), k.first_health("v1alpha1")
+        assert type(v1).DESCRIPTOR.full_name == "v1.NodeWatchResourcesResponse"
+        assert type(v1alpha1).DESCRIPTOR.full_name == "v1alpha1.NodeWatchResourcesResponse"
+        for message in (v1, v1alpha1):
+            assert {(x.device.pool_name, x.device.device_name, x.health) for x in message.devices} == {
+                ("node-1", f"npu-{i}-0", HEALTHY) for i in range(4)}
+            assert {x.health_check_timeout_seconds for x in message.devices} == {30}
+    finally:
+        k.close()
+        d.stop()
+
+
+def test_a_long_health_interval_still_resends_inside_the_kubelets_30_s(short_tmp):
+    d = DaemonProcess(short_tmp / "sa", extra_args=["--health-interval", "120"]).start()
+    k = Kubelet(d)
+    from tests.kubelet_pb.dra_health.v1 import api_pb2 as v1_pb2
+
+    stream = k.health_v1.NodeWatchResources(v1_pb2.NodeWatchResourcesRequest(), timeout=40)
+    try:
+        next(stream)
+        started = time.monotonic()
+        second = next(stream)  # nothing changed: this is the periodic re-send
+        gap = time.monotonic() - started
+        assert len(second.devices) == 4
+        assert gap < 15, f"re-sent after {gap:.1f} s; the kubelet calls devices unknown after 30 s"
+    finally:
+        stream.cancel()
+        k.close()
+        d.stop()
+
+
+def test_with_the_health_service_off_it_is_neither_served_nor_advertised(short_tmp):
+    d = DaemonProcess(short_tmp / "sa", extra_args=["--health-service=false"]).start()
+    k = Kubelet(d)
+    try:
+        assert list(k.get_info().supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+        for api in ("v1", "v1alpha1"):
+            try:
+                k.first_health(api)
+                raise AssertionError(f"{api} health answered although it is off")
+            except grpc.RpcError as exc:
+                assert exc.code() == grpc.StatusCode.UNIMPLEMENTED
+    finally:
+        k.close()
+        d.stop()

@@ -24,6 +24,14 @@ from tests.unit.test_ascend_support import dev_tree, fake_npu_smi, fixture, sys_
 
 # The API's rules, written out independently of the code under test.
 C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}")
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def qualified_name(name: str) -> bool:
+    """``<id>`` or ``<domain>/<id>`` (QualifiedName: a DNS subdomain of at most 63, then a C identifier)."""
+    domain, slash, ident = name.rpartition("/")
+    return bool(C_IDENTIFIER.fullmatch(ident)) and (not slash or (len(domain) <= 63
+                                                                 and bool(DNS_SUBDOMAIN.fullmatch(domain))))
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 N, P, B = r"(0|[1-9]\d*)", r"(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)", r"[0-9a-zA-Z-]+"
 SEMVER = re.compile(rf"{N}\.{N}\.{N}(-{P}(\.{P})*)?(\+{B}(\.{B})*)?")
@@ -33,7 +41,7 @@ def assert_within_limits(device: Device) -> None:
     assert DNS_LABEL.fullmatch(device.name), device.name
     assert len(device.attributes) + len(device.capacities) <= 32
     for name, value in device.attributes.items():
-        assert C_IDENTIFIER.fullmatch(name), name
+        assert qualified_name(name), name
         if isinstance(value, Version):
             assert SEMVER.fullmatch(value) and len(value) <= 64, value
         elif isinstance(value, str):

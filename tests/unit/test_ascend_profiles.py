@@ -61,6 +61,8 @@ async def test_310p_profile_publishes_the_lab_host(tmp_path: Path) -> None:
         "productName": "310P3", "chipFamily": "Ascend310P", "memoryType": "DDR", "numaNode": 0,
         "pciAddress": "0000:81:00.0", "driverVersion": "25.5.1", "driverRelease": "25.5.1",
         "dvppVpc": 12, "dvppVdec": 12, "dvppJpegd": 16, "dvppJpege": 8, "dvppVenc": 3,
+        "resource.kubernetes.io/numaNode": 0, "resource.kubernetes.io/pciBusID": "0000:81:00.0",
+        "resource.kubernetes.io/pcieRoot": "pci0000:00",
     }
     assert type(first.attributes["driverVersion"]) is Version
     assert type(first.attributes["driverRelease"]) is str
@@ -87,6 +89,8 @@ async def test_910_profile_publishes_the_atlas_800_9010(tmp_path: Path) -> None:
         "pciAddress": "0000:61:00.0", "uuid": "42C711D4-20B03704-4A10C8D4-14CC040A-D2102003",
         "driverVersion": "23.0.5", "driverRelease": "23.0.5", "hccs": True, "topologyGroup": "hccs-0",
         "cpuAffinity": "144-167",
+        "resource.kubernetes.io/numaNode": 0, "resource.kubernetes.io/pciBusID": "0000:61:00.0",
+        "resource.kubernetes.io/pcieRoot": "pci0000:00",
     }
     assert dict(inventory.devices[0].capacities) == {"memory": Capacity("32768Mi"), "aicore": Capacity("32")}
     # 22.0.3.1 is not semver: published as driverRelease only, and no aicore where npu-smi did not say.

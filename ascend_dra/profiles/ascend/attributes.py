@@ -13,12 +13,21 @@ reference ascend.md §11.2), ``chipFamily``, ``memoryType`` (``HBM``/``DDR``), `
 semver, e.g. ``25.5.1``) and ``driverRelease`` (the driver version as printed, a string, always
 when known, e.g. ``24.1.rc1.b030``, which is not semver). Capacities: ``memory`` (MiB as a
 Quantity, ``65536Mi``) and ``aicore`` (AI cores, a count).
+
+Standard attributes (domain ``resource.kubernetes.io``, the names Kubernetes defines so that devices
+of different drivers can be aligned with ``matchAttribute``), beside ours and only when known:
+``numaNode`` (int; stable in 1.37), ``pciBusID`` (the PCI address, ``0000:81:00.0``) and ``pcieRoot``
+(the PCIe root complex the chip hangs off, ``pci0000:80``, from the sysfs path of the function).
+They are added last and only while the device stays within the 32 attributes + capacities limit.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import re
 from collections.abc import Mapping
+from pathlib import Path
 
 from ascend_dra.model import AttributeValue, Capacity, Version
 from ascend_dra.profiles import checks
@@ -36,8 +45,14 @@ __all__ = (
     "is_attribute_name",
     "is_device_name",
     "is_semver",
+    "pcie_root",
     "publishable",
+    "standard_attributes",
 )
+
+#: Domain of the attributes Kubernetes standardises (``resource.kubernetes.io/<name>``).
+STANDARD_DOMAIN = "resource.kubernetes.io"
+_PCI_ROOT = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
 
 logger = logging.getLogger(__name__)
 
@@ -126,4 +141,38 @@ def chip_capacities(chip: NpuChip) -> dict[str, Capacity]:
                            extra={"device_name": device_name(chip), "capacity": name, "value": amount})
             continue
         out[name] = Capacity(f"{amount}{unit}")
+    return out
+
+
+def pcie_root(sys_root: Path, pci_address: str | None) -> str | None:
+    """The PCIe root of a PCI function, e.g. ``pci0000:80``, or None when sysfs does not tell.
+
+    ``<sys>/bus/pci/devices/<address>`` links to ``<sys>/devices/pci<domain>:<bus>/.../<address>``;
+    the first component of that form is the root complex. Blocking (sysfs reads).
+    """
+    if not pci_address:
+        return None
+    try:
+        target = os.path.realpath(sys_root / "bus" / "pci" / "devices" / pci_address.lower(), strict=True)
+    except OSError:
+        return None
+    return next((part for part in Path(target).parts if _PCI_ROOT.match(part)), None)
+
+
+def standard_attributes(chip: NpuChip, pcie_root: str | None, room: int) -> dict[str, AttributeValue]:
+    """The ``resource.kubernetes.io`` attributes of ``chip`` that are known, at most ``room`` of them.
+
+    :param room: how many more attributes the device may carry (32 minus what it has).
+    """
+    candidates: dict[str, AttributeValue | None] = {
+        "numaNode": chip.numa_node if chip.numa_node is not None and chip.numa_node >= 0 else None,
+        "pciBusID": chip.pci_address,
+        "pcieRoot": pcie_root,
+    }
+    out: dict[str, AttributeValue] = {}
+    for name, value in candidates.items():
+        key = f"{STANDARD_DOMAIN}/{name}"
+        if value is None or len(out) >= room or checks.attribute_problem(key, value) is not None:
+            continue
+        out[key] = value
     return out

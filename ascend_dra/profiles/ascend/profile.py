@@ -31,7 +31,14 @@ import anyio
 
 from ascend_dra.model import AttributeValue
 from ascend_dra.profiles.ascend import host
-from ascend_dra.profiles.ascend.attributes import chip_attributes, chip_capacities, device_name
+from ascend_dra.profiles.ascend.attributes import (
+    MAX_ATTRIBUTES_AND_CAPACITIES,
+    chip_attributes,
+    chip_capacities,
+    device_name,
+    pcie_root,
+    standard_attributes,
+)
 from ascend_dra.profiles.ascend.chip import DroppedChip, NpuChip
 from ascend_dra.profiles.ascend.chips import ChipFamily, ChipModel
 from ascend_dra.profiles.ascend.config import (
@@ -141,7 +148,9 @@ class AscendChipProfile:
         self.last_discovery = found
         self._dropped = (*found.dropped, *unknown)
         chips = [c for c in found.chips if c.family in self.families]
-        return Inventory(devices=tuple(self.device(c) for c in chips), source=found.source)
+        roots = await anyio.to_thread.run_sync(lambda: [pcie_root(ctx.sys_root, c.pci_address) for c in chips])
+        return Inventory(devices=tuple(self.device(c, r) for c, r in zip(chips, roots, strict=True)),
+                         source=found.source)
 
     def discovery_notes(self) -> tuple[str, ...]:
         """What the last discovery wants an operator to know, one line each (``ascend-dra discover``
@@ -182,11 +191,14 @@ class AscendChipProfile:
         """Family-specific attributes (None values are omitted). Overridden by each profile."""
         return {}
 
-    def device(self, chip: NpuChip) -> Device:
-        """The published device for ``chip`` (see :mod:`.attributes`)."""
+    def device(self, chip: NpuChip, pcie_root: str | None = None) -> Device:
+        """The published device for ``chip`` (see :mod:`.attributes`): ours, then the standard ones that fit."""
         extra = {k: v for k, v in self.extra_attributes(chip).items() if v is not None}
-        return Device(name=device_name(chip), attributes=chip_attributes(chip, extra),
-                      capacities=chip_capacities(chip))
+        attributes = chip_attributes(chip, extra)
+        capacities = chip_capacities(chip)
+        room = MAX_ATTRIBUTES_AND_CAPACITIES - len(attributes) - len(capacities)
+        attributes.update(standard_attributes(chip, pcie_root, room))
+        return Device(name=device_name(chip), attributes=attributes, capacities=capacities)
 
     def validate(self, config: object) -> None:
         """:raises ConfigError: see :func:`.config.validate_config`."""

@@ -53,7 +53,12 @@ class DeviceHealth(betterproto2.Message):
 
     health_check_timeout_seconds: "int" = betterproto2.field(4, betterproto2.TYPE_INT64)
     """
-    > 0 overrides the kubelet's 30 s default.
+    > 0 overrides the kubelet's 30 s default (field added in kubelet 1.35).
+    """
+
+    message: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+    """
+    Free text shown to operators (field added in kubelet 1.36; the kubelet cuts it at 1024 characters).
     """
 
 

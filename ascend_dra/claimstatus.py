@@ -1,0 +1,322 @@
+"""Claim device status (KEP-4817): ``status.devices`` of a prepared ResourceClaim carries our data.
+
+After a successful Prepare, each device we prepared for a claim gets an entry in the claim's
+``status.devices`` (``AllocatedDeviceStatus``: ``driver``, ``pool``, ``device``, ``shareID``,
+``data``), written by server-side apply on the ``resourceclaims/status`` subresource under the
+field manager named after our driver (a JSON merge patch of our entries where the API server
+cannot apply, see :meth:`ClaimStatusWriter._merge`); Unprepare applies an empty list, which
+removes exactly the entries we own (kubelet-dra-protocol.md §7.3; gate DRAResourceClaimDeviceStatus, beta/on
+since 1.33, GA in 1.37). So an operator reads what was prepared with::
+
+    kubectl get resourceclaim NAME -o jsonpath='{.status.devices}'
+
+``data`` (a JSON object of at most 10 KiB, ``AllocatedDeviceStatus.data``) holds, where known:
+
+* ``physicalID``: the chip's physical ID (the device's ``physicalID`` attribute, what
+  ``/dev/davinci<N>`` and ``ASCEND_VISIBLE_DEVICES`` use);
+* ``env``: the quota and visibility variables the profile put into the device's CDI edits
+  (``NPU_MEM_QUOTA`` in MiB, ``NPU_PRIORITY`` in percent, ``ASCEND_VISIBLE_DEVICES``, ...), read
+  back from the claim's CDI spec files as written (CDI spec format, kubelet-dra-protocol.md §9.2);
+* ``vnpuID``: the vNPU a profile created for the device, when its ``prepare_side_effects`` result
+  says so: ``{"devices": {"<device name>": {"vnpuID": <int>}}}`` (the contract for side effects
+  that create per-device objects; docs/kubernetes-versions.md).
+
+The writes run in one background task, in the order the RPCs finished, after the answer to the
+kubelet: a slow or failing API server never delays or fails a Prepare or an Unprepare (the Go
+example driver treats the status update as non-fatal too, dra-drivers.md §2.1). A failure is
+logged and retried a few times; a claim that is gone (404) or replaced (a different uid, 409)
+is skipped. Standalone mode has no API server and writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import attrs
+import yaml
+from anyio.abc import TaskStatus
+
+from ascend_dra.model import PreparedDevice
+
+__all__ = (
+    "MAX_DATA_BYTES",
+    "ClaimStatusWriter",
+    "PreparedClaim",
+    "StatusHook",
+    "apply_body",
+    "cdi_env",
+    "device_entries",
+)
+
+log = logging.getLogger(__name__)
+
+#: ``AllocatedDeviceStatus.data`` limit (``resource.k8s.io/v1`` validation): 10 KiB of JSON.
+MAX_DATA_BYTES = 10 * 1024
+#: Entries per claim: ``status.devices`` matches allocated devices, at most 32 results per claim.
+MAX_DEVICES = 32
+#: Which CDI env variables are the profile's per-device data worth showing (quota, visibility).
+_ENV_SHOWN = re.compile(r"^(ASCEND_[A-Z0-9_]*|NPU_[A-Z0-9_]*|NVIDIA_VISIBLE_DEVICES"
+                        r"|[A-Z0-9_]*_(QUOTA|LIMIT|PRIORITY))$")
+RESOURCE_V1 = "/apis/resource.k8s.io/v1"
+
+
+@attrs.frozen
+class PreparedClaim:
+    """What one successful Prepare leaves for the status writer, captured when it answered.
+
+    :ivar attributes: device name -> its published attributes (from the inventory).
+    :ivar spec_files: the claim's CDI spec files (absolute paths), read for ``env``.
+    :ivar side_effects: profile name -> what its ``prepare_side_effects`` returned.
+    """
+
+    namespace: str
+    name: str
+    uid: str
+    devices: tuple[PreparedDevice, ...]
+    attributes: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
+    spec_files: tuple[Path, ...] = ()
+    side_effects: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+def cdi_env(spec_files: Sequence[Path]) -> dict[str, dict[str, str]]:
+    """Read CDI spec files (JSON or YAML); return fully-qualified device id -> its env as a dict.
+
+    Blocking (run it in a worker thread). A file that is missing or unreadable adds nothing.
+    """
+    found: dict[str, dict[str, str]] = {}
+    for path in spec_files:
+        try:
+            spec = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            log.debug("cannot read a CDI spec for the claim status", extra={"path": str(path), "error": str(exc)})
+            continue
+        if not isinstance(spec, Mapping):
+            continue
+        kind = spec.get("kind", "")
+        for device in spec.get("devices") or []:
+            edits = device.get("containerEdits") or {}
+            env = dict(e.split("=", 1) for e in edits.get("env") or [] if isinstance(e, str) and "=" in e)
+            found[f"{kind}={device.get('name', '')}"] = env
+    return found
+
+
+def _vnpu_id(side_effects: Mapping[str, Any], device_name: str) -> Any:
+    for effects in side_effects.values():
+        if isinstance(effects, Mapping):
+            per_device = effects.get("devices")
+            if isinstance(per_device, Mapping) and isinstance(per_device.get(device_name), Mapping):
+                value = per_device[device_name].get("vnpuID")
+                if value is not None:
+                    return value
+    return None
+
+
+def device_entries(driver_name: str, claim: PreparedClaim, env: Mapping[str, Mapping[str, str]]) -> list[dict]:
+    """The claim's ``status.devices`` entries for our devices (pure).
+
+    :param env: CDI device id -> env, as :func:`cdi_env` returns.
+    """
+    entries = []
+    for device in claim.devices[:MAX_DEVICES]:
+        data: dict[str, Any] = {}
+        physical_id = claim.attributes.get(device.device_name, {}).get("physicalID")
+        if physical_id is not None:
+            data["physicalID"] = physical_id
+        shown = {k: v for cdi_id in device.cdi_device_ids for k, v in env.get(cdi_id, {}).items()
+                 if _ENV_SHOWN.match(k)}
+        if shown:
+            data["env"] = dict(sorted(shown.items()))
+        vnpu_id = _vnpu_id(claim.side_effects, device.device_name)
+        if vnpu_id is not None:
+            data["vnpuID"] = vnpu_id
+        if len(json.dumps(data)) > MAX_DATA_BYTES:  # the env is the only unbounded part
+            data.pop("env", None)
+        entry: dict[str, Any] = {"driver": driver_name, "pool": device.pool_name, "device": device.device_name}
+        if device.share_id:
+            entry["shareID"] = device.share_id
+        if data:
+            entry["data"] = data
+        entries.append(entry)
+    return entries
+
+
+def apply_body(namespace: str, name: str, uid: str, entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The server-side apply configuration: our entries (none removes ours), ``metadata.uid`` as a precondition."""
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "status": {"devices": list(entries)}}
+
+
+@attrs.frozen
+class _Job:
+    namespace: str
+    name: str
+    uid: str
+    claim: PreparedClaim | None  # None: remove our entries
+
+
+class ClaimStatusWriter:
+    """Applies claims' ``status.devices`` in the background, in the order Prepare/Unprepare finished.
+
+    :param api_factory: ``async () -> KubeApi`` (cluster.py), called once, in the running loop.
+    :param attempts: tries per write before it is given up (with 0.5 s, 1 s, 2 s, ... between).
+    """
+
+    def __init__(self, api_factory: Callable[[], Any], driver_name: str, *, attempts: int = 4,
+                 queue_size: int = 1024) -> None:
+        self.api_factory = api_factory
+        self.driver_name = driver_name
+        self.attempts = attempts
+        self._send, self._receive = anyio.create_memory_object_stream[_Job](queue_size)
+        #: Writes applied / given up, for tests and metrics.
+        self.applied = 0
+        self.failed = 0
+
+    def prepared(self, claim: PreparedClaim) -> None:
+        """Queue the status of a claim just prepared; never blocks, never raises."""
+        self._put(_Job(claim.namespace, claim.name, claim.uid, claim))
+
+    def unprepared(self, namespace: str, name: str, uid: str) -> None:
+        """Queue the removal of our entries from a claim just unprepared; never blocks, never raises."""
+        self._put(_Job(namespace, name, uid, None))
+
+    def _put(self, job: _Job) -> None:
+        try:
+            self._send.send_nowait(job)
+        except anyio.WouldBlock:
+            self.failed += 1
+            log.warning("claim status queue full; not writing this claim's status.devices",
+                        extra={"claim_uid": job.uid})
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Write queued statuses until cancelled."""
+        api = None
+        task_status.started()
+        try:
+            async with self._receive:
+                async for job in self._receive:
+                    if api is None:
+                        try:
+                            api = await self.api_factory()
+                        except Exception as exc:
+                            self.failed += 1
+                            log.warning("claim status: no API client",
+                                        extra={"claim_uid": job.uid, "error": str(exc)})
+                            continue
+                    try:
+                        await self._write(api, job)
+                    except Exception:  # a bug here must not take the daemon's task group down
+                        self.failed += 1
+                        log.exception("writing the claim's status.devices raised", extra={"claim_uid": job.uid})
+        finally:
+            self._send.close()
+            close = getattr(getattr(api, "client", None), "close", None)
+            if close is not None:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                    await close()
+
+    async def _write(self, api: Any, job: _Job) -> None:
+        from ascend_dra.cluster import ApiError
+
+        entries: list[dict] = []
+        if job.claim is not None:
+            env = await anyio.to_thread.run_sync(cdi_env, job.claim.spec_files)
+            entries = device_entries(self.driver_name, job.claim, env)
+        path = f"{RESOURCE_V1}/namespaces/{job.namespace}/resourceclaims/{job.name}/status"
+        query = [("fieldManager", self.driver_name), ("force", "true")]
+        delay = 0.5
+        apply = True
+        for attempt in range(1, self.attempts + 1):
+            try:
+                if apply:
+                    await api.call("PATCH", path, query=query, content_type="application/apply-patch+yaml",
+                                   body=apply_body(job.namespace, job.name, job.uid, entries))
+                    if job.claim is None:  # entries a fallback merge patch wrote are not the apply's to remove
+                        await self._merge(api, path, job, [])
+                else:
+                    await self._merge(api, path, job, entries)
+                self.applied += 1
+                log.debug("claim status written", extra={"claim_uid": job.uid, "devices": len(entries)})
+                return
+            except ApiError as exc:
+                if exc.status == 404 or (exc.status == 409 and apply):  # gone, or replaced (uid precondition)
+                    log.debug("claim status skipped", extra={"claim_uid": job.uid, "error": str(exc)})
+                    return
+                if exc.status == 422 and apply and "status.allocation" in str(exc):
+                    apply = False  # see _merge: retry at once with a merge patch
+                    continue
+                if (exc.status == 422 and not apply) or attempt == self.attempts:  # invalid stays invalid
+                    self.failed += 1
+                    log.warning("writing the claim's status.devices failed; the claim stays prepared",
+                                extra={"claim_uid": job.uid, "error": str(exc)})
+                    return
+            await anyio.sleep(delay)
+            delay *= 2
+
+    async def _merge(self, api: Any, path: str, job: _Job, entries: list[dict]) -> None:
+        """The fallback for claims that server-side apply cannot patch.
+
+        Found on the 1.35 API server: any patch of ``resourceclaims/status`` re-encodes the
+        allocation's opaque ``parameters``, and its "status.allocation is immutable" check compares
+        bytes. Server-side apply re-encodes them with sorted keys, so it fails unless the claim's
+        creator wrote them sorted and compact (kubectl does; a Go struct or a Python dict in its own
+        key order does not); a JSON merge patch keeps the key order and fails only when the creator
+        wrote whitespace. So: other drivers' entries are kept as read, ours replaced, and
+        ``resourceVersion`` guards against a concurrent writer (409 -> the loop retries).
+        """
+        claim = await api.call("GET", path.removesuffix("/status"))
+        if claim.get("metadata", {}).get("uid") != job.uid:
+            return  # replaced meanwhile: nothing of ours to show
+        devices = (claim.get("status") or {}).get("devices") or []
+        others = [d for d in devices if d.get("driver") != self.driver_name]
+        if not entries and len(others) == len(devices):
+            return  # nothing of ours to remove
+        await api.call("PATCH", path, query=[("fieldManager", self.driver_name)],
+                       content_type="application/merge-patch+json",
+                       body={"metadata": {"resourceVersion": claim["metadata"]["resourceVersion"]},
+                             "status": {"devices": [*others, *entries]}})
+
+
+async def open_kube_api(kubeconfig: str | None) -> Any:
+    """A :class:`~ascend_dra.cluster.KubeApi` for the writer (kubernetes-asyncio imported only here)."""
+    from ascend_dra.cluster import KubeApi, open_api
+
+    return KubeApi(await open_api(kubeconfig))
+
+
+class StatusHook:
+    """What the DRA service calls after each Prepare/Unprepare: builds :class:`PreparedClaim` from
+    the state's records and inventories and queues it on the writer. Never raises.
+
+    :param state: the daemon's DeviceState (``prepared_claims``, ``inventories``).
+    :param cdi_root: where the claims' CDI spec files are.
+    """
+
+    def __init__(self, writer: ClaimStatusWriter, state: Any, cdi_root: Path) -> None:
+        self.writer = writer
+        self.state = state
+        self.cdi_root = cdi_root
+
+    def after_prepare(self, namespace: str, name: str, uid: str, devices: Sequence[PreparedDevice]) -> None:
+        try:
+            record = self.state.prepared_claims.get(uid)
+            names = {d.device_name for d in devices}
+            attributes = {d.name: dict(d.attributes) for inv in self.state.inventories.values()
+                          for d in inv.devices if d.name in names}
+            self.writer.prepared(PreparedClaim(
+                namespace, name, uid, tuple(devices), attributes,
+                tuple(self.cdi_root / f for f in getattr(record, "cdi_specs", ())),
+                dict(getattr(record, "side_effects", None) or {})))
+        except Exception:  # the status is a courtesy; the Prepare answer is what matters
+            log.exception("queueing the claim status failed", extra={"claim_uid": uid})
+
+    def after_unprepare(self, namespace: str, name: str, uid: str) -> None:
+        self.writer.unprepared(namespace, name, uid)
