@@ -47,7 +47,7 @@ from ascend_dra.profiles.ascend import host, templates
 from ascend_dra.profiles.ascend.attributes import chip_attributes, chip_capacities, device_name
 from ascend_dra.profiles.ascend.chip import NpuChip
 from ascend_dra.profiles.ascend.chips import MODELS, ChipFamily
-from ascend_dra.profiles.ascend.config import LOG_LEVEL_ENV, LOG_TO_STDOUT_ENV, NpuConfig, log_level_number
+from ascend_dra.profiles.ascend.config import NpuConfig
 from ascend_dra.profiles.ascend.discovery import TIER_SIMULATED, discover_chips
 from ascend_dra.profiles.ascend.errors import NpuSmiError
 from ascend_dra.profiles.ascend.npusmi import NpuSmi
@@ -62,7 +62,6 @@ from ascend_dra.profiles.base import (
     Device,
     DeviceNode,
     Inventory,
-    Mount,
     ProfileContext,
     visible_per_request,
 )
@@ -215,19 +214,7 @@ class HardVnpuProfile(AscendChipProfile):
             numbers[allocated.device] = (vnpu if is_vnpu and isinstance(vnpu, int) else physical, is_vnpu)
         visible = visible_per_request(devices, lambda a: numbers[a.device][0])
         simulated = ctx.inventory.source == TIER_SIMULATED
-        present = self.layout.device_nodes
-        names = present if simulated else (*host.MANDATORY_DEVICE_NODES,
-                                           *(p for p in present if p not in host.MANDATORY_DEVICE_NODES))
-        shared = tuple(DeviceNode(path=p) for p in names)
-        mounts = tuple(Mount(host_path=p, container_path=p) for p in self.layout.driver_mounts)
-        if config.mount_tools:
-            mounts += tuple(Mount(host_path=p, container_path=p) for p in self.layout.tool_mounts)
-        common_env: list[str] = []
-        level = log_level_number(config.log_level)
-        if level is not None:
-            common_env.append(f"{LOG_LEVEL_ENV}={level}")
-        if config.log_to_stdout:
-            common_env.append(f"{LOG_TO_STDOUT_ENV}=1")
+        shared, mounts, common_env = self.shared_edits(config, simulated)
         edits: dict[str, ContainerEdits] = {}
         for allocated in devices:
             number, is_vnpu = numbers[allocated.device]

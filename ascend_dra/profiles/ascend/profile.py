@@ -200,6 +200,33 @@ class AscendChipProfile:
         attributes.update(standard_attributes(chip, pcie_root, room))
         return Device(name=device_name(chip), attributes=attributes, capacities=capacities)
 
+    def shared_node_paths(self, simulated: bool) -> tuple[str, ...]:
+        """Host paths of the shared device nodes every container of a chip gets (host.py).
+
+        Real chips always name the mandatory ones: the daemon refuses the Prepare when one is
+        missing, rather than hand out a spec without it; optional ones only where they exist.
+        """
+        present = self.layout.device_nodes
+        if simulated:
+            return present
+        return (*host.MANDATORY_DEVICE_NODES, *(p for p in present if p not in host.MANDATORY_DEVICE_NODES))
+
+    def shared_edits(self, config: NpuConfig,
+                     simulated: bool) -> tuple[tuple[DeviceNode, ...], tuple[Mount, ...], list[str]]:
+        """What every device of this profile gets whatever the chip: the shared device nodes, the
+        driver mounts (and the tools with ``mountTools``), and the log env of ``config``."""
+        shared = tuple(DeviceNode(path=p) for p in self.shared_node_paths(simulated))
+        mounts = tuple(Mount(host_path=p, container_path=p) for p in self.layout.driver_mounts)
+        if config.mount_tools:
+            mounts += tuple(Mount(host_path=p, container_path=p) for p in self.layout.tool_mounts)
+        common_env: list[str] = []
+        level = log_level_number(config.log_level)
+        if level is not None:
+            common_env.append(f"{LOG_LEVEL_ENV}={level}")
+        if config.log_to_stdout:
+            common_env.append(f"{LOG_TO_STDOUT_ENV}=1")
+        return shared, mounts, common_env
+
     def validate(self, config: object) -> None:
         """:raises ConfigError: see :func:`.config.validate_config`."""
         validate_config(config)
@@ -223,21 +250,7 @@ class AscendChipProfile:
             physical[allocated.device] = value
         visible = visible_per_request(devices, lambda a: physical[a.device])
         simulated = ctx.inventory.source == TIER_SIMULATED
-        # Real chips always name the mandatory shared nodes: the daemon refuses the Prepare when one
-        # is missing, rather than hand out a spec without it (host.py).
-        present = self.layout.device_nodes
-        names = present if simulated else (*host.MANDATORY_DEVICE_NODES,
-                                           *(p for p in present if p not in host.MANDATORY_DEVICE_NODES))
-        shared = tuple(DeviceNode(path=p) for p in names)
-        mounts = tuple(Mount(host_path=p, container_path=p) for p in self.layout.driver_mounts)
-        if config.mount_tools:
-            mounts += tuple(Mount(host_path=p, container_path=p) for p in self.layout.tool_mounts)
-        common_env: list[str] = []
-        level = log_level_number(config.log_level)
-        if level is not None:
-            common_env.append(f"{LOG_LEVEL_ENV}={level}")
-        if config.log_to_stdout:
-            common_env.append(f"{LOG_TO_STDOUT_ENV}=1")
+        shared, mounts, common_env = self.shared_edits(config, simulated)
         edits: dict[str, ContainerEdits] = {}
         for allocated in devices:
             number = physical[allocated.device]

@@ -261,8 +261,7 @@ class VnpuCoreProfile(AscendChipProfile):
     def _nodes(self, ctx: ApplyContext, physical_id: int) -> tuple[DeviceNode, ...]:
         # As the whole-chip profiles: the mandatory shared nodes are always named, so a node that
         # lacks one fails the Prepare (the daemon checks every node) instead of a broken container.
-        optional = (p for p in self.layout.device_nodes if p not in ascend_host.MANDATORY_DEVICE_NODES)
-        names = (f"/dev/davinci{physical_id}", *ascend_host.MANDATORY_DEVICE_NODES, *optional)
+        names = (f"/dev/davinci{physical_id}", *self.shared_node_paths(simulated=False))
         custom = ctx.profile.dev_root != Path("/dev")
         return tuple(DeviceNode(path=p, host_path=str(ctx.profile.dev_root / p.removeprefix("/dev/")) if custom
                                 else None) for p in names)
