@@ -84,6 +84,12 @@ class Storm:
     # -- one trial ------------------------------------------------------------------------------
 
     def trial(self) -> None:
+        try:
+            self._trial()
+        finally:
+            self.daemon.stop()  # never leave a daemon behind, whatever failed
+
+    def _trial(self) -> None:
         d = self.daemon
         d.start()
         k = Kubelet(d)
