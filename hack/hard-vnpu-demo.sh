@@ -22,8 +22,7 @@ write_host(Path(sys.argv[1]), [dict(npu_id=0, chip_id=0, logic_id=0, physical_id
 echo "==> ascend-dra run --profiles hard-vNPU --standalone $DIR (simulated 910B4, npu-smi simulator)"
 "${ADRA[@]}" run --profiles hard-vNPU --standalone "$DIR" --node-name "$NODE" --fake-devices 1 \
   --npu-smi "$SIM" --dev-root "$DIR/dev" --boot-id-file "$DIR/boot_id" \
-  --profile-option hard-vNPU.simulate=always --profile-option "hard-vNPU.vnpu-dev-dir=$PWD/$DIR/vdev" \
-  --profile-option "hard-vNPU.boot-id-file=$DIR/boot_id" >"$DIR/daemon.log" 2>&1 &
+  --profile-option hard-vNPU.simulate=always --profile-option "hard-vNPU.vnpu-dev-dir=$PWD/$DIR/vdev" >"$DIR/daemon.log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null || true' EXIT
 for _ in $(seq 200); do

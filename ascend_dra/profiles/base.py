@@ -104,6 +104,8 @@ class ProfileContext:
     :ivar npu_smi: the ``npu-smi`` executable (``--npu-smi``).
     :ivar state_dir: a directory the profile may keep files in (under the plugin data directory).
     :ivar options: free-form profile options (``--profile-option name.key=value``).
+    :ivar boot_id_file: the file holding the node's boot id (``--boot-id-file``), for profiles whose
+        side effects do not survive a reboot.
     """
 
     node_name: str
@@ -114,6 +116,7 @@ class ProfileContext:
     npu_smi: str = "npu-smi"
     state_dir: Path = Path("/var/lib/kubelet/plugins/ascend-dra")
     options: Mapping[str, str] = attrs.field(factory=dict)
+    boot_id_file: Path = Path("/proc/sys/kernel/random/boot_id")
 
 
 @attrs.frozen

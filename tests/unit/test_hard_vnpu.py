@@ -318,3 +318,13 @@ def test_a_template_with_an_na_engine_drops_the_engine_counters_of_its_chip():
     merged = templates.from_template_info(templates.MODELS["910B4"], tables.parse_template_info(text))
     assert merged.template("vir05_1c_8g").engines is None
     assert templates.chip_counters(merged) == {"aicore": 20, "memory": 32768, "aicpu": 7}
+
+
+def test_the_boot_id_file_defaults_to_the_daemons(tmp_path: Path) -> None:
+    from ascend_dra.profiles.base import ProfileContext
+
+    ctx = ProfileContext(node_name="n", driver_name="d", boot_id_file=tmp_path / "boot_id", state_dir=tmp_path)
+    assert HardVnpuProfile().ops(ctx).boot_id_file == tmp_path / "boot_id"
+    overridden = ProfileContext(node_name="n", driver_name="d", boot_id_file=tmp_path / "boot_id",
+                                state_dir=tmp_path, options={"hard-vNPU.boot-id-file": str(tmp_path / "other")})
+    assert HardVnpuProfile().ops(overridden).boot_id_file == tmp_path / "other"

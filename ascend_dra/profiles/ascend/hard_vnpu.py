@@ -30,7 +30,7 @@ profiles, ``ASCEND_VISIBLE_DEVICES=<vnpuIDs of the request>`` and ``ASCEND_RUNTI
 nothing and gets the chip's ``/dev/davinci<physicalID>`` (to watch the chip).
 
 Profile options: ``hard-vNPU.simulate`` (as the whole-chip profiles), ``hard-vNPU.vnpu-dev-dir``,
-``hard-vNPU.boot-id-file`` (default ``/proc/sys/kernel/random/boot_id``; the daemon's ``--boot-id-file``).
+``hard-vNPU.boot-id-file`` (default: the daemon's ``--boot-id-file``).
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ class HardVnpuProfile(AscendChipProfile):
     def ops(self, ctx: ProfileContext) -> VnpuOps:
         """The npu-smi operations and the ledger, for ``ctx``."""
         return VnpuOps(NpuSmi(ctx.npu_smi, timeout_s=self.timeout_s), ctx.state_dir,
-                       Path(self.option(ctx, "boot-id-file", "/proc/sys/kernel/random/boot_id")))
+                       Path(self.option(ctx, "boot-id-file", str(ctx.boot_id_file))))
 
     # -- discovery --------------------------------------------------------------------------------
 
