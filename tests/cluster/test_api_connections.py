@@ -1,5 +1,5 @@
-"""The daemon's API connections stay warm: a burst of Prepares after a quiet spell opens no new TLS
-connection (aiohttp's default 15 s keep-alive did: 8 new connections for a burst of 16 after 15 s).
+"""The daemon's API connections stay warm: the pool a burst of Prepares opened is still open after a
+quiet spell (aiohttp's default 15 s keep-alive closed it: 13 new TLS connections for the next burst).
 
 Connections are counted from the kernel's view: the daemon's socket inodes (``/proc/<pid>/fd``)
 that ``/proc/net/tcp`` shows connected to the API server's port.
@@ -62,11 +62,12 @@ def test_a_burst_after_a_quiet_spell_reuses_the_pooled_connections(cp, start_dae
 
         burst()
         warm = api_connections(d.proc.pid, port)
-        assert warm
+        assert len(warm) > 1  # the burst opened a pool (the publisher's watch holds one more)
         time.sleep(20)  # longer than aiohttp's default keep-alive (15 s), shorter than ours
-        burst()
-        opened = api_connections(d.proc.pid, port) - warm
-        assert opened == set(), f"{len(opened)} new API connections for a burst after 20 s idle"
+        still = api_connections(d.proc.pid, port)
+        closed = warm - still
+        assert closed == set(), f"{len(closed)} of {len(warm)} pooled API connections closed after 20 s idle"
+        burst()  # served from the pool (how many a burst needs varies with timing; none had to be re-opened)
     finally:
         k.close()
         for c in claims:
