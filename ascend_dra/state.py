@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -43,20 +41,15 @@ from ascend_dra.cdi.store import CdiStore
 from ascend_dra.checkpoint import ClaimRecord
 from ascend_dra.claims import ClaimError, ClaimSource, check_claim_ref
 from ascend_dra.faults import crash_point
-from ascend_dra.journal import JOURNAL_FILE, Journal, JournalContents, apply_journal, change_lines
-from ascend_dra.journal import read as read_journal
+from ascend_dra.journal import Journal
 from ascend_dra.model import ClaimAllocation, Inventory, PreparedDevice
 from ascend_dra.planning import Plan, PlanError, Planner, resolve_configs
 from ascend_dra.profiles.base import ApplyContext, ConfigError, Profile, ProfileContext
+from ascend_dra.records import ClaimRecords
 
 __all__ = ("ClaimRef", "DeviceState", "PrepareError", "resolve_configs")
 
 log = logging.getLogger(__name__)
-
-#: The journal is compacted into a new snapshot when it holds more change lines than this, or than
-#: twice the number of records: a write stays O(1), and compaction is amortised O(1) per write.
-COMPACT_MIN_LINES = 1024
-
 
 class PrepareError(Exception):
     """Raised for one claim when it cannot be prepared; the message goes to the kubelet as is."""
@@ -97,18 +90,13 @@ class DeviceState:
         self.node_name = node_name
         self.profiles = dict(profiles)
         self.cdi = cdi
-        self.checkpoint_path = ckpt.checkpoint_path(plugin_dir)
-        self.journal = Journal(Path(plugin_dir) / JOURNAL_FILE)
         self.boot_id = boot_id
         self.claim_source = claim_source
         self._holds = guard.HoldIndex()
-        self._records = ckpt.RecordTable(on_change=self._holds.update)
+        self.store = ClaimRecords(plugin_dir, boot_id, on_change=self._holds.update)
         self._pending_rollback: set[str] = set()  # PrepareStarted claims whose rollback failed
         self._stray: set[str] = set()  # orphan spec files that could not be removed
         self._claim_locks: dict[str, anyio.Lock] = {}
-        self._flush_lock = anyio.Lock()
-        self._version = 0  # bumped by every _save call
-        self._durable = 0  # the highest version known to be on disk
         self.planner = Planner(driver_name=driver_name, node_name=node_name, profiles=profiles,
                                profile_ctx=profile_ctx)
         self.set_inventories(inventories)
@@ -137,6 +125,22 @@ class DeviceState:
         return self.planner.cdi_kind(profile_name)
 
     @property
+    def _records(self) -> ckpt.RecordTable:
+        return self.store.table
+
+    @property
+    def journal(self) -> Journal:
+        """The checkpoint journal (records.py)."""
+        return self.store.journal
+
+    async def _save(self, *, compact: bool = False) -> None:
+        await self.store.save(compact=compact)
+
+    async def close(self) -> None:
+        """Compact the checkpoint into its snapshot and close it (clean shutdown; records.py)."""
+        await self.store.close()
+
+    @property
     def prepared_claims(self) -> Mapping[str, ClaimRecord]:
         """Claim records by UID (read-only view for health and metrics)."""
         return self._records
@@ -153,9 +157,7 @@ class DeviceState:
 
         :raises checkpoint.CheckpointCorrupt: the daemon must not start over an unreadable checkpoint.
         """
-        data, journal = await anyio.to_thread.run_sync(self._load_checkpoint)
-        self._records = ckpt.RecordTable.from_data(data, on_change=self._holds.update)
-        await anyio.to_thread.run_sync(self.journal.open, journal)
+        data, journal = await self.store.load()
         for uid, bad in self._records.unreadable.items():
             log.error("a checkpoint record cannot be read by this release; its claim will be refused and its "
                       "devices stay held until it is unprepared", extra={"claim_uid": uid, "error": bad.reason})
@@ -182,30 +184,6 @@ class DeviceState:
         # so an older release that reads only the snapshot sees this state too.
         if journal.changes or self._records.has_dirty or data.boot_id != self.boot_id:
             await self._save(compact=True)
-
-    def _load_checkpoint(self) -> tuple[ckpt.CheckpointData, JournalContents]:
-        """The snapshot with the journal applied (blocking).
-
-        A damaged snapshot that records no claim is set aside (renamed
-        ``checkpoint.json.corrupt-<unix time>``) with a warning: nothing is lost by it.
-
-        :raises checkpoint.CheckpointCorrupt: a damaged snapshot that records claims, or a damaged journal.
-        """
-        try:
-            data = ckpt.load(self.checkpoint_path)
-        except ckpt.CheckpointCorrupt as exc:
-            if not exc.records_nothing:
-                raise
-            aside = self.checkpoint_path.with_name(f"{self.checkpoint_path.name}.corrupt-{int(time.time())}")
-            os.replace(self.checkpoint_path, aside)
-            log.warning("the checkpoint is damaged but records no claim; set it aside and starting empty",
-                        extra={"file": str(aside), "error": exc.reason})
-            data = ckpt.CheckpointData()
-        journal = read_journal(self.journal.path)
-        if journal.torn_tail:
-            log.warning("the checkpoint journal ends in a torn write (an append the daemon never confirmed); "
-                        "it is cut off", extra={"file": str(self.journal.path)})
-        return apply_journal(data, journal), journal
 
     async def _remove_orphan_specs(self) -> None:
         """Remove per-claim specs of our kinds that no record names; a failure is retried later."""
@@ -628,51 +606,6 @@ class DeviceState:
             await hook(side_effects, ctx)
         for file in record.cdi_specs:
             await anyio.to_thread.run_sync(self.cdi.remove, file)
-
-    async def _save(self, *, compact: bool = False) -> None:
-        """Return once every change made to the records before this call is durable.
-
-        A write appends the changed records to the journal and fdatasyncs once (group commit:
-        while one write is in flight, later callers queue; the first of them writes every change
-        for all, and the others find theirs already durable). Now and then, and with ``compact``,
-        it writes a new snapshot instead and empties the journal (journal.py); the snapshot's
-        bytes are encoded in the worker thread, so a large checkpoint never stalls the loop.
-
-        :raises OSError: the write failed; the changes stay pending for the next write.
-        """
-        self._version += 1
-        wanted = self._version
-        async with self._flush_lock:
-            if self._durable >= wanted:
-                return
-            version = self._version
-            changes = self._records.take_dirty()  # on the loop: no change can interleave
-            try:
-                if compact or self.journal.lines + len(changes) > max(COMPACT_MIN_LINES, 2 * len(self._records)):
-                    await anyio.to_thread.run_sync(self._write_snapshot, self._records.snapshot_claims())
-                elif changes:
-                    await anyio.to_thread.run_sync(self.journal.append, change_lines(changes))
-            except BaseException:
-                self._records.requeue(uid for uid, _ in changes)
-                raise
-            self._durable = max(self._durable, version)
-
-    def _write_snapshot(self, claims: Mapping[str, Any]) -> None:
-        """Replace the snapshot with ``claims``, then empty the journal (blocking)."""
-        ckpt.save(self.checkpoint_path, ckpt.encode_raw({"boot_id": self.boot_id, "claims": claims}))
-        self.journal.reset()
-
-    async def close(self) -> None:
-        """Compact the checkpoint into one snapshot and close the journal (clean shutdown), so an
-        older release started next reads the whole state from the snapshot alone."""
-        try:
-            if self.journal.lines:
-                await self._save(compact=True)
-        except OSError as exc:
-            log.warning("compacting the checkpoint at shutdown failed; the journal keeps the changes",
-                        extra={"error": _describe(exc)})
-        finally:
-            await anyio.to_thread.run_sync(self.journal.close)
 
     @contextlib.asynccontextmanager
     async def _lock_claims(self, uids: Iterable[str]) -> AsyncIterator[None]:

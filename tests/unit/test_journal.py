@@ -10,7 +10,7 @@ import pytest
 
 from ascend_dra import checkpoint as ckpt
 from ascend_dra import journal as jr
-from ascend_dra import state as state_module
+from ascend_dra import records as records_module
 from ascend_dra.checkpoint import CheckpointCorrupt
 from ascend_dra.profiles.fake import FakeProfile
 from tests.claimfiles import claim_object, write_claim
@@ -150,7 +150,7 @@ async def test_a_prepare_appends_one_line_whatever_the_number_of_prepared_claims
 
 @pytest.mark.anyio
 async def test_the_journal_is_compacted_into_a_snapshot_past_its_threshold(tmp_path, monkeypatch):
-    monkeypatch.setattr(state_module, "COMPACT_MIN_LINES", 4)
+    monkeypatch.setattr(records_module, "COMPACT_MIN_LINES", 4)
     state = await prepared(tmp_path, 1)
     held = next(iter(state.prepared_claims))
     churn = write_claim(tmp_path, claim_object("churn", results=[("npu", "npu-3-0")]))
