@@ -1,0 +1,144 @@
+"""Start-up and cleanup of :class:`~ascend_dra.state.DeviceState`: recovery from the checkpoint,
+orphan specs, and the retries of what could not be cleaned up (docs/durable-state.md).
+
+Nothing here is fatal but an unreadable checkpoint that records claims: a rollback or a spec
+removal that fails (an immutable file, a read-only CDI dir) is logged, its claim's record stays
+(its devices stay held), and :meth:`RecoveryMixin.retry_cleanup` tries again later.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import anyio
+
+from ascend_dra import checkpoint as ckpt
+from ascend_dra.cdi import naming
+from ascend_dra.cdi.spec import CdiDevice, ContainerEdits, Spec
+from ascend_dra.checkpoint import ClaimRecord
+
+if TYPE_CHECKING:
+    from ascend_dra.state import DeviceState
+
+__all__ = ("RecoveryMixin", "describe_error")
+
+log = logging.getLogger("ascend_dra.state")
+
+
+class RecoveryMixin:
+    """The start-up and cleanup half of DeviceState (it only runs as part of one)."""
+
+    async def recover(self: DeviceState) -> None:
+        """Load the checkpoint, roll back ``PrepareStarted`` claims, remove orphan CDI specs, write
+        the common specs.
+
+        Nothing here is fatal but an unreadable checkpoint that records claims: a rollback or a
+        spec removal that fails (an immutable file, a read-only CDI dir) is logged, its claim's
+        record stays (its devices stay held), and :meth:`retry_cleanup` tries again later.
+
+        :raises checkpoint.CheckpointCorrupt: the daemon must not start over an unreadable checkpoint.
+        """
+        data, journal = await self.store.load()
+        for uid, bad in self._records.unreadable.items():
+            log.error("a checkpoint record cannot be read by this release; its claim will be refused and its "
+                      "devices stay held until it is unprepared", extra={"claim_uid": uid, "error": bad.reason})
+        for record in self._records.values():
+            if record.state not in ckpt.KNOWN_STATES:
+                log.error("a checkpoint record is in a state this release does not know; its claim will be "
+                          "refused until it is unprepared", extra={"claim_uid": record.uid, "state": record.state})
+        for record in list(self._records.values()):
+            if record.state == ckpt.PREPARE_STARTED:
+                log.warning("rolling back a claim whose Prepare was interrupted",
+                            extra={"claim_uid": record.uid, "claim": f"{record.namespace}/{record.name}"})
+                await self._try_rollback(record)
+        if data.boot_id and data.boot_id != self.boot_id:
+            log.info("node rebooted since the last checkpoint; CDI specs are re-created as the kubelet "
+                     "prepares claims again", extra={"old_boot_id": data.boot_id, "boot_id": self.boot_id})
+        await self._remove_orphan_specs()
+        for profile_name in self.profiles:
+            try:
+                await anyio.to_thread.run_sync(self._ensure_common_spec, self.cdi_kind(profile_name), True)
+            except OSError as exc:  # every Prepare tries again, and fails its claim clearly meanwhile
+                log.warning("cannot write the common CDI spec; Prepare will retry",
+                            extra={"profile": profile_name, "error": describe_error(exc)})
+        # Start from a fresh snapshot when anything changed (journal entries, rollbacks, a reboot),
+        # so an older release that reads only the snapshot sees this state too.
+        if journal.changes or self._records.has_dirty or data.boot_id != self.boot_id:
+            await self._save(compact=True)
+
+    async def _remove_orphan_specs(self: DeviceState) -> None:
+        """Remove per-claim specs of our kinds that no record names; a failure is retried later."""
+        kinds = [self.cdi_kind(p) for p in self.profiles]
+        live = {name for r in self._records.values() for name in r.cdi_specs}
+        live.update(name for r in self._records.unreadable.values() for name in r.cdi_specs)
+        found = await anyio.to_thread.run_sync(self.cdi.claim_specs, kinds)
+        for uid, files in found.items():
+            for file in files:
+                if file in live:
+                    continue
+                try:
+                    await anyio.to_thread.run_sync(self.cdi.remove, file)
+                    log.info("removed orphan CDI spec", extra={"file": file, "claim_uid": uid})
+                    self._stray.discard(file)
+                except OSError as exc:
+                    log.warning("cannot remove an orphan CDI spec; will retry",
+                                extra={"file": file, "claim_uid": uid, "error": describe_error(exc)})
+                    self._stray.add(file)
+
+    async def _try_rollback(self: DeviceState, record: ClaimRecord) -> bool:
+        """Roll back a ``PrepareStarted`` record and drop it; return whether it was dropped. On
+        failure the record stays (its devices held) and is queued for :meth:`retry_cleanup`."""
+        try:
+            await self._rollback(record)
+        except Exception as exc:
+            log.warning("rolling back an interrupted Prepare failed; its devices stay held, will retry",
+                        extra={"claim_uid": record.uid, "error": describe_error(exc)})
+            self._pending_rollback.add(record.uid)
+            return False
+        del self._records[record.uid]
+        self._pending_rollback.discard(record.uid)
+        return True
+
+    @property
+    def cleanup_pending(self: DeviceState) -> bool:
+        """Whether a rollback or a stray spec removal failed and waits for :meth:`retry_cleanup`."""
+        return bool(self._pending_rollback or self._stray)
+
+    async def retry_cleanup(self: DeviceState) -> None:
+        """Retry what failed earlier: rolling back interrupted Prepares, removing orphan specs.
+
+        Called periodically by the daemon; each claim under its own lock, so it never races a
+        Prepare or Unprepare of the same claim. Never raises for a file that still resists.
+        """
+        for uid in sorted(self._pending_rollback):
+            async with self._lock_claims((uid,)):
+                record = self._records.get(uid)
+                if record is None or record.state != ckpt.PREPARE_STARTED:
+                    self._pending_rollback.discard(uid)
+                    continue
+                if await self._try_rollback(record):
+                    log.info("rolled back an interrupted Prepare on retry", extra={"claim_uid": uid})
+                    try:
+                        await self._save()
+                    except OSError as exc:  # the record is gone in memory; the next write carries it
+                        log.warning("writing the checkpoint failed", extra={"error": describe_error(exc)})
+        if self._stray:
+            await self._remove_orphan_specs()
+
+    def _ensure_common_spec(self: DeviceState, kind: str, rewrite: bool = False) -> None:
+        """Make sure the CDI dir and ``kind``'s common spec exist (blocking). ``rewrite`` writes it
+        even when present (start-up: node name or driver name may have changed)."""
+        self.cdi.ensure_root()
+        file = naming.common_spec_file(kind)
+        if rewrite or not self.cdi.path(file).exists():
+            edits = ContainerEdits(env=(f"ASCEND_DRA_NODE_NAME={self.node_name}",
+                                        f"ASCEND_DRA_DRIVER_NAME={self.driver_name}"))
+            self.cdi.write(file, Spec(kind, (CdiDevice(naming.COMMON_DEVICE, edits),)))
+
+
+def describe_error(exc: BaseException) -> str:
+    """An OSError as ``strerror (file)``, anything else as its message (for a claim's error)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror} ({exc.filename})" if exc.filename else exc.strerror
+    return str(exc)
