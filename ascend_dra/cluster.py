@@ -250,6 +250,21 @@ class ApiPublisher:
         # (contents we sent, contents the server stored) of the last write, for up-to-date checks.
         self._written: tuple[list[bytes], list[bytes]] | None = None
 
+    async def connect(self) -> None:
+        """Build the API client (reads the kubeconfig, makes the TLS contexts; no request is sent).
+
+        The daemon calls it before binding the kubelet sockets: that work takes tens of
+        milliseconds of the loop, which a GetInfo must not wait for.
+
+        :raises RuntimeError: the kubeconfig or in-cluster configuration cannot be used.
+        """
+        try:
+            api_client = await open_api(self.kubeconfig)
+        except Exception as exc:  # an unusable kubeconfig: a configuration error, not a crash
+            where = f"the kubeconfig {self.kubeconfig}" if self.kubeconfig else "the in-cluster configuration"
+            raise RuntimeError(f"cluster mode cannot use {where}: {exc}") from None
+        self._api = KubeApi(api_client)
+
     def update(self, inventory: Inventory) -> None:
         """Set the desired inventory; the reconcile loop publishes it promptly."""
         self._inventory = inventory
@@ -259,12 +274,10 @@ class ApiPublisher:
         """Reconcile until cancelled. Reports started at once: Prepare of prepared claims must not
         wait for an API server that is down."""
         self._inventory = inventory
-        try:
-            api_client = await open_api(self.kubeconfig)
-        except Exception as exc:  # an unusable kubeconfig: a configuration error, not a crash
-            where = f"the kubeconfig {self.kubeconfig}" if self.kubeconfig else "the in-cluster configuration"
-            raise RuntimeError(f"cluster mode cannot use {where}: {exc}") from None
-        self._api = KubeApi(api_client)
+        if self._api is None:
+            await self.connect()
+        api = self._api
+        assert api is not None
         task_status.started()
         try:
             async with anyio.create_task_group() as tg:
@@ -276,7 +289,7 @@ class ApiPublisher:
                         await self._wake.wait()
         finally:
             with anyio.CancelScope(shield=True):
-                await api_client.close()
+                await api.client.close()
 
     async def _sync_with_retry(self) -> None:
         async for attempt in AsyncRetrying(

@@ -213,6 +213,9 @@ class Daemon:
         if s.metrics_port:
             self.metrics.serve(s.metrics_port, s.metrics_address)
         self.publisher = self.make_publisher()
+        connect = getattr(self.publisher, "connect", None)
+        if connect is not None:  # before any socket is bound (cluster.ApiPublisher.connect)
+            await connect()
         try:
             await self._serve(task_status=task_status)
         finally:
