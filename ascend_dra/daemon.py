@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,6 +34,7 @@ from ascend_dra.model import DeviceTaint, Inventory
 from ascend_dra.profiles.base import Profile, ProfileContext
 from ascend_dra.profiles.registry import LoadedProfile, load_profiles
 from ascend_dra.settings import Settings
+from ascend_dra.signals import run_until_signal
 from ascend_dra.state import DeviceState
 
 __all__ = ("Daemon", "main")
@@ -363,16 +363,7 @@ class Daemon:
 
 
 async def _run_until_signal(daemon: Daemon) -> None:
-    async with anyio.create_task_group() as tg:
-        async def watch_signals() -> None:
-            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async for signum in signals:
-                    log.info("stopping", extra={"signal": signal.Signals(signum).name})
-                    tg.cancel_scope.cancel()
-                    return
-
-        tg.start_soon(watch_signals)
-        await daemon.run()
+    await run_until_signal(daemon.run, log)
 
 
 def _leaves(group: BaseExceptionGroup) -> list[BaseException]:

@@ -22,7 +22,6 @@ certificate reload possible), and its client does the webhook's few API calls to
 from __future__ import annotations
 
 import logging
-import signal
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -32,6 +31,7 @@ from aiohttp import web
 from anyio.abc import TaskStatus
 
 from ascend_dra.profiles.base import Profile
+from ascend_dra.signals import run_until_signal
 from ascend_dra.webhook import review
 from ascend_dra.webhook.hami import Mode
 from ascend_dra.webhook.metrics import WebhookMetrics
@@ -233,16 +233,7 @@ async def _main(settings: WebhookSettings) -> None:
 
     prepared = prepare(settings)  # start-up errors reach the caller as they are, not in an exception group
     await KubeApi.open(settings.kubeconfig).close()  # an unusable kubeconfig is said now, not at the first review
-    async with anyio.create_task_group() as tg:
-        async def stop_on_signal() -> None:
-            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async for signum in signals:
-                    logger.info("stopping", extra={"signal": signal.Signals(signum).name})
-                    tg.cancel_scope.cancel()
-                    return
-
-        tg.start_soon(stop_on_signal)
-        await serve(settings, prepared=prepared)
+    await run_until_signal(lambda: serve(settings, prepared=prepared), logger)
 
 
 def main(settings: WebhookSettings) -> int:
