@@ -27,7 +27,7 @@ from ascend_dra.claims import ClaimError, check_claim_ref, parse_claim
 from ascend_dra.model import ClaimAllocation, Inventory
 from ascend_dra.slices import build_slices
 
-__all__ = ("ApiClaimSource", "ApiPublisher", "DroppedFieldsError", "open_api")
+__all__ = ("ApiClaimSource", "ApiPublisher", "DroppedFieldsError", "KubeApi", "connect_api", "open_api")
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +108,22 @@ async def open_api(kubeconfig: str | None) -> Any:
     return api
 
 
+async def connect_api(kubeconfig: str | None) -> KubeApi:
+    """The daemon's one API client (kubeconfig read, TLS contexts made; no request is sent).
+
+    Built once, before the kubelet sockets are bound (that work takes tens of milliseconds of the
+    loop, which a GetInfo must not wait for), and shared by the claim source, the publisher and the
+    claim-status writer, so a Prepare finds warm pooled connections. The caller closes ``.client``.
+
+    :raises RuntimeError: the kubeconfig or in-cluster configuration cannot be used.
+    """
+    try:
+        return KubeApi(await open_api(kubeconfig))
+    except Exception as exc:  # an unusable kubeconfig: a configuration error, not a crash
+        where = f"the kubeconfig {kubeconfig}" if kubeconfig else "the in-cluster configuration"
+        raise RuntimeError(f"cluster mode cannot use {where}: {exc}") from None
+
+
 #: Seconds an idle API connection stays pooled. aiohttp's default (15 s) made a burst of Prepares
 #: after a quiet spell open new TLS connections (57-75 ms each instead of 30-39 ms warm); the
 #: kube-apiserver closes idle HTTP/1.1 connections after 90 s, so stay under that.
@@ -162,10 +178,12 @@ def _env_proxy(url: str) -> str | None:
 class ApiClaimSource:
     """Fetches claims with ``GET resource.k8s.io/v1`` before Prepare, as the Go helper does (§6.1)."""
 
-    def __init__(self, kubeconfig: str | None, driver_name: str) -> None:
+    def __init__(self, kubeconfig: str | None, driver_name: str, api: KubeApi | None = None) -> None:
+        """:param api: a client to share (its owner closes it); without one, one is opened at the first GET."""
         self.kubeconfig = kubeconfig
         self.driver_name = driver_name
-        self._api: KubeApi | None = None
+        self._api = api
+        self._owns_api = api is None
         self._lock = anyio.Lock()
 
     async def _get_api(self) -> KubeApi:
@@ -198,7 +216,8 @@ class ApiClaimSource:
         return claim
 
     async def aclose(self) -> None:
-        if self._api is not None:
+        """Close the client this source opened itself (a shared one is its owner's to close)."""
+        if self._api is not None and self._owns_api:
             await self._api.client.close()
 
 
@@ -257,7 +276,7 @@ class ApiPublisher:
     """
 
     def __init__(self, kubeconfig: str | None, *, driver_name: str, node_name: str,
-                 resync_interval: float = 60.0) -> None:
+                 resync_interval: float = 60.0, api: KubeApi | None = None) -> None:
         self.kubeconfig = kubeconfig
         self.driver_name = driver_name
         self.node_name = node_name
@@ -267,25 +286,19 @@ class ApiPublisher:
         self.syncs = 0
         self._inventory = Inventory()
         self._wake = anyio.Event()
-        self._api: KubeApi | None = None
+        self._api = api  # shared (its owner closes it), or opened by connect() and closed by run()
+        self._owns_api = api is None
         self._owner: dict[str, str] | None = None
         # (contents we sent, contents the server stored) of the last write, for up-to-date checks.
         self._written: tuple[list[bytes], list[bytes]] | None = None
 
     async def connect(self) -> None:
-        """Build the API client (reads the kubeconfig, makes the TLS contexts; no request is sent).
-
-        The daemon calls it before binding the kubelet sockets: that work takes tens of
-        milliseconds of the loop, which a GetInfo must not wait for.
+        """Open this publisher's own API client unless it was given one (:func:`connect_api`).
 
         :raises RuntimeError: the kubeconfig or in-cluster configuration cannot be used.
         """
-        try:
-            api_client = await open_api(self.kubeconfig)
-        except Exception as exc:  # an unusable kubeconfig: a configuration error, not a crash
-            where = f"the kubeconfig {self.kubeconfig}" if self.kubeconfig else "the in-cluster configuration"
-            raise RuntimeError(f"cluster mode cannot use {where}: {exc}") from None
-        self._api = KubeApi(api_client)
+        if self._api is None:
+            self._api = await connect_api(self.kubeconfig)
 
     def update(self, inventory: Inventory) -> None:
         """Set the desired inventory; the reconcile loop publishes it promptly."""
@@ -310,8 +323,9 @@ class ApiPublisher:
                     with anyio.move_on_after(self.resync_interval):
                         await self._wake.wait()
         finally:
-            with anyio.CancelScope(shield=True):
-                await api.client.close()
+            if self._owns_api:
+                with anyio.CancelScope(shield=True):
+                    await api.client.close()
 
     async def _sync_with_retry(self) -> None:
         async for attempt in AsyncRetrying(

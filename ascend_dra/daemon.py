@@ -127,6 +127,7 @@ class Daemon:
         self.loaded: dict[str, LoadedProfile] = {}
         self.state: DeviceState | None = None
         self.publisher: Any = None
+        self.api: Any = None  # cluster mode: the one KubeApi the claim source, publisher and writer share
         self._rediscover = anyio.Event()
         self.metrics = Metrics()
         self.stalls = LoopStallMonitor()
@@ -156,18 +157,18 @@ class Daemon:
             return StandaloneClaimSource(self.settings.claims_dir, self.settings.driver_name)
         from ascend_dra.cluster import ApiClaimSource
 
-        return ApiClaimSource(self.settings.kubeconfig, self.settings.driver_name)
+        return ApiClaimSource(self.settings.kubeconfig, self.settings.driver_name, api=self.api)
 
     def make_publisher(self) -> Any:
         if self.settings.slices_dir is not None:
             from ascend_dra.publish import FilePublisher
 
             return FilePublisher(self.settings.slices_dir, driver_name=self.settings.driver_name,
-                                 node_name=self.settings.node_name)
+                                 node_name=self.settings.node_name, api=self.api)
         from ascend_dra.cluster import ApiPublisher
 
         return ApiPublisher(self.settings.kubeconfig, driver_name=self.settings.driver_name,
-                            node_name=self.settings.node_name)
+                            node_name=self.settings.node_name, api=self.api)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Run until cancelled. ``task_status.started()`` fires once the kubelet may register us."""
@@ -196,7 +197,19 @@ class Daemon:
             import kubernetes_asyncio.client
             import kubernetes_asyncio.watch  # noqa: F401
 
+            from ascend_dra.cluster import connect_api
+
             await check_cluster_access(s.kubeconfig)
+            self.api = await connect_api(s.kubeconfig)  # one client for claims, slices and status
+        try:
+            await self._start(task_status=task_status)
+        finally:
+            if self.api is not None:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                    await self.api.client.close()
+
+    async def _start(self, *, task_status: TaskStatus[None]) -> None:
+        s = self.settings
         profiles = self.load()
         inventories = await discover_all(self.loaded, self.ctx, s.discovery_timeout)
         boot_id = await anyio.to_thread.run_sync(read_boot_id, s.boot_id_file)
@@ -213,9 +226,6 @@ class Daemon:
         if s.metrics_port:
             self.metrics.serve(s.metrics_port, s.metrics_address)
         self.publisher = self.make_publisher()
-        connect = getattr(self.publisher, "connect", None)
-        if connect is not None:  # before any socket is bound (cluster.ApiPublisher.connect)
-            await connect()
         try:
             await self._serve(task_status=task_status)
         finally:
@@ -248,9 +258,9 @@ class Daemon:
         advertised = supported_services(HEALTH_SERVICES if s.health_service else ())
         writer, status = None, None
         if s.standalone is None and s.claim_status:  # standalone has no claims to write to
-            from ascend_dra.claimstatus import ClaimStatusWriter, StatusHook, open_kube_api
+            from ascend_dra.claimstatus import ClaimStatusWriter, StatusHook
 
-            writer = ClaimStatusWriter(lambda: open_kube_api(s.kubeconfig), s.driver_name)
+            writer = ClaimStatusWriter(self.api, s.driver_name)
             status = StatusHook(writer, self.state, s.cdi_root)
         async with (
             serve_unix([*dra.services(self.state, self, status), *health], s.dra_socket),
