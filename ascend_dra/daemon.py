@@ -164,7 +164,7 @@ class Daemon:
             from ascend_dra.publish import FilePublisher
 
             return FilePublisher(self.settings.slices_dir, driver_name=self.settings.driver_name,
-                                 node_name=self.settings.node_name, api=self.api)
+                                 node_name=self.settings.node_name)
         from ascend_dra.cluster import ApiPublisher
 
         return ApiPublisher(self.settings.kubeconfig, driver_name=self.settings.driver_name,
