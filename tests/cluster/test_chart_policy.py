@@ -88,12 +88,17 @@ def policy_active(installed) -> Installed:
     """Wait until the API server enforces the policy (its informer sees the new binding)."""
     plane = installed.plane
 
-    def denied() -> bool:
-        status, reply = api_as(plane, installed.node_token, "POST", f"{_slices('v1')}?dryRun=All",
-                               _slice("v1", "node-2"))
-        return status == 403 and DENIED in str(reply)
+    last: list[Any] = []
 
-    wait_until(denied, "enforcing the ValidatingAdmissionPolicy", within=20)
+    def denied() -> bool:
+        last[:] = api_as(plane, installed.node_token, "POST", f"{_slices('v1')}?dryRun=All", _slice("v1", "node-2"))
+        return last[0] == 403 and DENIED in str(last[1])
+
+    try:
+        wait_until(denied, "enforcing the ValidatingAdmissionPolicy", within=20)
+    except BaseException:
+        policy = ok(plane, "GET", "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies")
+        raise AssertionError(f"last answer {last}; policies: {policy}") from None
     return installed
 
 
@@ -166,20 +171,36 @@ def test_rbac_grants_what_the_daemon_calls_and_nothing_more(installed):
         assert not _allowed(plane, verb, resource, sub, group), (verb, resource, sub)
 
 
-def test_the_daemon_runs_on_the_service_account_token_alone(installed, tmp_path):
+def _claim_pod(plane: ControlPlane, class_name: str) -> str:
+    """A pod with its own ResourceClaim for ``class_name``, written as kubectl writes JSON (the 1.35
+    API server compares opaque bytes when status is patched: ascend_dra/claimstatus.py)."""
+    name = f"p-{uuid.uuid4().hex[:8]}"
+    spec = {"devices": {"requests": [{"name": "npu", "exactly": {"deviceClassName": class_name}}]}}
+    status, reply = plane.api("POST", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims", {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name}, "spec": spec},
+        json_style="kubectl")
+    assert status == 201, reply
+    ok(plane, "POST", "/api/v1/namespaces/default/pods", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"resourceClaims": [{"name": "npu", "resourceClaimName": name}],
+                 "containers": [{"name": "main", "image": "busybox", "resources": {"claims": [{"name": "npu"}]}}]}})
+    return name
+
+
+def test_the_daemon_runs_on_the_service_account_token_alone(installed, short_tmp):
     """Publish, Prepare with the claim read from the API, status.devices written: all with the
     plugin's own token, under its RBAC and the policy; the chart's fake DeviceClass selects it."""
     plane = installed.plane
-    kubeconfig = token_kubeconfig(plane, installed.node_token, tmp_path / "kubeconfig")
-    root = tmp_path / "node"
-    daemon = DaemonProcess(root, node=plane.node_name, kubeconfig=kubeconfig, fake_devices=2).start()
+    kubeconfig = token_kubeconfig(plane, installed.node_token, short_tmp / "kubeconfig")
+    daemon = DaemonProcess(short_tmp / "node", node=plane.node_name, kubeconfig=kubeconfig, fake_devices=2)
     pod = None
     try:
+        daemon.start()
         selector = urllib.parse.quote(f"spec.driver={DRIVER},spec.nodeName={plane.node_name}")
         wait_until(lambda: ok(plane, "GET", f"{_slices('v1')}?fieldSelector={selector}")["items"], "published",
                    within=20)
         [device_class] = by_kind(render(NS, "fake-values.yaml"), "DeviceClass")
-        pod, _ = create_pod(plane, "default", device_class["metadata"]["name"])
+        pod = _claim_pod(plane, device_class["metadata"]["name"])
         claim = wait_until(
             lambda: (c := pod_claim(plane, "default", pod)) and c.get("status", {}).get("allocation") and c,
             "allocated", within=30)
@@ -188,8 +209,14 @@ def test_the_daemon_runs_on_the_service_account_token_alone(installed, tmp_path)
         try:
             reply = kubelet.prepare(claim)
             assert reply.claims[uid].error == ""
-            written = wait_until(lambda: [d for d in (pod_claim(plane, "default", pod).get("status", {}).get("devices")
-                                                      or []) if d["driver"] == DRIVER], "status.devices written")
+            def ours() -> list[dict[str, Any]]:
+                devices = pod_claim(plane, "default", pod).get("status", {}).get("devices") or []
+                return [d for d in devices if d["driver"] == DRIVER]
+
+            try:
+                written = wait_until(ours, "status.devices written")
+            except BaseException:
+                raise AssertionError(f"no status.devices; daemon log:\n{daemon.log_text()[-4000:]}") from None
             assert written[0]["pool"] == plane.node_name
             assert kubelet.unprepare(claim).claims[uid].error == ""
         finally:
