@@ -143,13 +143,13 @@ def test_the_policy_leaves_other_users_alone(policy_active):
     ok(plane, "DELETE", f"{_slices('v1')}/{other['metadata']['name']}")
 
 
-def _allowed(plane: ControlPlane, verb: str, resource: str, subresource: str, group: str) -> bool:
+def _allowed(plane: ControlPlane, verb: str, resource: str, subresource: str, group: str, name: str = "") -> bool:
     """SubjectAccessReview: may the plugin's service account do this?"""
     groups = ["system:serviceaccounts", f"system:serviceaccounts:{NS}", "system:authenticated"]
     review = ok(plane, "POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", {
         "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
         "spec": {"user": USER, "groups": groups,
-                 "resourceAttributes": {"group": group, "resource": resource, "subresource": subresource,
+                 "resourceAttributes": {"group": group, "resource": resource, "subresource": subresource, "name": name,
                                         "verb": verb, "namespace": "default" if "claim" in resource else ""}}})
     return review["status"]["allowed"]
 
@@ -169,6 +169,11 @@ def test_rbac_grants_what_the_daemon_calls_and_nothing_more(installed):
                ("patch", "resourceslices", "", R)]
     for verb, resource, sub, group in refused:
         assert not _allowed(plane, verb, resource, sub, group), (verb, resource, sub)
+    # 1.36+: status.devices entries of our driver, in claims on the token's node only.
+    assert _allowed(plane, "associated-node:patch", "resourceclaims", "driver", R, DRIVER)
+    for verb, name in (("arbitrary-node:patch", DRIVER), ("associated-node:update", DRIVER),
+                       ("associated-node:patch", "gpu.example.com")):
+        assert not _allowed(plane, verb, "resourceclaims", "driver", R, name), (verb, name)
 
 
 def _claim_pod(plane: ControlPlane, class_name: str) -> str:
