@@ -21,6 +21,7 @@ import yaml
 
 from tests.cluster.chart import api_as, by_kind, collection_path, render, token_kubeconfig
 from tests.cluster.controlplane import ControlPlane, default_bin_dir
+from tests.cluster.test_k8s_versions import FAKE_CLASS, claim_and_pod, delete_claim_and_pod, our_status
 from tests.cluster.test_publish import create_pod, delete_pod, ok, pod_claim, wait_until
 from tests.integration.daemon import DRIVER, DaemonProcess, Kubelet
 
@@ -176,22 +177,6 @@ def test_rbac_grants_what_the_daemon_calls_and_nothing_more(installed):
         assert not _allowed(plane, verb, "resourceclaims", "driver", R, name), (verb, name)
 
 
-def _claim_pod(plane: ControlPlane, class_name: str) -> str:
-    """A pod with its own ResourceClaim for ``class_name``, written as kubectl writes JSON (the 1.35
-    API server compares opaque bytes when status is patched: ascend_dra/claimstatus.py)."""
-    name = f"p-{uuid.uuid4().hex[:8]}"
-    spec = {"devices": {"requests": [{"name": "npu", "exactly": {"deviceClassName": class_name}}]}}
-    status, reply = plane.api("POST", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims", {
-        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name}, "spec": spec},
-        json_style="kubectl")
-    assert status == 201, reply
-    ok(plane, "POST", "/api/v1/namespaces/default/pods", {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-        "spec": {"resourceClaims": [{"name": "npu", "resourceClaimName": name}],
-                 "containers": [{"name": "main", "image": "busybox", "resources": {"claims": [{"name": "npu"}]}}]}})
-    return name
-
-
 def test_the_daemon_runs_on_the_service_account_token_alone(installed, short_tmp):
     """Publish, Prepare with the claim read from the API, status.devices written: all with the
     plugin's own token, under its RBAC and the policy; the chart's fake DeviceClass selects it."""
@@ -205,7 +190,10 @@ def test_the_daemon_runs_on_the_service_account_token_alone(installed, short_tmp
         wait_until(lambda: ok(plane, "GET", f"{_slices('v1')}?fieldSelector={selector}")["items"], "published",
                    within=20)
         [device_class] = by_kind(render(NS, "fake-values.yaml"), "DeviceClass")
-        pod = _claim_pod(plane, device_class["metadata"]["name"])
+        assert device_class["metadata"]["name"] == FAKE_CLASS  # the class the claim below names
+        # kubectl's JSON: the 1.35 API server compares opaque bytes when status is patched
+        # (ascend_dra/claimstatus.py), which Python's spaced JSON would fail for reasons not ours.
+        pod = claim_and_pod(plane, "kubectl")
         claim = wait_until(
             lambda: (c := pod_claim(plane, "default", pod)) and c.get("status", {}).get("allocation") and c,
             "allocated", within=30)
@@ -214,12 +202,8 @@ def test_the_daemon_runs_on_the_service_account_token_alone(installed, short_tmp
         try:
             reply = kubelet.prepare(claim)
             assert reply.claims[uid].error == ""
-            def ours() -> list[dict[str, Any]]:
-                devices = pod_claim(plane, "default", pod).get("status", {}).get("devices") or []
-                return [d for d in devices if d["driver"] == DRIVER]
-
             try:
-                written = wait_until(ours, "status.devices written")
+                written = wait_until(lambda: our_status(pod_claim(plane, "default", pod)), "status.devices written")
             except BaseException:
                 raise AssertionError(f"no status.devices; daemon log:\n{daemon.log_text()[-4000:]}") from None
             assert written[0]["pool"] == plane.node_name
@@ -228,7 +212,7 @@ def test_the_daemon_runs_on_the_service_account_token_alone(installed, short_tmp
             kubelet.close()
     finally:
         if pod is not None:
-            delete_pod(plane, pod)
+            delete_claim_and_pod(plane, pod)
         daemon.stop()
     log = daemon.log_text()
     assert "forbidden" not in log.lower() and "403" not in log, log[-3000:]
