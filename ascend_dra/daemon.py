@@ -116,6 +116,10 @@ async def check_cluster_access(kubeconfig: str | None) -> None:
                            "service account, or use --standalone DIR for a local run")
 
 
+#: Worker threads for blocking work, at most (see :meth:`Daemon.run`).
+WORKER_THREADS = 8
+
+
 class Daemon:
     """The running node side. Built by :func:`main`; tests may drive it directly."""
 
@@ -173,6 +177,10 @@ class Daemon:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Run until cancelled. ``task_status.started()`` fires once the kubelet may register us."""
         s = self.settings
+        # Blocking work (journal appends, spec removals, profile hooks) runs in at most this many
+        # worker threads (anyio's default: 40). 64 Unprepares in flight had started 40, each with
+        # its own malloc arena; the journal is written by one at a time anyway.
+        anyio.to_thread.current_default_thread_limiter().total_tokens = WORKER_THREADS
         for directory in (s.plugin_dir, s.registrar_dir):  # sockets and checkpoint: root only
             directory.mkdir(mode=0o750, parents=True, exist_ok=True)
             directory.chmod(0o750)
