@@ -10,6 +10,9 @@ call). Floors, measured against the same daemon, directory and API server:
 * ``RPC``: an empty ``NodePrepareResources`` at the same concurrency;
 * ``write``: one durable append of a 512-byte line (write + fdatasync) in the plugin data dir, the
   durable work one Prepare or Unprepare does (docs/durable-state.md);
+
+The daemon's CDI dir is on tmpfs (``/dev/shm``), as ``/var/run/cdi`` is on a node; its checkpoint is on
+the disk, as ``/var/lib/kubelet`` is.
 * ``GET`` (cluster): a keep-alive GET of a ResourceClaim over one TLS connection.
 
 Prepare's floor is RPC + write (+ GET in cluster mode), Unprepare's RPC + write. Also: cold start to
@@ -110,6 +113,17 @@ def scrape_stall(port: int) -> float:
     return float(found.group(1)) if found else float("nan")
 
 
+def tmpfs_cdi_dir(cdi_dir: Path) -> Path | None:
+    """Put the daemon's CDI dir on tmpfs, as ``/var/run/cdi`` is on a real node (the checkpoint stays on
+    disk): ``cdi_dir`` becomes a symlink to a new dir under ``/dev/shm``, returned; None where there is none."""
+    if not os.path.isdir("/dev/shm") or not os.access("/dev/shm", os.W_OK):
+        return None
+    target = Path(tempfile.mkdtemp(prefix="adm-cdi-", dir="/dev/shm"))
+    cdi_dir.parent.mkdir(parents=True, exist_ok=True)
+    cdi_dir.symlink_to(target, target_is_directory=True)
+    return target
+
+
 class Node:
     """A daemon (standalone or cluster mode) and a source of allocated claims for it."""
 
@@ -121,6 +135,12 @@ class Node:
         self.node = node
         self.daemon = DaemonProcess(root / "node", node=node, fake_devices=devices, extra_args=args,
                                     kubeconfig=cp.kubeconfig if cp is not None else None)
+        self.cdi_tmpfs = tmpfs_cdi_dir(self.daemon.cdi_dir)
+
+    def close(self) -> None:
+        self.daemon.stop()
+        if self.cdi_tmpfs is not None:
+            shutil.rmtree(self.cdi_tmpfs, ignore_errors=True)
     def claims(self, n: int, first_device: int) -> list[dict]:
         """``n`` new allocated claims on devices ``first_device``.. (new uids each time)."""
         made = []
@@ -208,7 +228,7 @@ def bench_mode(mode: str, args, cp=None) -> tuple[list[tuple], dict]:
         extra["rss after"] = rss_mib(node.daemon.proc.pid)
         k.close()
     finally:
-        node.daemon.stop()
+        node.close()
         shutil.rmtree(root, ignore_errors=True)
     return rows, extra
 
