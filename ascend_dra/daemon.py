@@ -194,8 +194,10 @@ class Daemon:
                 await self._start_and_serve(task_status=task_status)
                 tg.cancel_scope.cancel()
         finally:
-            log.info("longest event-loop stalls", extra={
-                f"{phase}_ms": round(seconds * 1000, 2) for phase, seconds in self.stalls.longest.items()})
+            log.info("longest event-loop stalls (late wake-ups, and the same with the CPU wait included)", extra={
+                **{f"{phase}_ms": round(seconds * 1000, 2) for phase, seconds in self.stalls.longest.items()},
+                **{f"{phase}_late_ms": round(seconds * 1000, 2)
+                   for phase, seconds in self.stalls.longest_late.items()}})
 
     async def _start_and_serve(self, *, task_status: TaskStatus[None]) -> None:
         s = self.settings
