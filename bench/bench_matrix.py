@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from bench_prepare import Stats, run_calls  # noqa: E402
 from bench_startup import import_floor, rss_mib  # noqa: E402
 
-from tests.claimfiles import claim_object, write_claim  # noqa: E402
+from tests.claimfiles import claim_object, create_in_api, write_claim  # noqa: E402
 from tests.integration.daemon import DaemonProcess, Kubelet  # noqa: E402
 from tests.kubelet_pb.dra.v1 import api_pb2 as v1_pb2  # noqa: E402
 
@@ -154,27 +154,9 @@ class Node:
             if self.cp is None:
                 write_claim(self.daemon.root, obj)
             else:
-                obj = self._api_claim(obj)
+                obj = create_in_api(self.cp, obj)
             made.append(obj)
         return made
-
-    def _api_claim(self, obj: dict) -> dict:
-        status = obj.pop("status")
-        obj["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = "fake.ascend.project-hami.io"
-        code, stored = self.cp.api("POST", f"{RES}/namespaces/default/resourceclaims", obj)
-        if code != 201:
-            raise RuntimeError(f"create claim: {code} {stored}")
-        path = f"{RES}/namespaces/default/resourceclaims/{obj['metadata']['name']}/status"
-        # Reserved for a consumer that is not a pod: the claim controller removes pods that do not exist.
-        status["reservedFor"] = [{"apiGroup": "bench.ascend-dra.io", "resource": "consumers",
-                                  "name": obj["metadata"]["name"], "uid": str(uuid.uuid4())}]
-        # Allocation first, then the consumer, as the scheduler writes them.
-        for step in ({"allocation": status["allocation"]}, status):
-            stored["status"] = step
-            code, stored = self.cp.api("PUT", path, stored)
-            if code != 200:
-                raise RuntimeError(f"claim status: {code} {stored}")
-        return stored
 
 
 def bench_mode(mode: str, args, cp=None) -> tuple[list[tuple], dict]:
