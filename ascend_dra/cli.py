@@ -127,6 +127,13 @@ def build_parser() -> argparse.ArgumentParser:
           const=True)
     _flag(run, "--metrics-port", "METRICS_PORT", 0, "TCP port for Prometheus /metrics (0: off)", type=int)
     _flag(run, "--metrics-address", "METRICS_ADDRESS", "0.0.0.0", "address the metrics endpoint listens on")
+    _flag(run, "--healthcheck-port", "HEALTHCHECK_PORT", 0,
+          "TCP port of the grpc.health.v1.Health service for the kubelet's grpc probes (0: off)", type=int)
+    _flag(run, "--healthcheck-address", "HEALTHCHECK_ADDRESS", "0.0.0.0",
+          "address the health service listens on (a grpc probe connects to the pod IP)")
+    _flag(run, "--rolling-update-id", "ROLLING_UPDATE_ID", None,
+          "the pod UID: serve under sockets of this instance's own names, beside the old instance during a "
+          "rolling update, sharing the checkpoint with it (kubelet >= 1.33); unset: one instance at a time")
     _flag(run, "--log-level", "LOG_LEVEL", "info", "debug, info, warning or error")
     _flag(run, "--log-format", "LOG_FORMAT", "text", "text or json")
 
@@ -217,7 +224,9 @@ def _run(args: argparse.Namespace) -> int:
             rediscover_interval=args.rediscover_interval, metrics_port=args.metrics_port,
             health_interval=args.health_interval, taint_unhealthy=args.taint_unhealthy,
             profile_options=profile_options(args),
-            metrics_address=args.metrics_address, log_level=args.log_level, log_format=args.log_format,
+            metrics_address=args.metrics_address, rolling_update_id=args.rolling_update_id,
+            healthcheck_port=args.healthcheck_port, healthcheck_address=args.healthcheck_address,
+            log_level=args.log_level, log_format=args.log_format,
         )
     except SettingsError as exc:
         for problem in exc.problems:
