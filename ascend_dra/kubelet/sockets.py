@@ -58,7 +58,7 @@ async def serve_unix(handlers: Sequence[Any], path: Path) -> AsyncIterator[Serve
         finally:
             os.umask(old_umask)
             with contextlib.suppress(FileNotFoundError):
-                ours = path.stat().st_ino  # no await: nothing can replace it in between
+                ours = os.stat(path).st_ino  # no await: nothing can replace it in between
         yield server
     finally:
         # Runs while the daemon is being cancelled: shield it, but bound it (STYLE §2).
