@@ -95,8 +95,25 @@ def kubelet_dirs(args: argparse.Namespace) -> tuple[Path, Path]:
             root / "plugins" if str(plugins) == "<root-dir>/plugins" else plugins)
 
 
+class _Version(argparse.Action):
+    """``--version``: print ``ascend-dra <version> (<python>)`` and exit 0 (the version is looked up
+    only when asked, so ``--help`` stays fast)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="print the version of ascend-dra and of the Python running it, and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        from ascend_dra.version import describe
+
+        print(describe())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ascend-dra", description="Kubernetes DRA driver for Huawei Ascend NPUs.")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="run the node daemon (kubelet plugin)",

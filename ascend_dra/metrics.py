@@ -30,7 +30,6 @@ import platform
 import threading
 from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from importlib import metadata
 from urllib.parse import urlsplit
 
 from prometheus_client import (
@@ -46,8 +45,9 @@ from prometheus_client import (
 from prometheus_client.exposition import choose_encoder
 
 from ascend_dra.model import Inventory
+from ascend_dra.version import version
 
-__all__ = ("Check", "Metrics", "version")
+__all__ = ("Check", "Metrics")
 
 log = logging.getLogger(__name__)
 
@@ -56,13 +56,6 @@ _RESULTS = ("ok", "error")
 #: A health check for the HTTP server: returns ``(healthy, text for the response body)``; blocking.
 Check = Callable[[], tuple[bool, str]]
 
-
-def version() -> str:
-    """The installed ascend-dra version (``0+unknown`` when run from a tree that is not installed)."""
-    try:
-        return metadata.version("ascend-dra")
-    except metadata.PackageNotFoundError:
-        return "0+unknown"
 
 
 class Metrics:
