@@ -59,6 +59,7 @@ class ClaimRecords:
         self._lock = CheckpointLock(Path(plugin_dir)) if shared else None
         self._loaded = False
         self._snapshot_fd: int | None = None  # the snapshot last read or written (shared mode)
+        self._stale = False  # the table may hold changes that are not on disk (shared mode)
         self.syncs = {"tail": 0, "reload": 0}  # how often the other instance's writes were read
 
     async def load(self) -> tuple[ckpt.CheckpointData, JournalContents]:
@@ -79,7 +80,9 @@ class ClaimRecords:
         what other instances wrote; otherwise do nothing (this process is the only writer).
 
         Every change made inside must be saved before the context exits (the next holder reads
-        the files, not this process's memory).
+        the files, not this process's memory). When one is not (the operation was cancelled, a
+        write failed), the table may differ from the files, and the next holder in this process
+        reads both files again instead of trusting it.
 
         :raises checkpoint.CheckpointCorrupt: another instance left files this one cannot read.
         """
@@ -89,12 +92,18 @@ class ClaimRecords:
         async with self._lock.hold():
             if self._loaded:
                 await self._sync()
-            yield
+            try:
+                yield
+            except BaseException:
+                self._stale = True
+                raise
+            finally:
+                self._stale = self._stale or self.table.has_dirty
 
     async def _sync(self) -> None:
         """Read what other instances wrote since this one last held the lock (lock held)."""
         journal_size = os.fstat(self.journal.fileno()).st_size
-        if self._snapshot_changed() or journal_size < self.journal.size:
+        if self._stale or self._snapshot_changed() or journal_size < self.journal.size:
             self.syncs["reload"] += 1
             old = self.table
             data, contents = await anyio.to_thread.run_sync(self._read)
@@ -103,6 +112,7 @@ class ClaimRecords:
                 for uid in (set(old) | set(old.unreadable)) - set(self.table) - set(self.table.unreadable):
                     self._on_change(uid, None)
             await anyio.to_thread.run_sync(self.journal.reposition, contents)
+            self._stale = False
         elif journal_size > self.journal.size:
             self.syncs["tail"] += 1
             tail = await anyio.to_thread.run_sync(read_tail, self.journal.path, self.journal.size)

@@ -162,3 +162,16 @@ async def test_two_instances_never_book_one_device_twice_and_answer_each_others_
     await old.close()
     assert sorted(jr.load_state(tmp_path / "plugin").claims) == [uid2]
     assert uid2 in new.prepared_claims
+
+
+async def test_changes_a_cancelled_operation_never_wrote_are_dropped_before_the_next_decision(tmp_path):
+    a, b = await opened(tmp_path), await opened(tmp_path)
+    with anyio.move_on_after(0.05):
+        async with a.exclusive():
+            a.table["phantom"] = rec("phantom", state=ckpt.PREPARE_STARTED)  # reserved in memory only
+            await anyio.sleep(1)  # cancelled here, before the write (a kubelet call that timed out)
+    await change(b, "real", rec("real"))  # b books the same device meanwhile: it never saw the phantom
+    async with a.exclusive():
+        assert sorted(a.table) == ["real"]  # a reads the files again instead of writing its phantom
+        await a.save()
+    assert sorted(jr.load_state(tmp_path).claims) == ["real"]
