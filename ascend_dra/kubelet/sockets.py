@@ -52,13 +52,13 @@ async def serve_unix(handlers: Sequence[Any], path: Path) -> AsyncIterator[Serve
     try:
         old_umask = os.umask(0o177)  # the socket is created 0600 atomically, never briefly wider
         try:
-            # asyncio binds, then yields once: a cancellation (a stop signal) can arrive with the
-            # socket file already there, so the file is ours to remove from here on.
-            await server.start(path=os.fspath(path))
+            # asyncio binds, then yields once before it returns the server: cancelled there (a stop
+            # signal), it would leave a listening socket that nobody closes and a file nobody removes.
+            with anyio.CancelScope(shield=True):
+                await server.start(path=os.fspath(path))
         finally:
             os.umask(old_umask)
-            with contextlib.suppress(FileNotFoundError):
-                ours = os.stat(path).st_ino  # no await: nothing can replace it in between
+        ours = os.stat(path).st_ino  # no await since the bind: nothing can have replaced it
         yield server
     finally:
         # Runs while the daemon is being cancelled: shield it, but bound it (STYLE §2).
