@@ -13,8 +13,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import grpc
-
 from tests import storm
 from tests.integration.daemon import DRIVER, DaemonProcess, Kubelet
 
@@ -42,23 +40,11 @@ class RollingStorm(storm.Storm):
         turn = itertools.count()
         while not stop.is_set():
             alive = list(kubelets)  # the test swaps instances under us
-            uid_of_instance, k = alive[next(turn) % len(alive)]
-            claim = rng.choice(mine)
-            uid = claim["metadata"]["uid"]
-            op = rng.choice(("prepare", "prepare", "unprepare"))
-            with self.lock:
-                self.asked[uid] = op
-            try:
-                reply = (k.prepare if op == "prepare" else k.unprepare)(claim)
-            except grpc.RpcError:
-                continue  # that instance is stopping; the kubelet retries on the other one
-            answer = reply.claims[uid]
-            if not answer.error:
-                if op == "prepare":
-                    self._check_resolves(answer)
+            rolling_update_id, k = alive[next(turn) % len(alive)]
+            # A call that fails in flight hit the instance being stopped: the kubelet retries it on the other.
+            if self.operate(k, mine, rng):
                 with self.lock:
-                    self.acked[uid] = op
-                    self.served[uid_of_instance] += 1
+                    self.served[rolling_update_id] += 1
 
     def run(self, rounds: int) -> None:
         old = self.instance()
