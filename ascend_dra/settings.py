@@ -18,19 +18,36 @@ the 1.38 kubelet makes at registration (:func:`ascend_dra.kubelet.rules.registra
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import attrs
 
-from ascend_dra.kubelet.rules import endpoint_problems
+from ascend_dra.kubelet.rules import UNIX_PATH_MAX, endpoint_problems
 
 __all__ = ("DEFAULT_DRIVER_NAME", "Settings", "SettingsError")
 
 #: What a --rolling-update-id may be: it goes into socket file names (a pod UID is 36 characters).
 _ROLLING_UPDATE_ID = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_.]{0,62}")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _digest(text: str, length: int) -> str:
+    """``length`` characters of the URL-safe base64 of ``sha256(text)`` (safe in a file name)."""
+    return base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).decode()[:length]
+
+
+def _first_that_fits(directory: Path, names: Sequence[str]) -> Path:
+    """The first of ``names`` whose path in ``directory`` fits a unix socket address; else the first
+    (binding it then fails with a message naming the limit)."""
+    for name in names:
+        if len(os.fsencode(directory / name)) < UNIX_PATH_MAX:  # sun_path holds the NUL too
+            return directory / name
+    return directory / names[0]
 
 
 class SettingsError(ValueError):
@@ -153,17 +170,26 @@ class Settings:
 
     @property
     def dra_socket(self) -> Path:
-        """``<plugin dir>/dra.sock``, or ``dra-<uid>.sock`` with a rolling-update id (as the Go helper names it)."""
+        """``<plugin dir>/dra.sock``, or with a rolling-update id ``dra-<uid>.sock`` (as the Go
+        helper names it), ``dra-<16 characters of its hash>.sock`` if that path is too long for a
+        unix socket."""
         uid = self.rolling_update_id
-        return self.plugin_dir / ("dra.sock" if uid is None else f"dra-{uid}.sock")
+        if uid is None:
+            return self.plugin_dir / "dra.sock"
+        return _first_that_fits(self.plugin_dir, (f"dra-{uid}.sock", f"dra-{_digest(uid, 16)}.sock"))
 
     @property
     def registration_socket(self) -> Path:
-        """``<registrar dir>/<driver>-reg.sock``, or ``<driver>-<uid>-reg.sock`` with a rolling-update id."""
+        """``<registrar dir>/<driver>-reg.sock``, or with a rolling-update id ``<driver>-<uid>-reg.sock``;
+        when that path is too long for a unix socket, ``<driver>-<8 characters of the uid's hash>-reg.sock``,
+        then ``dra-<16 characters of the hash of driver and uid>-reg.sock`` (the Go helper's order).
+        The kubelet accepts any socket name in its registration directory."""
         assert self.registrar_dir is not None  # set in __attrs_post_init__
-        uid = self.rolling_update_id
-        return self.registrar_dir / (f"{self.driver_name}-reg.sock" if uid is None
-                                     else f"{self.driver_name}-{uid}-reg.sock")
+        uid, driver = self.rolling_update_id, self.driver_name
+        if uid is None:
+            return self.registrar_dir / f"{driver}-reg.sock"
+        return _first_that_fits(self.registrar_dir, (f"{driver}-{uid}-reg.sock", f"{driver}-{_digest(uid, 8)}-reg.sock",
+                                                     f"dra-{_digest(driver + chr(0) + uid, 16)}-reg.sock"))
 
     @property
     def slices_dir(self) -> Path | None:
