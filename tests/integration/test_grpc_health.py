@@ -123,3 +123,23 @@ def test_the_metrics_server_answers_404_on_any_other_path(daemon, path):
     code, text = http(daemon.ports["metrics"], path)
     assert code == 404 and "ascend_dra" not in text
     assert http(daemon.ports["metrics"], "/metrics?x=1")[0] == 200
+
+
+def test_each_rolling_update_instance_checks_its_own_sockets(short_tmp):
+    ports = [free_port(), free_port()]
+    old, new = (DaemonProcess(short_tmp / "sa", rolling_update_id=rid, extra_args=[
+        "--healthcheck-port", str(port), "--healthcheck-address", "127.0.0.1"]).start()
+        for rid, port in zip(("pod-old", "pod-new"), ports, strict=True))
+    channels = [grpc.insecure_channel(f"127.0.0.1:{port}") for port in ports]
+    try:
+        stubs = [health_pb2_grpc.HealthStub(ch) for ch in channels]
+        assert [s.Check(health_pb2.HealthCheckRequest(), timeout=2).status for s in stubs] == [SERVING, SERVING]
+        old.dra_socket.unlink()
+        assert [s.Check(health_pb2.HealthCheckRequest(), timeout=2).status for s in stubs] == [NOT_SERVING, SERVING]
+        assert old.stop() == 0
+        assert stubs[1].Check(health_pb2.HealthCheckRequest(), timeout=2).status == SERVING
+    finally:
+        for ch in channels:
+            ch.close()
+        old.stop()
+        new.stop()

@@ -13,6 +13,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests import storm
 from tests.integration.daemon import DRIVER, DaemonProcess, Kubelet
 
@@ -20,19 +22,21 @@ from tests.integration.daemon import DRIVER, DaemonProcess, Kubelet
 class RollingStorm(storm.Storm):
     """tests/storm.py's claims and checks, with instances that overlap instead of crashing.
 
-    Claims come in pairs allocated the same exclusive device, so two instances preparing a pair's
-    claims at once is exactly the double booking the shared checkpoint must prevent.
+    ``fake``: claims come in pairs allocated the same exclusive device, so two instances preparing
+    a pair's claims at once is exactly the double booking the shared checkpoint must prevent.
+    ``HAMivNPUCore``: shares of two chips with consumed capacity and a local dir per claim (a node
+    side effect, so three durable writes per Prepare).
     """
 
-    def __init__(self, root: Path, *, claims: int = 8, seed: int = 0) -> None:
-        super().__init__(root, "fake", claims=claims, seed=seed)
+    def __init__(self, root: Path, profile: str = "fake", *, claims: int = 8, seed: int = 0) -> None:
+        super().__init__(root, profile, claims=claims, seed=seed)
         self.ids = (f"pod-{n}" for n in itertools.count())
         self.served: Counter[str] = Counter()  # rolling-update id -> acknowledged operations
 
     def instance(self) -> DaemonProcess:
         d = self.daemon
-        return DaemonProcess(d.root, node=d.node, profiles="fake", fake_devices=d.fake_devices,
-                             rolling_update_id=next(self.ids)).start()
+        return DaemonProcess(d.root, node=d.node, profiles=d.profiles, fake_devices=d.fake_devices,
+                             extra_args=d.extra_args, rolling_update_id=next(self.ids)).start()
 
     def _work_on(self, kubelets: list[tuple[str, Kubelet]], mine: list[dict[str, Any]], stop: threading.Event,
                  seed: float) -> None:
@@ -81,8 +85,9 @@ class RollingStorm(storm.Storm):
             old.stop()
 
 
-def test_two_instances_serve_at_once_and_a_rolling_update_storm_loses_and_doubles_nothing(short_tmp):
-    s = RollingStorm(short_tmp, seed=3)
+@pytest.mark.parametrize("profile", ["fake", "HAMivNPUCore"])
+def test_two_instances_serve_at_once_and_a_rolling_update_storm_loses_and_doubles_nothing(short_tmp, profile):
+    s = RollingStorm(short_tmp, profile, seed=3)
     s.run(rounds=5)
     assert dict(s.tallies) == dict.fromkeys(storm.TALLIES, 0), "\n".join(s.details)
     assert len(s.served) == 6 and all(n > 0 for n in s.served.values()), s.served  # every instance served
