@@ -15,9 +15,11 @@ instances of the node (instancelock.py, records.py; docs/durable-state.md).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import anyio
@@ -123,6 +125,19 @@ async def check_cluster_access(kubeconfig: str | None) -> None:
                            "service account, or use --standalone DIR for a local run")
 
 
+@contextlib.contextmanager
+def _port_flag(flag: str, port: int, address: str) -> Iterator[None]:
+    """Turn a failed bind into a start-up error that names the flag (and the usual cause)."""
+    try:
+        yield
+    except OSError as exc:
+        hint = (" (another process on this host holds it: during a rolling update with hostNetwork the old "
+                "and the new pod share the node's ports; run the DaemonSet without hostNetwork, which the "
+                "daemon does not need)") if exc.errno == errno.EADDRINUSE else ""
+        raise RuntimeError(f"{flag} {port}: cannot listen on {address or '*'}:{port}: "
+                           f"{os.strerror(exc.errno) if exc.errno else exc}{hint}") from exc
+
+
 class Daemon:
     """The running node side. Built by :func:`main`; tests may drive it directly."""
 
@@ -210,11 +225,13 @@ class Daemon:
         try:
             self.metrics.follow(lambda: len(self.state.prepared_claims) if self.state is not None else 0,
                                 lambda: self.registration.registered)
-            if s.metrics_port:
-                self.metrics.serve(s.metrics_port, s.metrics_address,
-                                   {"/healthz": checks.healthz, "/readyz": checks.readyz})
-            if s.healthcheck_port:
-                checks.serve(s.healthcheck_port, s.healthcheck_address)
+            with _port_flag("--metrics-port", s.metrics_port, s.metrics_address):
+                if s.metrics_port:
+                    self.metrics.serve(s.metrics_port, s.metrics_address,
+                                       {"/healthz": checks.healthz, "/readyz": checks.readyz})
+            with _port_flag("--healthcheck-port", s.healthcheck_port, s.healthcheck_address):
+                if s.healthcheck_port:
+                    checks.serve(s.healthcheck_port, s.healthcheck_address)
             await self._start_checked(task_status)
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):

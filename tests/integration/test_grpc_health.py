@@ -143,3 +143,22 @@ def test_each_rolling_update_instance_checks_its_own_sockets(short_tmp):
             ch.close()
         old.stop()
         new.stop()
+
+
+@pytest.mark.parametrize("flag", ["--healthcheck-port", "--metrics-port"])
+def test_a_port_in_use_refuses_start_up_with_one_line_naming_the_flag(short_tmp, flag):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        address = "--healthcheck-address" if flag == "--healthcheck-port" else "--metrics-address"
+        d = DaemonProcess(short_tmp / "sa", extra_args=[flag, str(port), address, "127.0.0.1"])
+        d.start(wait=False)
+        assert d.wait_exit(20) == 1
+    errors = [line for line in d.log_text().splitlines() if "ERROR" in line]
+    assert errors == [next(line for line in errors if f"refusing to start: {flag} {port}: cannot listen on "
+                           f"127.0.0.1:{port}: Address already in use (another process" in line)]
+    assert "Traceback" not in d.log_text()
+    assert sorted(p.name for p in d.root.rglob("*.sock")) == []
