@@ -197,7 +197,8 @@ class Daemon:
         for directory in (s.plugin_dir, s.registrar_dir):  # sockets and checkpoint: root only
             directory.mkdir(mode=0o750, parents=True, exist_ok=True)
             directory.chmod(0o750)
-        async with hold_instance_lock(s.plugin_dir, rolling_update_id=s.rolling_update_id):
+        async with hold_instance_lock(s.plugin_dir, rolling_update_id=s.rolling_update_id,
+                                      sockets_of=s.rolling_update_sockets):
             await self._run_locked(task_status=task_status)
 
     async def _run_locked(self, *, task_status: TaskStatus[None]) -> None:

@@ -29,7 +29,7 @@ import attrs
 
 from ascend_dra.kubelet.rules import UNIX_PATH_MAX, endpoint_problems
 
-__all__ = ("DEFAULT_DRIVER_NAME", "Settings", "SettingsError")
+__all__ = ("DEFAULT_DRIVER_NAME", "Settings", "SettingsError", "rolling_update_sockets")
 
 #: What a --rolling-update-id may be: it goes into socket file names (a pod UID is 36 characters).
 _ROLLING_UPDATE_ID = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_.]{0,62}")
@@ -48,6 +48,17 @@ def _first_that_fits(directory: Path, names: Sequence[str]) -> Path:
         if len(os.fsencode(directory / name)) < UNIX_PATH_MAX:  # sun_path holds the NUL too
             return directory / name
     return directory / names[0]
+
+
+def rolling_update_sockets(registrar_dir: Path, plugin_dir: Path, driver: str, uid: str) -> tuple[Path, Path]:
+    """The sockets of the instance with rolling-update id ``uid``, named as the Go helper names them:
+    ``<registrar dir>/<driver>-<uid>-reg.sock`` and ``<plugin dir>/dra-<uid>.sock``. Where a path would
+    not fit a unix socket address, a hash replaces the uid: ``<driver>-<8 characters>-reg.sock``, then
+    ``dra-<16 characters of the hash of driver and uid>-reg.sock``; ``dra-<16 characters>.sock``. The
+    kubelet accepts any socket name in its registration directory."""
+    return (_first_that_fits(registrar_dir, (f"{driver}-{uid}-reg.sock", f"{driver}-{_digest(uid, 8)}-reg.sock",
+                                             f"dra-{_digest(driver + chr(0) + uid, 16)}-reg.sock")),
+            _first_that_fits(plugin_dir, (f"dra-{uid}.sock", f"dra-{_digest(uid, 16)}.sock")))
 
 
 class SettingsError(ValueError):
@@ -170,26 +181,24 @@ class Settings:
 
     @property
     def dra_socket(self) -> Path:
-        """``<plugin dir>/dra.sock``, or with a rolling-update id ``dra-<uid>.sock`` (as the Go
-        helper names it), ``dra-<16 characters of its hash>.sock`` if that path is too long for a
-        unix socket."""
-        uid = self.rolling_update_id
-        if uid is None:
+        """``<plugin dir>/dra.sock``; with a rolling-update id see :func:`rolling_update_sockets`."""
+        if self.rolling_update_id is None:
             return self.plugin_dir / "dra.sock"
-        return _first_that_fits(self.plugin_dir, (f"dra-{uid}.sock", f"dra-{_digest(uid, 16)}.sock"))
+        return self.rolling_update_sockets(self.rolling_update_id)[1]
 
     @property
     def registration_socket(self) -> Path:
-        """``<registrar dir>/<driver>-reg.sock``, or with a rolling-update id ``<driver>-<uid>-reg.sock``;
-        when that path is too long for a unix socket, ``<driver>-<8 characters of the uid's hash>-reg.sock``,
-        then ``dra-<16 characters of the hash of driver and uid>-reg.sock`` (the Go helper's order).
-        The kubelet accepts any socket name in its registration directory."""
+        """``<registrar dir>/<driver>-reg.sock``; with a rolling-update id see :func:`rolling_update_sockets`."""
         assert self.registrar_dir is not None  # set in __attrs_post_init__
-        uid, driver = self.rolling_update_id, self.driver_name
-        if uid is None:
-            return self.registrar_dir / f"{driver}-reg.sock"
-        return _first_that_fits(self.registrar_dir, (f"{driver}-{uid}-reg.sock", f"{driver}-{_digest(uid, 8)}-reg.sock",
-                                                     f"dra-{_digest(driver + chr(0) + uid, 16)}-reg.sock"))
+        if self.rolling_update_id is None:
+            return self.registrar_dir / f"{self.driver_name}-reg.sock"
+        return self.rolling_update_sockets(self.rolling_update_id)[0]
+
+    def rolling_update_sockets(self, uid: str) -> tuple[Path, Path]:
+        """``(registration socket, DRA socket)`` of the instance with rolling-update id ``uid``
+        (this one's, or another's whose sockets are to be cleaned up): see :func:`rolling_update_sockets`."""
+        assert self.registrar_dir is not None
+        return rolling_update_sockets(self.registrar_dir, self.plugin_dir, self.driver_name, uid)
 
     @property
     def slices_dir(self) -> Path | None:

@@ -50,16 +50,27 @@ class RollingStorm(storm.Storm):
                 with self.lock:
                     self.served[rolling_update_id] += 1
 
-    def run(self, rounds: int) -> None:
+    def sockets(self) -> set[str]:
+        root = self.daemon.root
+        dirs = (root / "plugins_registry", root / "plugins" / DRIVER)
+        return {p.name for where in dirs for p in where.glob("*.sock")}
+
+    def run(self, rounds: int, *, kill9: bool = False) -> None:
+        """``rounds`` times: start a new instance beside the old one, storm both, stop the old one
+        (SIGTERM; with ``kill9`` every other round SIGKILL instead) and go on with the new one."""
         old = self.instance()
         kubelets: list[tuple[str, Kubelet]] = [(old.rolling_update_id, Kubelet(old))]
         try:
-            for _ in range(rounds):
+            for number in range(rounds + 1):
                 new = self.instance()  # its start-up ran with `old` serving
                 self._check_after_restart()
+                # Only live instances' sockets are left: a killed one's were removed by the next start-up.
+                assert self.sockets() == {p.name for d in (old, new) for p in (d.registration_socket, d.dra_socket)}
                 kubelets.append((new.rolling_update_id, Kubelet(new)))
                 for rid, k in kubelets:  # both registered: both answer GetInfo, each with its own socket
                     assert k.get_info().endpoint.endswith(f"dra-{rid}.sock")
+                if number == rounds:
+                    break
                 stop = threading.Event()
                 workers = [threading.Thread(target=self._work_on, args=(kubelets, self.claims[i::4], stop,
                                                                          self.rng.random()), daemon=True)
@@ -67,9 +78,12 @@ class RollingStorm(storm.Storm):
                 for w in workers:
                     w.start()
                 time.sleep(self.rng.uniform(0.2, 0.6))
-                assert old.stop() == 0, old.log_text()  # SIGTERM, with calls in flight on it
                 gone, kept = kubelets.pop(0)[1], kubelets[0][1]
-                assert not old.registration_socket.exists() and not old.dra_socket.exists()
+                if kill9 and number % 2:
+                    old.kill9()  # with calls in flight, maybe holding the checkpoint lock
+                else:
+                    assert old.stop() == 0, old.log_text()  # SIGTERM, with calls in flight on it
+                    assert not old.registration_socket.exists() and not old.dra_socket.exists()
                 assert new.registration_socket.exists() and kept.get_info().name == DRIVER
                 time.sleep(self.rng.uniform(0.1, 0.3))
                 stop.set()
@@ -77,20 +91,23 @@ class RollingStorm(storm.Storm):
                     w.join(60)
                 gone.close()
                 old = new
-            self._replay(kubelets[0][1])
+            self._replay(kubelets[-1][1])
             self._check_after_restart()
         finally:
             for _, k in kubelets:
                 k.close()
             old.stop()
+            new.stop()
 
 
-@pytest.mark.parametrize("profile", ["fake", "HAMivNPUCore"])
-def test_two_instances_serve_at_once_and_a_rolling_update_storm_loses_and_doubles_nothing(short_tmp, profile):
+@pytest.mark.parametrize(("profile", "kill9"), [("fake", False), ("HAMivNPUCore", False), ("fake", True),
+                                                ("HAMivNPUCore", True)],
+                         ids=["fake", "HAMivNPUCore", "fake-kill9", "HAMivNPUCore-kill9"])
+def test_two_instances_serve_at_once_and_a_rolling_update_storm_loses_and_doubles_nothing(short_tmp, profile, kill9):
     s = RollingStorm(short_tmp, profile, seed=3)
-    s.run(rounds=5)
+    s.run(rounds=5, kill9=kill9)
     assert dict(s.tallies) == dict.fromkeys(storm.TALLIES, 0), "\n".join(s.details)
-    assert len(s.served) == 6 and all(n > 0 for n in s.served.values()), s.served  # every instance served
+    assert len(s.served) == 6 and all(n > 0 for n in s.served.values()), s.served  # each stormed instance served
     assert sorted(p.name for p in short_tmp.rglob("*.sock")) == []
     assert sorted(p.name for p in (short_tmp / "node" / "plugins" / DRIVER).glob("daemon-*.lock")) == []
     records = s.daemon.records()
