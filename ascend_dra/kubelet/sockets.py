@@ -41,7 +41,7 @@ def _prepare_path(path: Path) -> None:
 
 
 @contextlib.asynccontextmanager
-async def serve_unix(handlers: Sequence[Any], path: Path) -> AsyncIterator[Server]:
+async def serve_unix(handlers: Sequence[Any], path: Path) -> AsyncIterator[CorkedServer]:
     """Serve grpclib ``handlers`` on a unix socket at ``path`` until the context exits.
 
     :raises OSError: ENAMETOOLONG when the path is too long for a unix socket.
