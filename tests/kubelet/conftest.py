@@ -6,8 +6,8 @@ profile, registered through the kubelet's plugin registry.
   ``$ASCEND_DRA_K8S`` every test is skipped with that reason.
 * Missing binaries (control plane and node) are built at the end of collection, outside the per-test
   timeout; ``ASCEND_DRA_NO_BUILD=1`` fails instead.
-* Session scope, in start order: ``kubelet_cp`` → ``node`` → ``daemon``; torn down in reverse, with
-  every container killed and the cgroups removed.
+* Session scope, in start order: ``kubelet_cp`` → ``node``; ``daemon`` (fake profile) per module.
+  Torn down in reverse, with every container killed and the cgroups removed.
 """
 
 from __future__ import annotations
@@ -120,9 +120,10 @@ def node(kubelet_cp: ControlPlane, node_tmp: Path) -> Iterator[Node]:
         n.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def daemon(node: Node, kubelet_cp: ControlPlane) -> Iterator[DaemonProcess]:
-    """Our daemon, fake profile, 4 devices, its sockets in the kubelet's root dir, health every 0.2 s."""
+    """Our daemon, fake profile, 4 devices, its sockets in the kubelet's root dir, health every 0.2 s.
+    Module scope: one driver name registers once, and the seed lab's module runs its own profile."""
     d = DaemonProcess(node.kubelet_root, node=node.node_name, kubeconfig=kubelet_cp.kubeconfig,
                       extra_args=("--health-interval", "0.2")).start()
     try:

@@ -54,6 +54,8 @@ from tests.kubelet import images
 
 RUNC = "/usr/sbin/runc"
 CNI_BIN = "/usr/lib/cni"
+#: containerd runtime handlers, all runc: the default, and ``ascend`` (RuntimeClass of the seed lab).
+RUNTIME_HANDLERS = ("runc", "ascend")
 #: What the kubelet's setupKernelTunables wants (pkg/kubelet/cm/container_manager_linux.go).
 #: Host dirs the kubelet or containerd write to whatever their config says (see the module docstring),
 #: overlaid in the mount namespace: /var/log/containers (kubelet), /run/containerd/s (shims), ...
@@ -68,7 +70,8 @@ class NodeError(RuntimeError):
 
 
 def cgroup_mounts() -> tuple[int, list[Path]]:
-    """``(version, mount points)``: cgroup v1 hierarchies (one per controller set) or the v2 root."""
+    """``(version, mount points)``: the cgroup v1 hierarchies (one per controller set, plus the v2
+    mount of a hybrid host) or the v2 root."""
     v1, v2 = [], []
     for line in Path("/proc/self/mounts").read_text().splitlines():
         _, mnt, fstype, *_ = line.split()
@@ -76,7 +79,8 @@ def cgroup_mounts() -> tuple[int, list[Path]]:
             v1.append(Path(mnt))
         elif fstype == "cgroup2":
             v2.append(Path(mnt))
-    return (1, v1) if v1 else (2, v2[:1])
+    # Hybrid hosts (v1 plus a v2 "unified" mount): runc makes the container's cgroup in both.
+    return (1, v1 + v2) if v1 else (2, v2[:1])
 
 
 def _status_field(name: str) -> str:
@@ -252,7 +256,15 @@ class Node:
 
     def _start_containerd(self) -> None:
         c = self.workdir / "ctrd"
-        q = repr  # TOML basic strings: our paths hold no quotes or backslashes
+        q = repr  # TOML literal strings: our paths hold no quotes or backslashes
+        # "ascend": the handler of RuntimeClass ascend, which the seed lab's pods name (the Ascend Docker
+        # Runtime there); here plain runc: the device edits come from our CDI specs alone.
+        runtimes = "".join(f"""    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.{name}]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.{name}.options]
+        BinaryName = {q(RUNC)}
+        SystemdCgroup = false
+""" for name in RUNTIME_HANDLERS)
         config = f"""version = 3
 root = {q(str(c / 'root'))}
 state = {q(str(c / 'state'))}
@@ -278,12 +290,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
     conf_dir = {q(str(self.workdir / 'cni'))}
   [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = "runc"
-    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
-        BinaryName = {q(RUNC)}
-        SystemdCgroup = false
-"""
+{runtimes}"""
         (c / "config.toml").write_text(config.replace("'", '"'))
         (self.workdir / "cni" / "10-loopback.conflist").write_text(
             '{"cniVersion": "1.0.0", "name": "ascend-dra-test", "plugins": [{"type": "loopback"}]}\n')

@@ -100,10 +100,11 @@ def wait_running(cp: ControlPlane, namespace: str, name: str, within: float = 90
         raise TimeoutError(f"{e}; status: {get_pod(cp, namespace, name).get('status')}; events: {said}") from None
 
 
-def container_env(cp: ControlPlane, namespace: str, name: str, within: float = 30.0) -> dict[str, str]:
-    """The env the container printed (its log, read through the API server from the kubelet)."""
+def container_env(cp: ControlPlane, namespace: str, name: str, within: float = 30.0,
+                  container: str = "main") -> dict[str, str]:
+    """The env ``container`` printed (its log, read through the API server from the kubelet)."""
     def printed() -> str | None:
-        status, text = cp.api("GET", f"/api/v1/namespaces/{namespace}/pods/{name}/log?container=main")
+        status, text = cp.api("GET", f"/api/v1/namespaces/{namespace}/pods/{name}/log?container={container}")
         return text if status == 200 and isinstance(text, str) and ENV_DONE in text else None
 
     text = wait_for(printed, f"env of pod {name} in its log", within, every=0.3)
