@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.cluster.controlplane import (
     BUILD_SH,
@@ -130,6 +131,14 @@ def daemon(node: Node, kubelet_cp: ControlPlane) -> Iterator[DaemonProcess]:
         yield d
     finally:
         d.stop()
+
+
+@pytest.fixture(scope="session")
+def classes(kubelet_cp: ControlPlane) -> None:
+    """The fake profile's DeviceClasses (examples/deviceclasses/fake.yaml)."""
+    for doc in yaml.safe_load_all((HERE.parents[1] / "examples" / "deviceclasses" / "fake.yaml").read_text()):
+        status, reply = kubelet_cp.api("POST", "/apis/resource.k8s.io/v1/deviceclasses", doc)
+        assert status in (201, 409), reply
 
 
 @pytest.fixture

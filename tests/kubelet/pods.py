@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from tests.cluster.controlplane import ControlPlane
@@ -133,3 +134,18 @@ def delete_pod(cp: ControlPlane, namespace: str, name: str, within: float = 60.0
 def our_slices(cp: ControlPlane, node: str) -> list[dict[str, Any]]:
     items = ok(cp, "GET", f"{RES}/resourceslices?fieldSelector=spec.nodeName={node}")["items"]
     return [s for s in items if s["spec"]["driver"] == DRIVER]
+
+
+def specs(cdi_dir: Path) -> list[Path]:
+    """Our claims' CDI spec files in ``cdi_dir`` (one per claim, plus the common one)."""
+    return sorted(cdi_dir.glob(f"k8s.{DRIVER}-*_*.yaml"))
+
+
+def start_fake_claim_pod(cp: ControlPlane, ns: str, name: str, script: str = "") -> tuple[dict, dict]:
+    """A pod with one fake NPU (its own template ``name``); return it once running, and its claim."""
+    fake_template(cp, ns, name)
+    ok(cp, "POST", f"/api/v1/namespaces/{ns}/pods", pod_manifest(name, claim_template=name, script=script))
+    pod = wait_running(cp, ns, name)
+    claim = pod_claim(cp, ns, name)
+    assert claim is not None
+    return pod, claim

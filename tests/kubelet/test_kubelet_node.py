@@ -13,43 +13,28 @@ import yaml
 from tests.integration.daemon import Kubelet
 from tests.kubelet.pods import (
     DRIVER,
-    RES,
     container_env,
     delete_pod,
-    fake_template,
     get_pod,
-    ok,
     our_slices,
-    pod_claim,
-    pod_manifest,
+    start_fake_claim_pod,
     wait_for,
     wait_running,
 )
+from tests.kubelet.pods import specs as cdi_specs
 
 pytestmark = pytest.mark.kubelet
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 #: Printed after the env: what the CDI spec's device node and mount give the container.
 PROBE = "ls /dev/davinci*; cat /usr/local/Ascend/driver/version.info;"
 
 
-@pytest.fixture(scope="module")
-def classes(kubelet_cp):
-    for doc in yaml.safe_load_all((EXAMPLES / "deviceclasses" / "fake.yaml").read_text()):
-        status, reply = kubelet_cp.api("POST", f"{RES}/deviceclasses", doc)
-        assert status in (201, 409), reply
-
-
 def specs(node) -> list[Path]:
-    return sorted(node.cdi_dir.glob(f"k8s.{DRIVER}-*_*.yaml"))
+    return cdi_specs(node.cdi_dir)
 
 
 def start_claim_pod(cp, ns: str, name: str) -> tuple[dict, dict]:
-    """A pod with one fake NPU (template ``name``); return it once running, and its claim."""
-    fake_template(cp, ns, name)
-    ok(cp, "POST", f"/api/v1/namespaces/{ns}/pods", pod_manifest(name, claim_template=name, script=PROBE))
-    pod = wait_running(cp, ns, name)
-    return pod, pod_claim(cp, ns, name)
+    return start_fake_claim_pod(cp, ns, name, script=PROBE)
 
 
 def test_the_kubelet_registers_our_plugin_from_its_registry_dir(node, daemon):
