@@ -136,6 +136,12 @@ def our_slices(cp: ControlPlane, node: str) -> list[dict[str, Any]]:
     return [s for s in items if s["spec"]["driver"] == DRIVER]
 
 
+def delete_our_slices(cp: ControlPlane, node: str) -> None:
+    """Remove what an earlier module's daemon (another profile) published for ``node``."""
+    for s in our_slices(cp, node):
+        cp.api("DELETE", f"{RES}/resourceslices/{s['metadata']['name']}")
+
+
 def specs(cdi_dir: Path) -> list[Path]:
     """Our claims' CDI spec files in ``cdi_dir`` (one per claim, plus the common one)."""
     return sorted(cdi_dir.glob(f"k8s.{DRIVER}-*_*.yaml"))

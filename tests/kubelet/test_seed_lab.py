@@ -27,6 +27,7 @@ from tests.kubelet.pods import (
     DRIVER,
     RES,
     container_env,
+    delete_our_slices,
     delete_pod,
     get_pod,
     ok,
@@ -46,8 +47,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 @pytest.fixture(scope="module")
 def lab_daemon(node, kubelet_cp) -> Iterator[DaemonProcess]:
     """Our daemon with HAMivNPUCore on the simulated lab node (two 310P3), registered with the kubelet."""
-    for s in our_slices(kubelet_cp, node.node_name):  # the fake profile's, if its module ran first
-        kubelet_cp.api("DELETE", f"{RES}/resourceslices/{s['metadata']['name']}")
+    delete_our_slices(kubelet_cp, node.node_name)  # the fake profile's, if its module ran first
     lab = labnode.build(node.workdir.parent / "lab")
     assert lab.real_device_nodes, "containerd injects the lab's device nodes: mknod needs root"
     d = DaemonProcess(node.kubelet_root, node=node.node_name, kubeconfig=kubelet_cp.kubeconfig,

@@ -17,7 +17,16 @@ import grpc
 import pytest
 
 from tests.integration.daemon import DaemonProcess, accepts
-from tests.kubelet.pods import DRIVER, container_env, delete_pod, our_slices, specs, start_fake_claim_pod, wait_for
+from tests.kubelet.pods import (
+    DRIVER,
+    container_env,
+    delete_our_slices,
+    delete_pod,
+    our_slices,
+    specs,
+    start_fake_claim_pod,
+    wait_for,
+)
 from tests.kubelet_pb.pluginregistration import api_pb2 as reg_pb2
 from tests.kubelet_pb.pluginregistration import api_pb2_grpc as reg_grpc
 
@@ -44,6 +53,7 @@ class V1beta1Registration(reg_grpc.RegistrationServicer):
 
 @pytest.fixture(scope="module")
 def beta_daemon(node, kubelet_cp) -> Iterator[tuple[DaemonProcess, V1beta1Registration]]:
+    delete_our_slices(kubelet_cp, node.node_name)
     hidden = node.workdir.parent / "hidden-registry"
     hidden.mkdir(exist_ok=True)
     d = DaemonProcess(node.kubelet_root, node=node.node_name, kubeconfig=kubelet_cp.kubeconfig,
