@@ -12,6 +12,7 @@ profile, registered through the kubelet's plugin registry.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -75,6 +76,19 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             raise pytest.UsageError(f"{script} failed (exit {rc}); last lines of {log}:\n{tail}")
 
 
+@contextlib.contextmanager
+def started(part: ControlPlane | Node, error: type[Exception], what: str) -> Iterator[None]:
+    """``part.start()`` (a start-up ``error`` fails the test with its message), ``part.stop()`` at the end."""
+    try:
+        part.start()
+    except error as e:
+        pytest.fail(f"{what} did not start: {e}", pytrace=False)
+    try:
+        yield
+    finally:
+        part.stop()
+
+
 @pytest.fixture(scope="session")
 def node_tmp() -> Iterator[Path]:
     """A short directory (unix socket paths) for the node and the daemon."""
@@ -95,14 +109,8 @@ def kubelet_cp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlan
     # The API server reaches the kubelet (pod logs) at its InternalIP with a client certificate.
     cp = ControlPlane(workdir, bin_dir, feature_gates=GATES, fake_node=False,
                       extra_apiserver_args=kubelet_client_pki(workdir / "pki"))
-    try:
-        cp.start()
-    except ControlPlaneError as e:
-        pytest.fail(f"control plane did not start: {e}", pytrace=False)
-    try:
+    with started(cp, ControlPlaneError, "control plane"):
         yield cp
-    finally:
-        cp.stop()
 
 
 @pytest.fixture(scope="session")
@@ -111,14 +119,8 @@ def node(kubelet_cp: ControlPlane, node_tmp: Path) -> Iterator[Node]:
         pytest.fail(f"node binaries missing: run {NODE_BUILD_SH}", pytrace=False)
     kubelet_bin, containerd_bin = _node_bin_dirs()
     n = Node(node_tmp / "n", kubelet_cp, kubelet_bin / "kubelet", containerd_bin, feature_gates=GATES)
-    try:
-        n.start()
-    except NodeError as e:
-        pytest.fail(f"node did not start: {e}", pytrace=False)
-    try:
+    with started(n, NodeError, "node"):
         yield n
-    finally:
-        n.stop()
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.cluster.controlplane import ControlPlane
+from tests.cluster.test_publish import pod_claim
 from tests.kubelet.images import BUSYBOX_REF
 
 RES = "/apis/resource.k8s.io/v1"
@@ -111,17 +112,6 @@ def container_env(cp: ControlPlane, namespace: str, name: str, within: float = 3
     text = wait_for(printed, f"env of pod {name} in its log", within, every=0.3)
     lines = text.split(ENV_DONE, 1)[0].splitlines()
     return dict(line.split("=", 1) for line in lines if "=" in line)
-
-
-def pod_claim(cp: ControlPlane, namespace: str, pod: str) -> dict[str, Any] | None:
-    """The claim of the pod's ``npu`` entry, once it exists (template: the controller names it)."""
-    obj = get_pod(cp, namespace, pod)
-    named = obj["spec"]["resourceClaims"][0].get("resourceClaimName")
-    statuses = obj.get("status", {}).get("resourceClaimStatuses") or []
-    name = named or (statuses[0].get("resourceClaimName") if statuses else None)
-    if not name:
-        return None
-    return ok(cp, "GET", f"{RES}/namespaces/{namespace}/resourceclaims/{name}")
 
 
 def delete_pod(cp: ControlPlane, namespace: str, name: str, within: float = 60.0) -> None:
