@@ -13,10 +13,14 @@ import yaml
 from tests.integration.daemon import Kubelet
 from tests.kubelet.pods import (
     DRIVER,
+    RES,
     container_env,
     delete_pod,
     get_pod,
+    ok,
     our_slices,
+    pod_claim,
+    pod_manifest,
     start_fake_claim_pod,
     wait_for,
     wait_running,
@@ -119,9 +123,8 @@ def test_daemon_kill9_keeps_the_running_pod_and_the_next_pod_works(node, daemon,
 
 def test_a_device_we_report_unhealthy_shows_in_the_pod_status(node, daemon, classes, namespace):
     """KEP-4680 (``ResourceHealthStatus``, alpha in 1.35, enabled for this tier): the kubelet consumes
-    our ``v1alpha1.DRAResourceHealth`` stream and writes ``allocatedResourcesStatus``. The kubelet 1.35
-    names a device by the first CDI device ID of its Prepare result: ours is the claim's common
-    spec entry (``npu=common``), so the status cannot tell two devices of one claim apart."""
+    our ``v1alpha1.DRAResourceHealth`` stream and writes ``allocatedResourcesStatus``, naming the
+    device by the first CDI device ID of our Prepare reply: the device's own."""
     cp = node.cp
     _, claim = start_claim_pod(cp, namespace, "sick")
     [result] = claim["status"]["allocation"]["devices"]["results"]
@@ -136,7 +139,8 @@ def test_a_device_we_report_unhealthy_shows_in_the_pod_status(node, daemon, clas
         wait_for(lambda: [r.get("health") for r in health()] == ["Healthy"], "Healthy in the pod status", 60)
         (marks / result["device"]).write_text("unhealthy\n")
         wait_for(lambda: [r.get("health") for r in health()] == ["Unhealthy"], "Unhealthy in the pod status", 60)
-        assert health() == [{"resourceID": f"k8s.{DRIVER}/npu=common", "health": "Unhealthy"}]
+        uid = claim["metadata"]["uid"]
+        assert health() == [{"resourceID": f"k8s.{DRIVER}/npu={uid}-{result['device']}", "health": "Unhealthy"}]
         (marks / result["device"]).unlink()
         wait_for(lambda: [r.get("health") for r in health()] == ["Healthy"], "Healthy again", 60)
     finally:
@@ -154,3 +158,28 @@ def ok_log(cp, namespace: str, pod: str) -> str:
     status, text = cp.api("GET", f"/api/v1/namespaces/{namespace}/pods/{pod}/log?container=main")
     assert status == 200, text
     return text
+
+
+def test_a_claim_with_two_devices_runs_and_its_health_names_each_device(node, daemon, classes, namespace):
+    """Two devices of one claim: the kubelet lists one health entry per device under its first CDI
+    device ID, and the API server refuses a pod status whose entries repeat an ID (``Duplicate
+    value``): with the claim's common ID first for both (before this test), every status update of
+    the pod failed and it stayed Pending in the API while its container ran."""
+    cp = node.cp
+    config = {"apiVersion": f"{DRIVER}/v1alpha1", "kind": "FakeConfig", "aicoreLimit": 30}
+    ok(cp, "POST", f"{RES}/namespaces/{namespace}/resourceclaimtemplates", {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "two"},
+        "spec": {"spec": {"devices": {
+            "requests": [{"name": "npu", "exactly": {"deviceClassName": "fake.ascend.project-hami.io",
+                                                     "allocationMode": "ExactCount", "count": 2}}],
+            "config": [{"requests": ["npu"], "opaque": {"driver": DRIVER, "parameters": config}}]}}}})
+    ok(cp, "POST", f"/api/v1/namespaces/{namespace}/pods", pod_manifest("two", claim_template="two", script=PROBE))
+    pod = wait_running(cp, namespace, "two")
+    env = container_env(cp, namespace, "two")
+    assert env["FAKE_NPU_AICORE_LIMIT"] == "30" and len(env["ASCEND_VISIBLE_DEVICES"].split(",")) == 2, env
+    [status] = pod["status"]["containerStatuses"]
+    ids = [r["resourceID"] for res in status.get("allocatedResourcesStatus") or [] for r in res["resources"]]
+    uid = pod_claim(cp, namespace, "two")["metadata"]["uid"]
+    devices = [r["device"] for r in pod_claim(cp, namespace, "two")["status"]["allocation"]["devices"]["results"]]
+    assert sorted(ids) == sorted(f"k8s.{DRIVER}/npu={uid}-{d}" for d in devices), ids
+    delete_pod(cp, namespace, "two")

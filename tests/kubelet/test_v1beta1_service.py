@@ -40,6 +40,8 @@ class V1beta1Registration(reg_grpc.RegistrationServicer):
         self.daemon = daemon
         self.channel = grpc.insecure_channel(f"unix://{daemon_registration}")
         self.statuses: list[reg_pb2.RegistrationStatus] = []
+        #: the kubelet log's size before this socket appeared.
+        self.log_offset = 0
 
     def GetInfo(self, request, context):
         return reg_pb2.PluginInfo(type="DRAPlugin", name=DRIVER, endpoint=str(self.daemon.dra_socket),
@@ -65,6 +67,7 @@ def beta_daemon(node, kubelet_cp) -> Iterator[tuple[DaemonProcess, V1beta1Regist
         own = hidden / f"{DRIVER}-reg.sock"
         wait_for(lambda: accepts(own), "the daemon's own registration socket", within=20)
         registration = V1beta1Registration(d, str(own))
+        registration.log_offset = node.kubelet_log.stat().st_size  # the kubelet logs the choice at once
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
         reg_grpc.add_RegistrationServicer_to_server(registration, server)
         server.add_insecure_port(f"unix://{proxy}")
@@ -81,11 +84,10 @@ def beta_daemon(node, kubelet_cp) -> Iterator[tuple[DaemonProcess, V1beta1Regist
 def test_the_kubelet_prepares_and_unprepares_through_v1beta1(node, beta_daemon, classes, namespace):
     d, registration = beta_daemon
     cp = node.cp
-    offset = node.kubelet_log.stat().st_size
     wait_for(lambda: registration.statuses, "the kubelet's NotifyRegistrationStatus", within=30)
     assert [s.plugin_registered for s in registration.statuses] == [True], registration.statuses
     with open(node.kubelet_log, "rb") as f:
-        f.seek(offset)
+        f.seek(registration.log_offset)
         log = f.read().decode(errors="replace")
     assert 'chosenService="v1beta1.DRAPlugin"' in log, log[-3000:]
     wait_for(lambda: "registered with the kubelet" in d.log_text(), "the daemon told", within=10)
