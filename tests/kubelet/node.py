@@ -109,9 +109,15 @@ def _zombie(pid: int) -> bool:
 
 
 def host_ip() -> str:
-    """The address of the default route's interface: the kubelet refuses a loopback node IP."""
+    """The address of the default route's interface: the kubelet refuses a loopback node IP.
+
+    :raises NodeError: the machine has no route off loopback.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.connect(("192.0.2.254", 9))  # no packet is sent: connect() on UDP only picks the route
+        try:
+            s.connect(("192.0.2.254", 9))  # no packet is sent: connect() on UDP only picks the route
+        except OSError as e:
+            raise NodeError(f"no non-loopback IPv4 address for the kubelet's node IP: {e}") from e
         return s.getsockname()[0]
 
 
