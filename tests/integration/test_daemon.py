@@ -217,7 +217,7 @@ def test_share_id_reaches_v1_only(daemon, kubelet):
     uid = claim["metadata"]["uid"]
     [device] = kubelet.prepare(claim, api="v1").claims[uid].devices
     assert device.HasField("share_id") and device.share_id == share
-    assert list(device.cdi_device_ids)[0] == f"{KIND}={uid}-npu-0-0-{share}"
+    assert device.cdi_device_ids[0] == f"{KIND}={uid}-npu-0-0-{share}"
     [beta] = kubelet.prepare(claim, api="v1beta1").claims[uid].devices
     assert beta.device_name == "npu-0-0"
 
