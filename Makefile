@@ -8,8 +8,8 @@ CLUSTER_DIR ?= .cluster
 K8S_VERSIONS ?= 1.35 1.36 1.37
 K8S ?= $(firstword $(K8S_VERSIONS))
 
-.PHONY: venv test test-unit test-integration test-cluster test-container test-plugins proto proto-check lint demo \
-        cluster-bins container-deps cluster-up cluster-down bench soak clean helm-bin chart-check image
+.PHONY: venv test test-unit test-integration test-cluster test-container test-kubelet test-plugins proto proto-check \
+        lint demo cluster-bins node-bins container-deps cluster-up cluster-down bench soak clean helm-bin chart-check image
 
 # The venv is (re)built when pyproject.toml changes; the stamp records the last install.
 $(VENV)/.installed: pyproject.toml plugins/example-profile/pyproject.toml
@@ -20,7 +20,9 @@ $(VENV)/.installed: pyproject.toml plugins/example-profile/pyproject.toml
 
 venv: $(VENV)/.installed
 
-test: venv proto-check lint chart-check cluster-bins container-deps
+# `pytest tests` on the first version includes tests/kubelet (the real kubelet and containerd; 1.35 only,
+# it skips itself with the reason on another version).
+test: venv proto-check lint chart-check cluster-bins node-bins container-deps
 	ASCEND_DRA_K8S=$(firstword $(K8S_VERSIONS)) $(PY) -m pytest tests -q
 	for v in $(wordlist 2,9,$(K8S_VERSIONS)); do ASCEND_DRA_K8S=$$v $(PY) -m pytest tests/cluster -q || exit 1; done
 	$(PY) -m pytest plugins/example-profile/tests -q
@@ -36,6 +38,10 @@ test-cluster: venv cluster-bins
 
 test-container: venv container-deps
 	$(PY) -m pytest tests/container -q
+
+test-kubelet: venv node-bins container-deps
+	tests/cluster/build.sh --k8s 1.35
+	ASCEND_DRA_K8S=1.35 $(PY) -m pytest tests/kubelet -q
 
 # podman, runc and busybox for tests/container, from Debian, only what is missing (apt needs root or sudo).
 container-deps:
@@ -83,6 +89,11 @@ image:
 cluster-bins:
 	for v in $(K8S_VERSIONS); do tests/cluster/build.sh --k8s $$v || exit 1; done
 
+# The kubelet (same k8s.io/kubernetes 1.35 modules as the control plane) and containerd 2.x + ctr for
+# tests/kubelet, into ~/.cache/ascend-dra/{kubelet,containerd}-<version>, only when missing.
+node-bins:
+	tests/kubelet/build.sh
+
 cluster-up: venv
 	tests/cluster/build.sh --k8s $(K8S)
 	$(PY) tests/cluster/controlplane.py up --dir $(CLUSTER_DIR) --k8s $(K8S)
@@ -91,12 +102,13 @@ cluster-up: venv
 cluster-down:
 	$(PY) tests/cluster/controlplane.py down --dir $(CLUSTER_DIR)
 
-bench: venv cluster-bins
+bench: venv cluster-bins node-bins container-deps
 	$(PY) bench/bench_matrix.py
 	$(PY) bench/bench_prepare.py
 	$(PY) bench/bench_discovery.py
 	$(PY) bench/bench_startup.py
 	$(PY) bench/bench_webhook.py
+	$(PY) bench/bench_kubelet.py
 
 # The full kill -9 storm (tests/storm.py): 200 trials per profile, prints the tallies (all must be 0).
 soak: venv

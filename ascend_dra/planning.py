@@ -152,8 +152,11 @@ class Planner:
                 cdi_devices.append(CdiDevice(name, edits[(result.device, result.share_id)]))
                 records.append(DeviceRecord(
                     request=result.request, pool=result.pool, device=result.device,
-                    cdi_device_ids=(naming.qualified_name(kind, naming.COMMON_DEVICE),
-                                    naming.qualified_name(kind, name)),
+                    # The device's own ID first: the kubelet names the device by its first CDI ID in
+                    # the pod's allocatedResourcesStatus (KEP-4680), and the API server refuses a pod
+                    # status whose entries repeat an ID (all would be `common`; tests/kubelet).
+                    cdi_device_ids=(naming.qualified_name(kind, name),
+                                    naming.qualified_name(kind, naming.COMMON_DEVICE)),
                     share_id=result.share_id, consumed_capacity=dict(result.consumed_capacity),
                     admin_access=result.admin_access,
                 ))

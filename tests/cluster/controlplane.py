@@ -250,7 +250,9 @@ class ControlPlane:
         extra_apiserver_args: Sequence[str] = (),
         ready_timeout: float = 90.0,
         verbosity: int = 1,
+        fake_node: bool = True,
     ) -> None:
+        """``fake_node=False``: create no Node object (a real kubelet registers ``node_name``, tests/kubelet)."""
         self.workdir = Path(workdir).resolve()
         self.bin_dir = Path(bin_dir).resolve() if bin_dir is not None else default_bin_dir()
         self.node_name = node_name
@@ -259,6 +261,7 @@ class ControlPlane:
         self.extra_apiserver_args = list(extra_apiserver_args)
         self.ready_timeout = ready_timeout
         self.verbosity = verbosity
+        self.fake_node = fake_node
         self.token = ""
         self.ports: dict[str, int] = {}
         self.procs: dict[str, _Proc] = {}
@@ -302,7 +305,8 @@ class ControlPlane:
             self.procs["kube-scheduler"].start()
             self._wait("kube-controller-manager", self._https_healthz(self.ports["kcm"]))
             self._wait("kube-scheduler", self._https_healthz(self.ports["scheduler"]))
-            self.ensure_node()
+            if self.fake_node:
+                self.ensure_node()
             # The serviceaccount controller creating default/default proves kcm talks to the apiserver
             # (and pods in "default" are admitted only once that ServiceAccount exists).
             self._wait(

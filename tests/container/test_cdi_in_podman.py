@@ -52,7 +52,7 @@ def test_container_gets_env_device_node_and_driver_mount(podman, daemon, kubelet
         fake_config(requests=["npu"], aicoreLimit=25, logLevel="error")]))
     uid = claim["metadata"]["uid"]
     ids = prepare(kubelet, claim)
-    assert ids == [f"{KIND}=common", f"{KIND}={uid}-npu-1-0"]
+    assert ids == [f"{KIND}={uid}-npu-1-0", f"{KIND}=common"]
 
     done = podman.run(ids, SCRIPT.format(nodes="/dev/davinci1"), cdi_dir=daemon.cdi_dir,
                       label="podman run: one device")
@@ -71,7 +71,7 @@ def test_two_devices_in_one_request_are_both_visible(podman, daemon, kubelet):
     claim = write_claim(daemon.root, claim_object("two", results=[("npu", "npu-0-0"), ("npu", "npu-2-0")]))
     uid = claim["metadata"]["uid"]
     ids = prepare(kubelet, claim)
-    assert ids == [f"{KIND}=common", f"{KIND}={uid}-npu-0-0", f"{KIND}=common", f"{KIND}={uid}-npu-2-0"]
+    assert ids == [f"{KIND}={uid}-npu-0-0", f"{KIND}=common", f"{KIND}={uid}-npu-2-0", f"{KIND}=common"]
 
     # The kubelet passes every ID of every device (the common one twice); podman must take that.
     done = podman.run(ids, SCRIPT.format(nodes="/dev/davinci0 /dev/davinci2"), cdi_dir=daemon.cdi_dir,

@@ -74,7 +74,7 @@ def test_prepare_writes_cdi_spec_and_unprepare_removes_it(daemon, kubelet, api):
     [device] = entry.devices
     assert list(device.request_names) == ["npu"]
     assert (device.pool_name, device.device_name) == ("node-1", "npu-1-0")
-    assert list(device.cdi_device_ids) == [f"{KIND}=common", f"{KIND}={uid}-npu-1-0"]
+    assert list(device.cdi_device_ids) == [f"{KIND}={uid}-npu-1-0", f"{KIND}=common"]
     spec = yaml.safe_load(spec_path(daemon, uid).read_text())
     assert spec["cdiVersion"] == "0.5.0"  # hostPath and a digit-leading name need 0.5.0
     assert spec["kind"] == KIND
@@ -218,7 +218,7 @@ def test_share_id_reaches_v1_only(daemon, kubelet):
     uid = claim["metadata"]["uid"]
     [device] = kubelet.prepare(claim, api="v1").claims[uid].devices
     assert device.HasField("share_id") and device.share_id == share
-    assert list(device.cdi_device_ids)[1] == f"{KIND}={uid}-npu-0-0-{share}"
+    assert device.cdi_device_ids[0] == f"{KIND}={uid}-npu-0-0-{share}"
     [beta] = kubelet.prepare(claim, api="v1beta1").claims[uid].devices
     assert beta.device_name == "npu-0-0"
 

@@ -126,8 +126,8 @@ def test_a_claim_gpu_config_wins_over_the_class_config_in_the_cdi_spec(daemon_fa
         kubelet.close()
     assert reply.claims[uid].error == ""
     assert sorted((d.device_name, tuple(d.cdi_device_ids)) for d in reply.claims[uid].devices) == [
-        ("gpu-0", (f"k8s.{DRIVER}/gpu=common", f"k8s.{DRIVER}/gpu={uid}-gpu-0")),
-        ("gpu-1", (f"k8s.{DRIVER}/gpu=common", f"k8s.{DRIVER}/gpu={uid}-gpu-1")),
+        ("gpu-0", (f"k8s.{DRIVER}/gpu={uid}-gpu-0", f"k8s.{DRIVER}/gpu=common")),
+        ("gpu-1", (f"k8s.{DRIVER}/gpu={uid}-gpu-1", f"k8s.{DRIVER}/gpu=common")),
     ]
     spec = yaml.safe_load((daemon.cdi_dir / f"k8s.{DRIVER}-gpu_{uid}.yaml").read_text())
     env = {d["name"]: [e for e in d["containerEdits"]["env"] if e.startswith("GPU_")] for d in spec["devices"]}

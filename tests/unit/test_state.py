@@ -229,7 +229,7 @@ async def test_prepare_with_the_fake_profile_writes_spec_and_checkpoint(tmp_path
     uid = obj["metadata"]["uid"]
     results = await state.prepare([ref(obj)])
     assert results == {uid: [PreparedDevice(("npu",), NODE, "npu-2-0",
-                                            (f"{FAKE_KIND}=common", f"{FAKE_KIND}={uid}-npu-2-0"))]}
+                                            (f"{FAKE_KIND}={uid}-npu-2-0", f"{FAKE_KIND}=common"))]}
     spec_file = tmp_path / "cdi" / naming.claim_spec_file(FAKE_KIND, uid)
     assert "FAKE_NPU_AICORE_LIMIT=40" in spec_file.read_text()
     record = on_disk(tmp_path).claims[uid]
@@ -288,8 +288,8 @@ async def test_two_fitting_shares_in_one_claim_get_two_cdi_devices(tmp_path):
     uid = obj["metadata"]["uid"]
     kind = f"k8s.{DRIVER}/vnpu"
     assert (await state.prepare([ref(obj)]))[uid] == [
-        PreparedDevice(("a",), NODE, "vnpu-0", (f"{kind}=common", f"{kind}={uid}-vnpu-0-s1"), "s1"),
-        PreparedDevice(("b",), NODE, "vnpu-0", (f"{kind}=common", f"{kind}={uid}-vnpu-0-s2"), "s2"),
+        PreparedDevice(("a",), NODE, "vnpu-0", (f"{kind}={uid}-vnpu-0-s1", f"{kind}=common"), "s1"),
+        PreparedDevice(("b",), NODE, "vnpu-0", (f"{kind}={uid}-vnpu-0-s2", f"{kind}=common"), "s2"),
     ]
 
 
