@@ -25,15 +25,20 @@ import anyio
 from ascend_dra import checkpoint as ckpt
 from ascend_dra.journal import JOURNAL_FILE, Journal, JournalContents, apply_journal, change_lines, read_tail
 from ascend_dra.journal import read as read_journal
-from ascend_dra.sharedlock import CheckpointLock
+from ascend_dra.sharedlock import POLL_MAX_S, CheckpointLock
 
-__all__ = ("COMPACT_MIN_LINES", "ClaimRecords")
+__all__ = ("COMPACT_MIN_LINES", "SHARED_TURN_S", "ClaimRecords")
 
 log = logging.getLogger(__name__)
 
 #: The journal is compacted into a new snapshot when it holds more change lines than this, or than
 #: twice the number of records: a write stays O(1), and compaction is amortised O(1) per write.
 COMPACT_MIN_LINES = 1024
+
+#: Shared mode: seconds one hold of the checkpoint lock admits more of this process's operations.
+#: Operations that overlap share the hold and so its group-committed writes (one at a time, 16
+#: Prepares in flight ran at half the unshared rate); the bound lets the other instance in.
+SHARED_TURN_S = 0.2
 
 
 class ClaimRecords:
@@ -60,6 +65,10 @@ class ClaimRecords:
         self._loaded = False
         self._snapshot_fd: int | None = None  # the snapshot last read or written (shared mode)
         self._stale = False  # the table may hold changes that are not on disk (shared mode)
+        self._holders = 0  # tasks of this process inside exclusive() (shared mode)
+        self._held_since = 0.0
+        self._acquiring = anyio.Lock()
+        self._released = anyio.Event()
         self.syncs = {"tail": 0, "reload": 0}  # how often the other instance's writes were read
 
     async def load(self) -> tuple[ckpt.CheckpointData, JournalContents]:
@@ -75,30 +84,69 @@ class ClaimRecords:
 
     @contextlib.asynccontextmanager
     async def exclusive(self) -> AsyncIterator[None]:
-        """Run a read-modify-write of the records: in shared mode, hold the checkpoint lock (no
-        task of any instance holds it meanwhile) and first bring :attr:`table` up to date with
-        what other instances wrote; otherwise do nothing (this process is the only writer).
+        """Run a read-modify-write of the records: in shared mode, inside a hold of the checkpoint
+        lock (no other instance holds it meanwhile; this process's overlapping operations share
+        one hold, as they share the table when unshared), the hold starting by bringing
+        :attr:`table` up to date with what other instances wrote; otherwise do nothing (this
+        process is the only writer).
 
-        Every change made inside must be saved before the context exits (the next holder reads
-        the files, not this process's memory). When one is not (the operation was cancelled, a
-        write failed), the table may differ from the files, and the next holder in this process
-        reads both files again instead of trusting it.
+        Every change made inside must be saved before the context exits (the next hold, of this
+        instance or another, reads the files, not this process's memory). When one is not (the
+        operation was cancelled, a write failed), the table may differ from the files, and the
+        next hold in this process reads both files again instead of trusting it.
 
         :raises checkpoint.CheckpointCorrupt: another instance left files this one cannot read.
         """
         if self._lock is None:
             yield
             return
-        async with self._lock.hold():
-            if self._loaded:
-                await self._sync()
-            try:
-                yield
-            except BaseException:
-                self._stale = True
-                raise
-            finally:
-                self._stale = self._stale or self.table.has_dirty
+        await self._enter()
+        failed = False
+        try:
+            yield
+        except BaseException:
+            failed = True
+            raise
+        finally:
+            self._leave(failed)
+
+    async def _enter(self) -> None:
+        """Join this process's hold of the checkpoint lock, or take it (and read the other
+        instances' writes) when nobody here holds it. A hold admits new tasks for
+        :data:`SHARED_TURN_S`; after that they wait until it ends and pause once, so that the other
+        instance's polling finds the lock free."""
+        while True:
+            if self._holders and time.monotonic() - self._held_since < SHARED_TURN_S:
+                self._holders += 1  # the lock is ours and the table current: group commit as unshared
+                return
+            if self._holders:
+                await self._released.wait()
+                await anyio.sleep(POLL_MAX_S)
+                continue
+            async with self._acquiring:
+                if self._holders:
+                    continue  # another task of ours took it meanwhile: join it (or wait) above
+                await self._lock.acquire()
+                try:
+                    if self._loaded:
+                        await self._sync()
+                except BaseException:
+                    self._lock.release()
+                    raise
+                self._held_since = time.monotonic()
+                self._released = anyio.Event()
+                self._holders = 1
+                return
+
+    def _leave(self, failed: bool) -> None:
+        """End one task's part of the hold; the last one out releases the lock. Changes left
+        unsaved then (a failed or cancelled operation) make the next hold read the files again."""
+        self._stale = self._stale or failed
+        self._holders -= 1
+        if self._holders == 0:
+            self._stale = self._stale or self.table.has_dirty
+            self._lock.release()
+            self._released.set()
 
     async def _sync(self) -> None:
         """Read what other instances wrote since this one last held the lock (lock held)."""

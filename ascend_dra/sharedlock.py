@@ -11,10 +11,8 @@ growing pause (:data:`POLL_MIN_S` to :data:`POLL_MAX_S`).
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -44,9 +42,8 @@ async def acquire(fd: int, *, shared: bool = False, poll_max_s: float = POLL_MAX
 
 
 class CheckpointLock:
-    """An exclusive lock on ``<plugin dir>/checkpoint.lock``, shared by every task of this process
-    and by every other instance on the node: while a task holds it, no other task of any instance
-    holds it.
+    """An exclusive lock on ``<plugin dir>/checkpoint.lock`` between the instances of the node: while
+    this process holds it, no other instance does.
 
     :param plugin_dir: the plugin data directory.
     """
@@ -56,19 +53,18 @@ class CheckpointLock:
     def __init__(self, plugin_dir: Path) -> None:
         self.path = Path(plugin_dir) / self.FILE
         self._fd: int | None = None
-        self._local = anyio.Lock()  # one task of this process at a time; flock is per open file
 
-    @contextlib.asynccontextmanager
-    async def hold(self) -> AsyncIterator[None]:
-        """Hold the lock for the duration of the context (waiting for it first)."""
-        async with self._local:
-            if self._fd is None:
-                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            await acquire(self._fd)
-            try:
-                yield
-            finally:
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
+    async def acquire(self) -> None:
+        """Wait until this process holds the lock. The caller coordinates its own tasks
+        (records.ClaimRecords.exclusive: one acquisition serves every task that joins it)."""
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        await acquire(self._fd)
+
+    def release(self) -> None:
+        """Release the lock this process holds (a no-op when the file is closed)."""
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def close(self) -> None:
         """Close the lock file (releasing the lock if it is held)."""

@@ -126,6 +126,65 @@ async def test_the_checkpoint_lock_excludes_another_process_until_it_lets_go(tmp
             await entered.wait()
 
 
+async def test_overlapping_operations_of_one_instance_share_a_hold_and_its_writes(tmp_path, monkeypatch):
+    """16 operations at once: one hold of the lock, group-committed appends as in unshared mode (each
+    operation took the lock and wrote alone: 16 holds, 16 fdatasyncs)."""
+    records = await opened(tmp_path)
+    holds, appends = [], []
+    real_acquire, real_append = records._lock.acquire, records.journal.append
+
+    async def counting_acquire() -> None:
+        holds.append(1)
+        await real_acquire()
+
+    monkeypatch.setattr(records._lock, "acquire", counting_acquire)
+    monkeypatch.setattr(records.journal, "append", lambda lines: appends.append(1) or real_append(lines))
+    async with anyio.create_task_group() as tg:
+        for i in range(16):
+            tg.start_soon(change, records, f"u{i}", rec(f"u{i}", f"npu-{i}-0"))
+    assert len(holds) == 1
+    assert 1 <= len(appends) < 16
+    assert sorted(jr.load_state(tmp_path).claims) == sorted(f"u{i}" for i in range(16))
+
+
+async def test_a_hold_admits_new_operations_only_for_a_turn_then_lets_the_other_instance_in(tmp_path, monkeypatch):
+    """An instance that always has an operation in flight still releases the lock: after SHARED_TURN_S
+    new operations wait for the hold to end, and another process waiting for the lock gets it."""
+    from ascend_dra import records as records_module
+
+    monkeypatch.setattr(records_module, "SHARED_TURN_S", 0.05)
+    records = await opened(tmp_path)
+    other = os.open(tmp_path / CheckpointLock.FILE, os.O_RDWR)
+    got_it = []
+
+    async def busy(i: int) -> None:  # overlapping operations, each 20 ms long, for 0.5 s
+        async with records.exclusive():
+            await anyio.sleep(0.02)
+
+    async def other_instance() -> None:
+        while not got_it:
+            try:
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                await anyio.sleep(0.001)
+                continue
+            got_it.append(1)
+            fcntl.flock(other, fcntl.LOCK_UN)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(other_instance)
+            for i in range(50):
+                tg.start_soon(busy, i)
+                await anyio.sleep(0.01)
+            with anyio.fail_after(5):
+                while not got_it:  # noqa: ASYNC110 (polls the other task's result)
+                    await anyio.sleep(0.01)
+    finally:
+        os.close(other)
+    assert got_it
+
+
 async def test_without_shared_mode_there_is_no_lock_file(tmp_path):
     records = ClaimRecords(tmp_path, "boot")
     async with records.exclusive():
