@@ -294,6 +294,9 @@ class ApiPublisher:
         self.syncs = 0
         self._inventory = Inventory()
         self._wake = anyio.Event()
+        #: Set once the first publish attempt ended, written or not (the daemon binds the
+        #: registration socket after it, so that GetInfo never waits behind the first sync).
+        self.first_attempt = anyio.Event()
         self._api = api  # shared (its owner closes it), or opened by connect() and closed by run()
         self._owns_api = api is None
         self._owner: dict[str, str] | None = None
@@ -351,6 +354,8 @@ class ApiPublisher:
                 except DroppedFieldsError as exc:
                     self.last_error = exc
                     log.error("ResourceSlice fields were dropped by the API server", extra={"error": str(exc)})
+                finally:
+                    self.first_attempt.set()
 
     async def _node_owner(self) -> dict[str, str]:
         assert self._api is not None

@@ -1,8 +1,9 @@
 """The node daemon: one anyio task group wiring profiles, state, gRPC servers and the publisher.
 
 Start-up order (each step ready before the next, STYLE §2): load profiles -> discover ->
-recover the checkpoint -> DRA socket -> registration socket (from here on the kubelet may call
-us) -> publish. The metrics server (``/metrics``, ``/healthz``, ``/readyz``) and the
+recover the checkpoint -> DRA socket -> publish (the first attempt, waited for at most
+:data:`FIRST_PUBLISH_WAIT_S`) -> registration socket (from here on the kubelet may call us).
+The metrics server (``/metrics``, ``/healthz``, ``/readyz``) and the
 ``grpc.health.v1`` service (kubelet/grpc_health.py) start first, answering "not ready" until both
 sockets answer. Then rediscovery runs every ``--rediscover-interval`` seconds and at once when
 device nodes appear or vanish (hotplug.py); a changed inventory is republished. SIGTERM, SIGINT
@@ -127,6 +128,10 @@ async def check_cluster_access(kubeconfig: str | None) -> None:
 
 #: Worker threads for blocking work, at most (see :meth:`Daemon.run`).
 WORKER_THREADS = 8
+
+#: Seconds the registration socket waits, at most, for the first publish attempt to end (an API
+#: server that is slow or down delays registration by this much, never more).
+FIRST_PUBLISH_WAIT_S = 2.0
 
 
 @contextlib.contextmanager
@@ -318,23 +323,29 @@ class Daemon:
             status = StatusHook(writer, self.state, s.cdi_root)
         async with (
             serve_unix([*dra.services(self.state, self, status), *health], s.dra_socket),
-            serve_unix([RegistrationServer(s.driver_name, str(s.dra_socket.absolute()), self.registration,
-                                           advertised)],
-                       s.registration_socket),
             anyio.create_task_group() as tg,
         ):
-            self.stalls.phase = "serving"
             if writer is not None:
                 await tg.start(writer.run)
-            log.info("serving the kubelet", extra={"registration_socket": str(s.registration_socket),
-                                                   "dra_socket": str(s.dra_socket), "node": s.node_name,
-                                                   "driver": s.driver_name,
-                                                   "rolling_update_id": s.rolling_update_id or "none"})
             await tg.start(self._publish_loop)
-            task_status.started()
-            tg.start_soon(self._rediscover_loop)
-            tg.start_soon(self._health_loop)
-            tg.start_soon(watch_device_nodes, s.dev_root, self.request_rediscovery)
+            # The first publish (TLS handshakes, the node GET, the slice writes) is the busiest
+            # stretch of the loop after start-up: the kubelet's GetInfo must not wait behind it.
+            first = getattr(self.publisher, "first_attempt", None)
+            if first is not None:
+                with anyio.move_on_after(FIRST_PUBLISH_WAIT_S):
+                    await first.wait()
+            async with serve_unix([RegistrationServer(s.driver_name, str(s.dra_socket.absolute()),
+                                                      self.registration, advertised)], s.registration_socket):
+                self.stalls.phase = "serving"
+                log.info("serving the kubelet", extra={"registration_socket": str(s.registration_socket),
+                                                       "dra_socket": str(s.dra_socket), "node": s.node_name,
+                                                       "driver": s.driver_name,
+                                                       "rolling_update_id": s.rolling_update_id or "none"})
+                task_status.started()
+                tg.start_soon(self._rediscover_loop)
+                tg.start_soon(self._health_loop)
+                tg.start_soon(watch_device_nodes, s.dev_root, self.request_rediscovery)
+                await anyio.sleep_forever()
 
     async def check_health(self) -> None:
         """Ask every profile with a ``health`` hook about its devices and feed the kubelet's health

@@ -94,6 +94,37 @@ def test_slices_deleted_behind_our_back_come_back_within_5_seconds(cp, start_dae
     assert back["spec"]["pool"]["generation"] == 1
 
 
+def test_the_slices_are_published_before_the_kubelet_can_register_us(cp, short_tmp):
+    """The first publish (TLS handshakes, the node GET, the slice writes) ran while the kubelet's GetInfo
+    waited behind it on the loop (38-127 ms after the socket accepted, on a loaded machine); now the
+    registration socket is bound after it, so the slices are there when the kubelet can first call."""
+    from tests.integration.daemon import DaemonProcess, accepts
+
+    d = DaemonProcess(short_tmp / "node", node=cp.node_name, kubeconfig=cp.kubeconfig).start(wait=False)
+    try:
+        wait_until(lambda: accepts(d.registration_socket), "the registration socket accepts", within=30)
+        assert our_slices(cp, cp.node_name)
+    finally:
+        d.stop()
+
+
+def test_an_api_server_that_is_down_delays_registration_by_a_bounded_wait_only(cp, short_tmp):
+    from ascend_dra.daemon import FIRST_PUBLISH_WAIT_S
+    from tests.integration.daemon import DaemonProcess, accepts
+
+    cp.stop_apiserver()
+    try:
+        d = DaemonProcess(short_tmp / "node", node=cp.node_name, kubeconfig=cp.kubeconfig).start(wait=False)
+        try:
+            wait_until(lambda: accepts(d.registration_socket), "the registration socket accepts",
+                       within=15 + FIRST_PUBLISH_WAIT_S)
+            assert "publishing ResourceSlices failed; retrying" in d.log_text()  # it did try, and went on
+        finally:
+            d.stop()
+    finally:
+        cp.start_apiserver()
+
+
 def test_the_publisher_converges_after_an_api_server_restart(cp, start_daemon):
     d = start_daemon()
     wait_until(lambda: our_slices(cp, cp.node_name), "published")
