@@ -47,6 +47,7 @@ from ascend_dra.model import (
     Version,
     parse_quantity,
 )
+from ascend_dra.profiles.options import ProfileOption, absolute_path, simulate_option
 
 __all__ = (
     "API_VERSION_SUFFIX",
@@ -65,10 +66,13 @@ __all__ = (
     "Mount",
     "Profile",
     "ProfileContext",
+    "ProfileOption",
     "Version",
+    "absolute_path",
     "config_converter",
     "decode_config",
     "parse_quantity",
+    "simulate_option",
     "visible_per_request",
 )
 

@@ -2,11 +2,14 @@
 
 Every case must stop start-up with exactly one line on stderr that names the flag, environment
 variable or option (and what it accepts), exit non-zero, print no traceback and leave no socket.
-The permission cases run the script as ``nobody`` when the suite runs as root (root ignores mode bits).
+The permission cases run the script without the capabilities that let root ignore mode bits
+(CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH) when the suite runs as root, so the kernel refuses it exactly
+as it refuses an unprivileged user.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import subprocess
@@ -18,14 +21,24 @@ from pathlib import Path
 import pytest
 
 SCRIPT = str(Path(sys.executable).parent / "ascend-dra")
-NOBODY = 65534
+_PR_CAPBSET_DROP = 24
+_CAP_DAC_OVERRIDE, _CAP_DAC_READ_SEARCH = 1, 2
 BASE_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp"}
 
 
-def script(*args: str, env: dict[str, str] | None = None, user: int | None = None,
+def script(*args: str, env: dict[str, str] | None = None, unprivileged: bool = False,
            timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    drop = _drop_dac_capabilities if unprivileged and os.geteuid() == 0 else None
     return subprocess.run([SCRIPT, *args], capture_output=True, text=True, env={**BASE_ENV, **(env or {})},
-                          timeout=timeout, user=user, cwd="/tmp")
+                          timeout=timeout, preexec_fn=drop, cwd="/tmp")
+
+
+def _drop_dac_capabilities() -> None:
+    """In the child before exec: the new program gets no capability to bypass file permissions."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in (_CAP_DAC_OVERRIDE, _CAP_DAC_READ_SEARCH):
+        if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
 
 
 def sockets_under(root: Path) -> list[Path]:
@@ -42,8 +55,11 @@ def assert_one_line(result: subprocess.CompletedProcess[str], *needles: str) -> 
 
 
 @pytest.fixture
-def standalone(tmp_path: Path) -> Path:
-    return tmp_path / "node"
+def standalone() -> Iterator[Path]:
+    """A short directory (pytest's tmp paths can pass the 107-byte unix socket limit)."""
+    path = Path(tempfile.mkdtemp(prefix="adra-"))
+    yield path / "node"
+    shutil.rmtree(path)
 
 
 def run_args(directory: Path, *extra: str) -> list[str]:
@@ -95,6 +111,13 @@ def test_each_profile_checks_its_own_options(standalone: Path, profile: str, opt
     assert sockets_under(standalone) == []
 
 
+def test_a_socket_path_over_the_unix_limit_is_refused(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 60) / "node"
+    result = script(*run_args(deep))
+    assert_one_line(result, "--standalone", "107-byte unix socket limit", "shorter directory")
+    assert sockets_under(tmp_path) == []
+
+
 def test_discover_rejects_a_bad_profile_option_in_one_line() -> None:
     result = script("discover", "--profiles", "npu-910", "--profile-option", "npu-910.simulate=sometimes")
     assert_one_line(result, "npu-910.simulate", "never, fallback, always")
@@ -138,19 +161,15 @@ def locked_dir() -> Iterator[Path]:
         shutil.rmtree(path)
 
 
-def unprivileged() -> int | None:
-    return NOBODY if os.geteuid() == 0 else None
-
-
 def test_non_root_cluster_mode_says_to_run_as_root_or_pick_dirs(locked_dir: Path) -> None:
     result = script("run", "--node-name", "n1", "--profiles", "fake",
-                    "--kubelet-root-dir", str(locked_dir / "ro" / "kubelet"), user=unprivileged())
+                    "--kubelet-root-dir", str(locked_dir / "ro" / "kubelet"), unprivileged=True)
     assert_one_line(result, str(locked_dir / "ro" / "kubelet"), "permission denied", "run as root",
                     "--kubelet-root-dir", "--standalone")
 
 
 def test_non_root_unwritable_standalone_dir(locked_dir: Path) -> None:
-    result = script(*run_args(locked_dir / "ro" / "node"), user=unprivileged())
+    result = script(*run_args(locked_dir / "ro" / "node"), unprivileged=True)
     assert_one_line(result, str(locked_dir / "ro" / "node"), "permission denied", "--standalone")
 
 
@@ -159,7 +178,7 @@ def test_non_root_unwritable_cdi_root(locked_dir: Path) -> None:
     writable.mkdir(mode=0o777)
     writable.chmod(0o777)
     result = script("run", "--node-name", "n1", "--profiles", "fake", "--kubelet-root-dir", str(writable),
-                    "--cdi-root", str(locked_dir / "ro" / "cdi"), user=unprivileged())
+                    "--cdi-root", str(locked_dir / "ro" / "cdi"), unprivileged=True)
     assert_one_line(result, "--cdi-root", str(locked_dir / "ro" / "cdi"), "permission denied", "run as root")
     assert sockets_under(writable) == []
 
@@ -171,7 +190,7 @@ def test_unreadable_boot_id_file(standalone: Path, locked_dir: Path) -> None:
     node = locked_dir / "node"
     node.mkdir(mode=0o777)
     node.chmod(0o777)
-    result = script(*run_args(node, "--boot-id-file", str(boot_id)), user=unprivileged())
+    result = script(*run_args(node, "--boot-id-file", str(boot_id)), unprivileged=True)
     assert_one_line(result, "--boot-id-file", str(boot_id), "permission denied")
     assert sockets_under(node) == []
     missing = script(*run_args(standalone, "--boot-id-file", str(locked_dir / "absent")))

@@ -63,6 +63,9 @@ from ascend_dra.profiles.base import (
     DeviceNode,
     Inventory,
     ProfileContext,
+    ProfileOption,
+    absolute_path,
+    simulate_option,
     visible_per_request,
 )
 
@@ -97,6 +100,13 @@ class HardVnpuProfile(AscendChipProfile):
     families = frozenset({ChipFamily.ASCEND310P, ChipFamily.ASCEND910, ChipFamily.ASCEND910B,
                           ChipFamily.ASCEND910C})
     simulated_model = MODELS["910B4"]
+    profile_options: Mapping[str, ProfileOption] = {
+        "simulate": simulate_option(),
+        "vnpu-dev-dir": ProfileOption("where the driver creates /dev/vdavinci<id> nodes (default /dev)",
+                                      check=absolute_path),
+        "boot-id-file": ProfileOption("the boot id the vNPU ledger compares (default --boot-id-file)",
+                                      check=absolute_path),
+    }
 
     def option(self, ctx: ProfileContext, key: str, default: str) -> str:
         """Profile option ``hard-vNPU.<key>`` (or ``<key>``)."""

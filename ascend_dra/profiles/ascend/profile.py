@@ -67,6 +67,8 @@ from ascend_dra.profiles.base import (
     Inventory,
     Mount,
     ProfileContext,
+    ProfileOption,
+    simulate_option,
     visible_per_request,
 )
 
@@ -94,6 +96,8 @@ class AscendChipProfile:
     name: str
     cdi_class = "npu"
     config_types: Mapping[str, type] = {"NpuConfig": NpuConfig}
+    #: ``--profile-option <name>.simulate=never|fallback|always`` (checked before start-up).
+    profile_options: Mapping[str, ProfileOption] = {"simulate": simulate_option()}
     families: frozenset[ChipFamily]
     simulated_model: ChipModel
 

@@ -62,6 +62,7 @@ from ascend_dra.profiles.ascend.vnpu_core_host import (
     CONTAINER_LOCAL_DIR,
     CONTAINER_SHARED_REGION,
     CONTAINER_VNPU_CORE_DIR,
+    OPTIONS,
     VnpuCoreHost,
 )
 from ascend_dra.profiles.ascend.vnpu_core_prereq import judge, probe_host
@@ -125,6 +126,7 @@ class VnpuCoreProfile(AscendChipProfile):
     config_types: Mapping[str, type] = {"VnpuCoreConfig": VnpuCoreConfig}
     families = frozenset(ChipFamily)
     simulated_model = MODELS["310P3"]
+    profile_options = OPTIONS
 
     def __init__(self) -> None:
         super().__init__()

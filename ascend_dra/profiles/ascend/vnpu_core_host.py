@@ -30,10 +30,13 @@ from pathlib import PurePosixPath
 
 import attrs
 
+from ascend_dra.profiles.options import ProfileOption, absolute_path, simulate_option
+
 __all__ = (
     "CONTAINER_LOCAL_DIR",
     "CONTAINER_SHARED_REGION",
     "CONTAINER_VNPU_CORE_DIR",
+    "OPTIONS",
     "OPTION_KEYS",
     "VnpuCoreHost",
 )
@@ -54,6 +57,13 @@ _DEFAULTS = {
 }
 #: Every option key this profile reads (``<profile>.<key>``).
 OPTION_KEYS = ("hostRoot", *_DEFAULTS, "simulate")
+#: The declarations checked before start-up (:mod:`ascend_dra.profiles.options`).
+OPTIONS: Mapping[str, ProfileOption] = {
+    "hostRoot": ProfileOption("prefix of every default path (a lab's fake host root)", check=absolute_path),
+    **{key: ProfileOption(f"host path, default /{default} under hostRoot", check=absolute_path)
+       for key, default in _DEFAULTS.items()},
+    "simulate": simulate_option(),
+}
 
 
 @attrs.frozen
