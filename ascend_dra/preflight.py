@@ -31,8 +31,11 @@ def check_profiles(profiles: tuple[str, ...], options: Mapping[str, Mapping[str,
     """Load ``profiles`` quietly and check ``options`` against their declarations.
 
     :param options: source (``--profile-option``, ``PROFILE_OPTIONS``) -> key -> value.
-    :raises PreflightError: an uninstalled profile name, no profile loadable, or bad options (all of
-        them, ``; ``-joined).
+    A loaded profile with a ``preflight(options)`` method is asked whether it can start (the gpu
+    profile: is pynvml installed); what it raises is reported.
+
+    :raises PreflightError: an uninstalled profile name, no profile loadable, bad options, or a
+        profile's preflight refusal (all of them, ``; ``-joined).
     """
     from ascend_dra.profiles.options import option_problems
     from ascend_dra.profiles.registry import load_profiles
@@ -46,6 +49,16 @@ def check_profiles(profiles: tuple[str, ...], options: Mapping[str, Mapping[str,
         reasons = "; ".join(f"{e.name}: {e.error.reason}" for e in entries if e.error is not None)
         raise PreflightError(f"--profiles {','.join(profiles)}: no profile could be loaded ({reasons})")
     problems = [p for source, given in options.items() for p in option_problems(given, loaded, source=source)]
+    if problems:
+        raise PreflightError("; ".join(problems))
+    merged = {k: v for given in options.values() for k, v in given.items()}
+    for name, profile in loaded.items():
+        hook = getattr(profile, "preflight", None)
+        if callable(hook):
+            try:
+                hook(merged)
+            except Exception as exc:  # a profile's own readiness check: its message is the line
+                problems.append(str(exc) or f"profile {name}: {type(exc).__name__}")
     if problems:
         raise PreflightError("; ".join(problems))
 

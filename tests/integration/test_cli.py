@@ -208,7 +208,8 @@ def test_discover_takes_profile_options_and_fails_on_unknown_profiles():
 
 
 def test_call_prints_every_cdi_spec_of_a_claim_and_names_bad_yaml(short_tmp):
-    d = DaemonProcess(short_tmp / "sa", profiles="fake,gpu").start()
+    d = DaemonProcess(short_tmp / "sa", profiles="fake,gpu",
+                      extra_args=["--profile-option", "gpu.simulate=always"]).start()
     try:
         claim = write_claim(d.root, claim_object("two-kinds", results=[("npu", "npu-0-0"), ("gpu", "gpu-0")]))
         uid = claim["metadata"]["uid"]

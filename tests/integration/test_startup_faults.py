@@ -118,6 +118,18 @@ def test_a_socket_path_over_the_unix_limit_is_refused(tmp_path: Path) -> None:
     assert sockets_under(tmp_path) == []
 
 
+def test_the_gpu_profile_without_pynvml_names_the_extra(standalone: Path) -> None:
+    result = script("run", "--node-name", "n1", "--profiles", "fake,gpu", "--standalone", str(standalone))
+    assert_one_line(result, "profile gpu needs the pynvml module", "pip install 'ascend-dra[gpu]'",
+                    "gpu.simulate=always")
+    assert sockets_under(standalone) == []
+    listed = script("discover", "--profiles", "gpu")
+    assert_one_line(listed, "ascend-dra[gpu]")
+    simulated = script("discover", "--profiles", "gpu", "--profile-option", "gpu.simulate=always")
+    assert simulated.returncode == 0, simulated.stderr
+    assert "gpu-0" in simulated.stdout and "simulated" in simulated.stdout
+
+
 def test_discover_rejects_a_bad_profile_option_in_one_line() -> None:
     result = script("discover", "--profiles", "npu-910", "--profile-option", "npu-910.simulate=sometimes")
     assert_one_line(result, "npu-910.simulate", "never, fallback, always")
