@@ -221,9 +221,10 @@ def build_parser() -> argparse.ArgumentParser:
           choices=("v1", "v1beta1"))
     call.add_argument("action", choices=("register", "prepare", "unprepare", "health"))
     call.add_argument("claim", nargs="?", help="NAMESPACE/NAME (prepare, unprepare)")
-    call.add_argument("--uid", default=None, help="the claim's uid (cluster mode: kubectl get resourceclaim NAME "
-                                                  "-o jsonpath='{.metadata.uid}'); default: read from the "
-                                                  "--standalone claim file")
+    call.add_argument("--uid", default=None, help="the claim's uid; default: read from the --standalone claim file, "
+                                                  "or from the API server with --kubeconfig")
+    _flag(call, "--kubeconfig", "KUBECONFIG", None,
+          "cluster mode: read the claim's uid from the API server with this kubeconfig (unless --uid)")
 
     discover = sub.add_parser("discover", help="show what this node has, as a table or as ResourceSlices",
                               description="Run the profiles' discovery once and print the inventory: a table "

@@ -207,3 +207,23 @@ def test_unreadable_boot_id_file(standalone: Path, locked_dir: Path) -> None:
     assert sockets_under(node) == []
     missing = script(*run_args(standalone, "--boot-id-file", str(locked_dir / "absent")))
     assert_one_line(missing, "--boot-id-file", "does not exist")
+
+
+# -- ascend-dra call against a daemon that is gone ----------------------------------------------
+
+
+def test_call_against_a_dead_daemon_is_one_line(standalone: Path) -> None:
+    import socket
+
+    registrar, plugin = standalone / "plugins_registry", standalone / "plugins" / "ascend.project-hami.io"
+    for directory in (registrar, plugin):
+        directory.mkdir(parents=True)
+    # Socket files a killed daemon left: they exist, but nobody listens (ECONNREFUSED).
+    for path in (registrar / "ascend.project-hami.io-reg.sock", plugin / "dra.sock"):
+        stale = socket.socket(socket.AF_UNIX)
+        stale.bind(str(path))
+        stale.close()
+    for action in (["register"], ["health"], ["--uid", "u-1", "prepare", "default/c"],
+                   ["--uid", "u-1", "unprepare", "default/c"]):
+        result = script("call", "--standalone", str(standalone), *action)
+        assert_one_line(result, "does not answer", "ascend-dra run")
