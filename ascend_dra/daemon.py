@@ -1,6 +1,6 @@
 """The node daemon: one anyio task group wiring profiles, state, gRPC servers and the publisher.
 
-Start-up order (each step ready before the next, STYLE §2): load profiles -> discover ->
+Start-up order (each step ready before the next, docs/architecture.md#conventions): load profiles -> discover ->
 recover the checkpoint -> DRA socket -> registration socket (from here on the kubelet may call
 us) -> publish. Then rediscovery runs every ``--rediscover-interval`` seconds and at once when
 device nodes appear or vanish (hotplug.py); a changed inventory is republished. SIGTERM/SIGINT
@@ -102,7 +102,7 @@ async def check_cluster_access(kubeconfig: str | None) -> None:
     """Fail before serving anything when cluster mode has nothing to connect with.
 
     Cheap checks only: kubernetes-asyncio is imported after the sockets are up (its import costs
-    ~0.4 s, toolchain.md §5); a kubeconfig that exists but is unusable is reported by the publisher.
+    ~0.4 s, docs/architecture.md#import-cost); a kubeconfig that exists but is unusable is reported by the publisher.
 
     :raises RuntimeError: no such kubeconfig file, or no in-cluster service account.
     """

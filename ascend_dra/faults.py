@@ -2,7 +2,7 @@
 
 ``ASCEND_DRA_CRASH_AT=prepare:after-started-write`` makes the daemon kill itself with SIGKILL
 when it reaches that point, so tests can check that a restart repairs every state a crash can
-leave (DESIGN §6). Unset in production: :func:`crash_point` is then one set lookup.
+leave (docs/architecture.md#durable-state). Unset in production: :func:`crash_point` is then one set lookup.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from ascend_dra.kubelet._gen.v1alpha1 import DraResourceHealthStub, NodeWatchRes
 
 __all__ = ("main", "open_channel")
 
-_TIMEOUT_S = 45.0  # the kubelet's per-call timeout for Prepare/Unprepare (§4.1)
+_TIMEOUT_S = 45.0  # the kubelet's per-call timeout for Prepare/Unprepare (docs/architecture.md#how-the-kubelet-calls)
 
 
 @contextlib.asynccontextmanager

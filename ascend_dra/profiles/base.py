@@ -1,4 +1,4 @@
-"""The profile contract: everything a profile author needs, and nothing else (DESIGN §4).
+"""The profile contract: everything a profile author needs, and nothing else (docs/architecture.md#profiles).
 
 A profile is found through the entry-point group ``ascend_dra.profiles``
 (``name = "package.module:factory"``); ``factory()`` takes no arguments and returns an object
@@ -76,7 +76,7 @@ __all__ = (
     "visible_per_request",
 )
 
-#: Opaque config apiVersion is ``<driver-name>/v1alpha1`` (DESIGN §5).
+#: Opaque config apiVersion is ``<driver-name>/v1alpha1`` (docs/architecture.md#names).
 API_VERSION_SUFFIX = "v1alpha1"
 
 

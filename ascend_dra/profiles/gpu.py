@@ -1,7 +1,7 @@
 """The ``gpu`` profile: NVIDIA GPUs through NVML, or simulated GPUs when asked for.
 
 Devices are ``gpu-<index>`` with the attributes the NVIDIA and example DRA drivers publish
-(docs/architecture.md#device-attributes): ``type`` = ``"gpu"``, ``uuid`` (``GPU-<uuid>``),
+(docs/architecture.md#reference-drivers): ``type`` = ``"gpu"``, ``uuid`` (``GPU-<uuid>``),
 ``index``, ``minor`` (of ``/dev/nvidia<minor>``), ``productName``, ``architecture``,
 ``driverVersion`` and ``cudaComputeCapability`` (both :class:`~ascend_dra.model.Version`), and
 the capacity ``memory`` (bytes of device memory, a Quantity such as ``"40Gi"``).

@@ -5,7 +5,7 @@ contract check run inside one ``try``, and a failure becomes a :class:`ProfileLo
 the entry point and the distribution that shipped it, logged once with its traceback. At run
 time :func:`discover_isolated` guards each profile's ``discover`` the same way, bounded by a
 timeout, and rejects an inventory the API server would refuse (:mod:`ascend_dra.profiles.checks`).
-The daemon skips what failed and goes on with the other profiles (DESIGN §4).
+The daemon skips what failed and goes on with the other profiles (docs/architecture.md#profiles).
 
 Modelled on pluggy's ``load_setuptools_entrypoints`` (a ``(plugin, distribution)`` record per
 entry point) and pytest's ``import_plugin`` (a failing plugin is named in the error), with two
