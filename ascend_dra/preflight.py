@@ -73,14 +73,16 @@ def _advice(flag: str, standalone: bool) -> str:
             "or --standalone DIR for a local run")
 
 
-def _make_dir(path: Path, mode: int, flag: str, standalone: bool) -> None:
+def _make_dir(path: Path, mode: int, flag: str, standalone: bool, *, writable: bool = True) -> None:
+    """Create ``path``; with ``writable``, also check a file can be made in it."""
     try:
         path.mkdir(mode=mode, parents=True, exist_ok=True)
         if not path.is_dir():
             raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(path))
-        probe = path / ".ascend-dra-write-check"
-        probe.touch()
-        probe.unlink()
+        if writable:
+            probe = path / ".ascend-dra-write-check"
+            probe.touch()
+            probe.unlink()
     except PermissionError as exc:
         where = f" (at {exc.filename})" if exc.filename and str(exc.filename) != str(path) else ""
         raise PreflightError(f"{flag} {path}: permission denied{where}; {_advice(flag, standalone)}") from None
@@ -105,7 +107,9 @@ def check_paths(settings: Settings) -> None:
                                  f"{MAX_SOCKET_PATH}-byte unix socket limit; use a shorter directory")
     _make_dir(settings.plugin_dir, 0o750, flag_plugins, standalone)
     _make_dir(settings.registrar_dir, 0o750, flag_registrar, standalone)
-    _make_dir(settings.cdi_root, 0o755, "--standalone" if standalone else "--cdi-root", standalone)
+    # An existing read-only CDI dir is not refused: the daemon serves and reports each spec it cannot
+    # write or remove on its claim (docs/durable-state.md), so only its creation is checked here.
+    _make_dir(settings.cdi_root, 0o755, "--standalone" if standalone else "--cdi-root", standalone, writable=False)
     path = settings.boot_id_file
     try:
         text = path.read_text().strip()
