@@ -1,7 +1,8 @@
 """The repository cites only itself, and its layering holds.
 
 * Every ``docs/<name>.md[#anchor]`` written anywhere, and every relative Markdown link, names a file
-  that exists here and a heading that exists in it (GitHub's anchor rules).
+  that exists here and a heading that exists in it (GitHub's anchor rules); every repository path
+  named (a path under ``ascend_dra``, ``tests``, ``docs``, ...) exists.
 * No file cites documents that are not in the repository (briefing files, their section numbers).
 * The webhook never imports the kubelet side, the state or the daemon; profiles never import the
   layers above them (docs/architecture.md#modules-and-layering).
@@ -30,6 +31,10 @@ FORBIDDEN = [re.compile(p) for p in (
 )]
 DOC_CITATION = re.compile(r"(?<![\w./-])docs/([\w.-]+\.md)(?:#([\w-]+))?")
 MD_LINK = re.compile(r"\]\(([^)\s]+)\)")
+REPO_PATH = re.compile(r"(?<![\w./-])((?:ascend_dra|tests|docs|bench|hack|plugins|examples|deployments)/[\w./-]+"
+                       r"\.(?:py|md|yaml|sh|toml|proto|txt|json))")
+#: Files that cite other repositories' paths on purpose (provenance of captured outputs).
+CITES_OTHER_REPOS = {"tests/fixtures/npu-smi/SOURCES.md"}
 
 
 def scanned_files() -> Iterator[Path]:
@@ -89,6 +94,17 @@ def test_every_docs_citation_resolves() -> None:
             elif match.group(2) and match.group(2) not in anchors(target):
                 broken.append(f"{where}#{match.group(2)}: no such heading")
     assert broken == []
+
+
+def test_every_repository_path_named_exists() -> None:
+    missing = []
+    for path in scanned_files():
+        if str(path.relative_to(ROOT)) in CITES_OTHER_REPOS:
+            continue
+        text = path.read_text(errors="replace")
+        missing += [f"{path.relative_to(ROOT)}: {m.group(1)}" for m in REPO_PATH.finditer(text)
+                    if not (ROOT / m.group(1)).exists()]
+    assert missing == []
 
 
 @pytest.mark.parametrize("markdown", [p for p in scanned_files() if p.suffix == ".md"],
