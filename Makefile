@@ -10,8 +10,8 @@ CLUSTER_DIR ?= .cluster
 K8S_VERSIONS ?= 1.35 1.36 1.37
 K8S ?= $(firstword $(K8S_VERSIONS))
 
-.PHONY: venv test test-unit test-floors test-integration test-cluster test-container test-plugins proto proto-check lint demo \
-        cluster-bins container-deps cluster-up cluster-down bench soak clean
+.PHONY: venv test test-unit test-floors test-integration test-cluster test-container test-plugins proto proto-check lint \
+        demo cluster-bins container-deps cluster-up cluster-down bench soak clean helm-bin chart-check image
 
 # The venv is (re)built when pyproject.toml changes; the stamp records the last install.
 $(VENV)/.installed: pyproject.toml plugins/example-profile/pyproject.toml
@@ -30,7 +30,7 @@ $(FLOORS_VENV)/.installed: pyproject.toml hack/floors.txt plugins/example-profil
 	$(FLOORS_VENV)/bin/python -m pip install --quiet -c hack/floors.txt -e '.[test]' -e plugins/example-profile
 	touch $@
 
-test: venv proto-check lint cluster-bins container-deps test-floors
+test: venv proto-check lint chart-check cluster-bins container-deps test-floors
 	ASCEND_DRA_K8S=$(firstword $(K8S_VERSIONS)) $(PY) -m pytest tests -q
 	for v in $(wordlist 2,9,$(K8S_VERSIONS)); do ASCEND_DRA_K8S=$$v $(PY) -m pytest tests/cluster -q || exit 1; done
 	$(PY) -m pytest plugins/example-profile/tests -q
@@ -68,6 +68,28 @@ lint: venv
 
 demo: venv
 	PY=$(PY) hack/demo.sh
+
+# helm, built from its Go module (hack/go-helm) into ~/.cache/ascend-dra/helm-<version>/bin, only
+# when missing (hack/build-helm.sh).
+HELM = $(shell hack/build-helm.sh --print)
+CHART = deployments/helm/ascend-dra
+helm-bin:
+	hack/build-helm.sh >/dev/null
+
+# helm lint --strict and helm template of the chart with its default values and every ci/*-values.yaml.
+chart-check: helm-bin
+	$(HELM) lint --strict --kube-version 1.35 $(CHART)
+	$(HELM) template ascend-dra $(CHART) --kube-version 1.35 >/dev/null
+	for f in $(CHART)/ci/*-values.yaml; do \
+	  $(HELM) lint --strict --kube-version 1.35 $(CHART) -f $$f && \
+	  $(HELM) template ascend-dra $(CHART) --kube-version 1.35 -f $$f >/dev/null || exit 1; done
+
+# The image (Dockerfile), with podman; not part of `make test`. Needs the base image's registry
+# and PyPI; BASE_IMAGE=... picks another base (docs/operations.md, "Image").
+IMAGE ?= ascend-dra:$(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+BASE_IMAGE ?=
+image:
+	podman build $(if $(BASE_IMAGE),--build-arg BASE_IMAGE=$(BASE_IMAGE)) -t $(IMAGE) .
 
 # Control-plane binaries (kube-apiserver, kube-scheduler, kube-controller-manager, etcd) are
 # built from their Go modules into ~/.cache/ascend-dra/controlplane-<version>, only when missing

@@ -120,6 +120,10 @@ async def check_cluster_access(kubeconfig: str | None) -> None:
                            "service account, or use --standalone DIR for a local run")
 
 
+#: Worker threads for blocking work, at most (see :meth:`Daemon.run`).
+WORKER_THREADS = 8
+
+
 class Daemon:
     """The running node side. Built by :func:`main`; tests may drive it directly."""
 
@@ -131,6 +135,7 @@ class Daemon:
         self.loaded: dict[str, LoadedProfile] = {}
         self.state: DeviceState | None = None
         self.publisher: Any = None
+        self.api: Any = None  # cluster mode: the one KubeApi the claim source, publisher and writer share
         self._rediscover = anyio.Event()
         self.metrics = Metrics()
         self.stalls = LoopStallMonitor()
@@ -160,7 +165,7 @@ class Daemon:
             return StandaloneClaimSource(self.settings.claims_dir, self.settings.driver_name)
         from ascend_dra.cluster import ApiClaimSource
 
-        return ApiClaimSource(self.settings.kubeconfig, self.settings.driver_name)
+        return ApiClaimSource(self.settings.kubeconfig, self.settings.driver_name, api=self.api)
 
     def make_publisher(self) -> Any:
         if self.settings.slices_dir is not None:
@@ -171,11 +176,15 @@ class Daemon:
         from ascend_dra.cluster import ApiPublisher
 
         return ApiPublisher(self.settings.kubeconfig, driver_name=self.settings.driver_name,
-                            node_name=self.settings.node_name)
+                            node_name=self.settings.node_name, api=self.api)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Run until cancelled. ``task_status.started()`` fires once the kubelet may register us."""
         s = self.settings
+        # Blocking work (journal appends, spec removals, profile hooks) runs in at most this many
+        # worker threads (anyio's default: 40). 64 Unprepares in flight had started 40, each with
+        # its own malloc arena; the journal is written by one at a time anyway.
+        anyio.to_thread.current_default_thread_limiter().total_tokens = WORKER_THREADS
         for directory in (s.plugin_dir, s.registrar_dir):  # sockets and checkpoint: root only
             directory.mkdir(mode=0o750, parents=True, exist_ok=True)
             directory.chmod(0o750)
@@ -189,8 +198,10 @@ class Daemon:
                 await self._start_and_serve(task_status=task_status)
                 tg.cancel_scope.cancel()
         finally:
-            log.info("longest event-loop stalls", extra={
-                f"{phase}_ms": round(seconds * 1000, 2) for phase, seconds in self.stalls.longest.items()})
+            log.info("longest event-loop stalls (late wake-ups, and the same with the CPU wait included)", extra={
+                **{f"{phase}_ms": round(seconds * 1000, 2) for phase, seconds in self.stalls.longest.items()},
+                **{f"{phase}_late_ms": round(seconds * 1000, 2)
+                   for phase, seconds in self.stalls.longest_late.items()}})
 
     async def _start_and_serve(self, *, task_status: TaskStatus[None]) -> None:
         s = self.settings
@@ -200,7 +211,19 @@ class Daemon:
             import kubernetes_asyncio.client
             import kubernetes_asyncio.watch  # noqa: F401
 
+            from ascend_dra.cluster import connect_api
+
             await check_cluster_access(s.kubeconfig)
+            self.api = await connect_api(s.kubeconfig)  # one client for claims, slices and status
+        try:
+            await self._start(task_status=task_status)
+        finally:
+            if self.api is not None:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                    await self.api.client.close()
+
+    async def _start(self, *, task_status: TaskStatus[None]) -> None:
+        s = self.settings
         profiles = self.load()
         failed: dict[str, str] = {}
         inventories = await discover_all(self.loaded, self.ctx, s.discovery_timeout, errors=failed)
@@ -224,9 +247,6 @@ class Daemon:
         if s.metrics_port:
             self.metrics.serve(s.metrics_port, s.metrics_address)
         self.publisher = self.make_publisher()
-        connect = getattr(self.publisher, "connect", None)
-        if connect is not None:  # before any socket is bound (cluster.ApiPublisher.connect)
-            await connect()
         try:
             await self._serve(task_status=task_status)
         finally:
@@ -259,9 +279,9 @@ class Daemon:
         advertised = supported_services(HEALTH_SERVICES if s.health_service else ())
         writer, status = None, None
         if s.standalone is None and s.claim_status:  # standalone has no claims to write to
-            from ascend_dra.claimstatus import ClaimStatusWriter, StatusHook, open_kube_api
+            from ascend_dra.claimstatus import ClaimStatusWriter, StatusHook
 
-            writer = ClaimStatusWriter(lambda: open_kube_api(s.kubeconfig), s.driver_name)
+            writer = ClaimStatusWriter(self.api, s.driver_name)
             status = StatusHook(writer, self.state, s.cdi_root)
         async with (
             serve_unix([*dra.services(self.state, self, status), *health], s.dra_socket),

@@ -5,34 +5,78 @@ nothing may block it for more than a few milliseconds (an import, a parse, an en
 sleeps ``period`` seconds in a loop; the time it wakes late is a stall. The longest one since the
 sockets were bound is ``ascend_dra_event_loop_stall_max_seconds{phase="serving"}``; before that,
 ``phase="starting"`` (discovery, checkpoint load: nobody waits on the loop yet, but it is shown).
+
+A late wake-up has two causes: our own code held the loop (a long callback, many ready ones, a
+blocking call), or the loop's thread was runnable but the kernel ran something else (a busy
+node). Only the first is ours to fix, so the time the thread spent waiting for a CPU is taken out:
+the kernel counts it per thread (``/proc/thread-self/schedstat``, second field, nanoseconds; Linux
+``CONFIG_SCHED_INFO``). Where that file is missing the stall is the whole lateness.
 """
 
 from __future__ import annotations
 
+import os
 import time
 
 import anyio
 
-__all__ = ("LoopStallMonitor",)
+__all__ = ("LoopStallMonitor", "RunQueueClock")
+
+
+class RunQueueClock:
+    """Seconds the calling thread has waited on a run queue so far (the kernel's schedstat).
+
+    Open it on the thread to measure. :meth:`read` is None where the kernel does not offer it.
+    """
+
+    def __init__(self) -> None:
+        try:
+            self._fd: int | None = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+        except OSError:
+            self._fd = None
+
+    def read(self) -> float | None:
+        if self._fd is None:
+            return None
+        try:
+            return int(os.pread(self._fd, 128, 0).split()[1]) / 1e9
+        except (OSError, IndexError, ValueError):
+            return None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 class LoopStallMonitor:
     """Measures the event loop's stalls; :meth:`run` is the task.
 
-    :ivar longest: phase (``starting``, ``serving``) -> the longest stall seen, in seconds.
+    :ivar longest: phase (``starting``, ``serving``) -> the longest stall seen, in seconds, without
+        the time the loop's thread waited for a CPU.
+    :ivar longest_late: the same for the whole lateness (CPU wait included), for comparison.
     """
 
     def __init__(self, period: float = 0.005) -> None:
         self.period = period
         self.phase = "starting"
         self.longest: dict[str, float] = {"starting": 0.0, "serving": 0.0}
+        self.longest_late: dict[str, float] = {"starting": 0.0, "serving": 0.0}
         self.on_stall = lambda phase, seconds: None  # set by the daemon: feeds the metric
 
     async def run(self) -> None:
-        while True:
-            started = time.perf_counter()
-            await anyio.sleep(self.period)
-            late = time.perf_counter() - started - self.period
-            if late > self.longest[self.phase]:
-                self.longest[self.phase] = late
-                self.on_stall(self.phase, late)
+        clock = RunQueueClock()  # on the loop's thread: the one whose waiting counts
+        try:
+            while True:
+                started, waited = time.perf_counter(), clock.read()
+                await anyio.sleep(self.period)
+                late = time.perf_counter() - started - self.period
+                now_waited = clock.read()
+                cpu_wait = now_waited - waited if waited is not None and now_waited is not None else 0.0
+                own = max(0.0, late - cpu_wait)
+                self.longest_late[self.phase] = max(self.longest_late[self.phase], late)
+                if own > self.longest[self.phase]:
+                    self.longest[self.phase] = own
+                    self.on_stall(self.phase, own)
+        finally:
+            clock.close()

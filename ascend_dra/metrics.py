@@ -11,8 +11,9 @@ zero-initialised so dashboards see every series from the start:
   (``npu-smi``, ``devfs``, ``nvml``, ``simulated``);
 - ``ascend_dra_unhealthy_devices{profile}``: devices the profile's health hook reports unhealthy;
 - ``ascend_dra_registration_status``: 1 registered, 0 refused by the kubelet, -1 not yet told;
-- ``ascend_dra_event_loop_stall_max_seconds{phase}``: the longest time the event loop could not run,
-  ``starting`` (before the kubelet sockets are bound) or ``serving`` (loopstall.py).
+- ``ascend_dra_event_loop_stall_max_seconds{phase}``: the longest time the event loop could not run
+  because of our own work (the time its thread waited for a CPU taken out), ``starting`` (before the
+  kubelet sockets are bound) or ``serving`` (loopstall.py).
 """
 
 from __future__ import annotations

@@ -49,6 +49,31 @@ def fake_config(source: str = "FromClaim", requests: Sequence[str] = (), driver:
                                                          **fields}}}
 
 
+def create_in_api(cp: Any, obj: dict[str, Any], device_class: str = "fake.ascend.project-hami.io") -> dict[str, Any]:
+    """Create the allocated claim ``obj`` (from :func:`claim_object`) in the API server ``cp`` as the
+    scheduler leaves it: created, then ``status.allocation``, then ``status.reservedFor``; return
+    what the server stored (with its uid). The consumer is not a pod (the claim controller would
+    remove a pod that does not exist), so the claim stays reserved.
+
+    :raises RuntimeError: the API server refused a step.
+    """
+    obj = {**obj, "metadata": {k: v for k, v in obj["metadata"].items() if k != "uid"}}
+    status = obj.pop("status")
+    obj["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = device_class
+    base = f"/apis/resource.k8s.io/v1/namespaces/{obj['metadata']['namespace']}/resourceclaims"
+    code, stored = cp.api("POST", base, obj)
+    if code != 201:
+        raise RuntimeError(f"create claim: {code} {stored}")
+    status["reservedFor"] = [{"apiGroup": "tests.ascend-dra.io", "resource": "consumers",
+                              "name": obj["metadata"]["name"], "uid": str(uuid.uuid4())}]
+    for step in ({"allocation": status["allocation"]}, status):
+        stored["status"] = step
+        code, stored = cp.api("PUT", f"{base}/{obj['metadata']['name']}/status", stored)
+        if code != 200:
+            raise RuntimeError(f"claim status: {code} {stored}")
+    return stored
+
+
 def write_claim(root: Path, obj: dict[str, Any]) -> dict[str, Any]:
     """Write ``obj`` as ``root/claims/<ns>/<name>.yaml`` (standalone mode) and return it."""
     meta = obj["metadata"]

@@ -16,8 +16,13 @@ claim, until it succeeds) and checks again. Tallies, all of which must stay 0:
   held by another claim (contention pairs are allocated the same exclusive device on purpose);
 * ``orphan_side_effects``: HAMivNPUCore only, a per-claim local dir that no record owns.
 
-Run ``python -m tests.storm --trials 200`` (``make soak``); ``tests/integration/test_storm.py``
-runs a short storm in ``make test``.
+Standalone mode reads claim files; cluster mode (``--profiles fake@cluster``) puts the claims in a
+test control plane's API server, so every Prepare GETs its claim and every answer queues a claim
+status write, both cut off by the kill.
+
+Run ``python -m tests.storm --trials 200`` (``make soak``: the fake profile and HAMivNPUCore standalone,
+the fake profile in cluster mode); ``tests/integration/test_storm.py`` and
+``tests/cluster/test_storm_cluster.py`` run short storms in ``make test``.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.claimfiles import claim_object, write_claim  # noqa: E402
+from tests.claimfiles import claim_object, create_in_api, write_claim  # noqa: E402
 from tests.integration.daemon import DRIVER, DaemonProcess, Kubelet  # noqa: E402
 
 TALLIES = ("lost", "orphan_specs", "double_held", "unresolved", "replay_failed", "orphan_side_effects")
@@ -54,9 +59,13 @@ class Storm:
         ``HAMivNPUCore`` (the lab node: shares with consumed capacity, a local dir per claim).
     """
 
-    def __init__(self, root: Path, profile: str, *, claims: int = 8, seed: int = 0) -> None:
+    def __init__(self, root: Path, profile: str, *, claims: int = 8, seed: int = 0, cp: Any = None) -> None:
+        """:param cp: a running test control plane (tests/cluster/controlplane.py): cluster mode, the
+            claims in its API server (the fake profile only), the daemon GETting them and writing their
+            status; without it, standalone mode with claim files."""
         self.root = root
         self.profile = profile
+        self.cp = cp
         self.rng = random.Random(seed)
         self.tallies: Counter[str] = Counter({t: 0 for t in TALLIES})
         self.details: list[str] = []
@@ -65,10 +74,21 @@ class Storm:
 
             self.lab = labnode.build(root / "lab")
             self.daemon = DaemonProcess(root / "node", node=LAB_NODE, profiles=profile, extra_args=self.lab.flags())
+        elif cp is not None:
+            self.lab = None
+            self.daemon = DaemonProcess(root / "node", node=cp.node_name, profiles="fake", fake_devices=claims // 2,
+                                        kubeconfig=cp.kubeconfig)
         else:
             self.lab = None
             self.daemon = DaemonProcess(root / "node", node=LAB_NODE, profiles="fake", fake_devices=claims // 2)
-        self.claims = [write_claim(self.daemon.root, self._claim(i)) for i in range(claims)]
+        if cp is not None:
+            self.namespace = f"storm-{root.name.lower().replace('_', '-')[-20:].strip('-')}"
+            cp.api("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                   "metadata": {"name": self.namespace}})
+            self.claims = [create_in_api(cp, self._claim(i)) for i in range(claims)]
+        else:
+            self.namespace = "storm"
+            self.claims = [write_claim(self.daemon.root, self._claim(i)) for i in range(claims)]
         # What the kubelet believes: the last operation it asked per claim, and whether it was acknowledged.
         self.asked: dict[str, str] = {}
         self.acked: dict[str, str] = {}
@@ -79,7 +99,9 @@ class Storm:
             result = {"request": "npu", "driver": DRIVER, "pool": LAB_NODE, "device": f"npu-{i % 2}-0",
                       "shareID": f"share-{i}", "consumedCapacity": {"memory": "8Gi", "cores": "30", "containers": "1"}}
             return claim_object(f"c{i}", namespace="storm", node=LAB_NODE, results=[result])
-        return claim_object(f"c{i}", namespace="storm", node=LAB_NODE, results=[("npu", f"npu-{i // 2}-0")])
+        node = self.cp.node_name if self.cp is not None else LAB_NODE
+        namespace = self.namespace if self.cp is not None else "storm"
+        return claim_object(f"c{i}", namespace=namespace, node=node, results=[("npu", f"npu-{i // 2}-0")])
 
     # -- one trial ------------------------------------------------------------------------------
 
@@ -208,11 +230,16 @@ class Storm:
         self._check_holds(self.daemon.records())
 
 
-def run(trials: int, profile: str, seed: int = 0, root: Path | None = None) -> Storm:
-    """Run a storm of ``trials`` rounds and return it (its ``tallies`` and ``details``)."""
-    storm = Storm(root or Path(tempfile.mkdtemp(prefix="adra-storm-", dir="/tmp")), profile, seed=seed)
-    for _ in range(trials):
-        storm.trial()
+def run(trials: int, profile: str, seed: int = 0, root: Path | None = None, cp: Any = None) -> Storm:
+    """Run a storm of ``trials`` rounds and return it (its ``tallies`` and ``details``); with ``cp``
+    (a running control plane) in cluster mode, its namespace deleted at the end."""
+    storm = Storm(root or Path(tempfile.mkdtemp(prefix="adra-storm-", dir="/tmp")), profile, seed=seed, cp=cp)
+    try:
+        for _ in range(trials):
+            storm.trial()
+    finally:
+        if cp is not None:
+            cp.api("DELETE", f"/api/v1/namespaces/{storm.namespace}")
     return storm
 
 
@@ -220,19 +247,40 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--profiles", default="fake,HAMivNPUCore")
+    parser.add_argument("--profiles", default="fake,HAMivNPUCore,fake@cluster",
+                        help="comma-separated; PROFILE@cluster runs in cluster mode against a test control "
+                             "plane started for it (tests/cluster, its binaries built by make cluster-bins)")
     args = parser.parse_args(argv)
     failed = False
+    cp = None
     print(f"{'profile':14} {'trials':>6} " + " ".join(f"{t:>19}" for t in TALLIES) + "  seconds")
-    for profile in args.profiles.split(","):
-        started = time.monotonic()
-        storm = run(args.trials, profile, seed=args.seed)
-        print(f"{profile:14} {args.trials:>6} " + " ".join(f"{storm.tallies[t]:>19}" for t in TALLIES)
-              + f"  {time.monotonic() - started:7.1f}")
-        for detail in storm.details[:20]:
-            print(f"  {detail}")
-        failed |= any(storm.tallies.values())
+    try:
+        for name in args.profiles.split(","):
+            profile, _, mode = name.partition("@")
+            if mode == "cluster" and cp is None:
+                cp = _control_plane()
+            started = time.monotonic()
+            storm = run(args.trials, profile, seed=args.seed, cp=cp if mode == "cluster" else None)
+            print(f"{name:14} {args.trials:>6} " + " ".join(f"{storm.tallies[t]:>19}" for t in TALLIES)
+                  + f"  {time.monotonic() - started:7.1f}")
+            for detail in storm.details[:20]:
+                print(f"  {detail}")
+            failed |= any(storm.tallies.values())
+    finally:
+        if cp is not None:
+            cp.stop()
     return 1 if failed else 0
+
+
+def _control_plane() -> Any:
+    """A fresh test control plane with the fake DeviceClass (for cluster-mode storms)."""
+    from tests.cluster.controlplane import ControlPlane, default_bin_dir
+
+    cp = ControlPlane(Path(tempfile.mkdtemp(prefix="adra-storm-cp-")), default_bin_dir())
+    cp.start()
+    for doc in yaml.safe_load_all((ROOT / "examples/deviceclasses/fake.yaml").read_text()):
+        cp.api("POST", "/apis/resource.k8s.io/v1/deviceclasses", doc)
+    return cp
 
 
 if __name__ == "__main__":

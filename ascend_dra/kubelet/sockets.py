@@ -18,6 +18,8 @@ from typing import Any
 import anyio
 from grpclib.server import Server
 
+from ascend_dra.kubelet.corked import CorkedServer
+
 __all__ = ("UNIX_PATH_MAX", "serve_unix")
 
 #: ``sun_path`` is 108 bytes on Linux, including the terminating NUL.
@@ -47,7 +49,7 @@ async def serve_unix(handlers: Sequence[Any], path: Path) -> AsyncIterator[Serve
     :raises FileExistsError: a non-socket file is in the way.
     """
     _prepare_path(path)
-    server = Server(list(handlers))
+    server = CorkedServer(list(handlers))
     old_umask = os.umask(0o177)  # the socket is created 0600 atomically, never briefly wider
     try:
         await server.start(path=os.fspath(path))

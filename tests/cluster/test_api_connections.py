@@ -72,3 +72,62 @@ def test_a_burst_after_a_quiet_spell_reuses_the_pooled_connections(cp, start_dae
         k.close()
         for c in claims:
             cp.api("DELETE", f"{RES}/namespaces/default/resourceclaims/{c['metadata']['name']}")
+
+
+@pytest.mark.anyio
+async def test_an_api_request_runs_on_the_loop_without_worker_threads(cp, monkeypatch):
+    """Each request used to hop to a worker thread twice (aiohttp ``trust_env``: ``~/.netrc`` and the
+    proxy variables looked up per request), 0.65 ms of CPU of a 1 ms claim GET."""
+    import asyncio
+
+    from ascend_dra.cluster import KubeApi, open_api
+
+    api = KubeApi(await open_api(str(cp.kubeconfig)))
+    loop = asyncio.get_running_loop()
+    hops = []
+    real = loop.run_in_executor
+    monkeypatch.setattr(loop, "run_in_executor", lambda *a: hops.append(a) or real(*a))
+    try:
+        for _ in range(10):
+            assert (await api.call("GET", "/api/v1/namespaces/default"))["metadata"]["name"] == "default"
+    finally:
+        await api.client.close()
+    assert hops == []
+
+
+def test_the_proxy_variables_are_read_once_with_no_proxy_honoured(monkeypatch):
+    from ascend_dra.cluster import _env_proxy
+
+    for name in ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    assert _env_proxy("https://10.0.0.1:6443") is None
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    assert _env_proxy("https://10.0.0.1:6443") == "http://proxy.example:3128"
+    monkeypatch.setenv("NO_PROXY", "10.0.0.1,.svc")
+    assert _env_proxy("https://10.0.0.1:6443") is None
+    assert _env_proxy("https://kubernetes.default.svc:443") is None
+    assert _env_proxy("https://api.example:6443") == "http://proxy.example:3128"
+
+
+def test_64_prepares_in_flight_open_at_most_the_pool_limit(cp, start_daemon):
+    """Each TLS connection holds a 256 KiB read buffer: a pool as wide as the burst (kubernetes-asyncio's
+    default allows 100) grew the daemon by 17 MiB at 64 in flight."""
+    from ascend_dra.cluster import MAX_CONNECTIONS
+
+    d = start_daemon()
+    wait_until(lambda: our_slices(cp, cp.node_name), "published")
+    port = urllib.parse.urlsplit(cp.server).port
+    claims = [{"metadata": {"namespace": "default", "name": f"absent-{i}", "uid": str(uuid.uuid4())}}
+              for i in range(64)]  # absent: each Prepare GETs its claim (404) and fails that claim alone
+    k = Kubelet(d)
+    try:
+        most = 0
+        with ThreadPoolExecutor(64) as pool:
+            futures = [pool.submit(lambda c=c: k.prepare(c).claims[c["metadata"]["uid"]].error) for c in claims * 3]
+            while not all(f.done() for f in futures):
+                most = max(most, len(api_connections(d.proc.pid, port)))
+                time.sleep(0.005)
+        assert all("does not exist" in f.result() for f in futures)
+        assert 1 < most <= MAX_CONNECTIONS + 1  # the publisher's watch holds one more
+    finally:
+        k.close()

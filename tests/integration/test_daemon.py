@@ -6,6 +6,7 @@ import os
 import socket
 import stat
 import uuid
+from pathlib import Path
 
 import grpc
 import pytest
@@ -430,3 +431,36 @@ def test_a_second_daemon_on_the_same_directory_waits_and_never_touches_the_first
     finally:
         first.stop()
         second.stop()
+
+
+def test_64_calls_in_flight_use_at_most_the_worker_thread_limit(short_tmp):
+    """anyio's default allows 40 worker threads, each with a malloc arena of its own: 64 Unprepares in
+    flight started them all. The daemon caps blocking work at WORKER_THREADS threads."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ascend_dra.daemon import WORKER_THREADS
+
+    d = DaemonProcess(short_tmp / "threads", fake_devices=64).start()
+    k = Kubelet(d)
+    try:
+        def threads() -> int:
+            status = Path(f"/proc/{d.proc.pid}/status").read_text()
+            return int(status.split("Threads:")[1].split()[0])
+
+        idle = threads()
+        claims = [claim_object(f"t-{i}", node="node-1", results=[("npu", f"npu-{i}-0")]) for i in range(64)]
+        for c in claims:
+            write_claim(d.root, c)
+        most = 0
+        with ThreadPoolExecutor(64) as pool:
+            for _ in range(2):
+                for call in (k.prepare, k.unprepare):
+                    futures = [pool.submit(lambda c=c, call=call: call(c).claims[c["metadata"]["uid"]].error)
+                               for c in claims]
+                    while not all(f.done() for f in futures):
+                        most = max(most, threads())
+                    assert [f.result() for f in futures] == [""] * 64
+        assert most <= idle + WORKER_THREADS
+    finally:
+        k.close()
+        d.stop()

@@ -1,0 +1,180 @@
+"""The Helm chart against the real API server: every rendered object is accepted (server-side dry
+run), the probes point at what the container serves, the profiles decide mounts and privileges.
+
+The policy and RBAC tests, which need v1beta2 served too, are in test_chart_policy.py.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from tests.cluster.chart import CHART, THIRD_PARTY_KINDS, by_kind, collection_path, helm, render
+
+pytestmark = pytest.mark.cluster
+
+VALUE_SETS = {
+    "default": (),
+    "fake": ("fake-values.yaml",),
+    "webhook": ("webhook-values.yaml",),
+    "cert-manager": ("certmanager-values.yaml",),
+}
+
+
+@pytest.fixture
+def namespace(control_plane):
+    """A fresh namespace for one release (DaemonSets and Deployments are validated inside it)."""
+    name = f"chart-{uuid.uuid4().hex[:8]}"
+    status, reply = control_plane.api("POST", "/api/v1/namespaces",
+                                      {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    assert status == 201, reply
+    yield name
+    control_plane.api("DELETE", f"/api/v1/namespaces/{name}")
+
+
+def _env(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def _plugin(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    [ds] = by_kind(objects, "DaemonSet")
+    [container] = ds["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_every_rendered_object_is_accepted_by_a_server_side_dry_run(control_plane, namespace, value_set):
+    objects = render(namespace, *VALUE_SETS[value_set])
+    sent = 0
+    for obj in objects:
+        if (obj["apiVersion"], obj["kind"]) in THIRD_PARTY_KINDS:
+            continue
+        path = collection_path(control_plane, obj)
+        status, reply = control_plane.api("POST", f"{path}?dryRun=All&fieldValidation=Strict", obj)
+        assert status == 201, f"{value_set}: {obj['kind']} {obj['metadata']['name']}: {status} {reply}"
+        sent += 1
+    kinds = {o["kind"] for o in objects}
+    assert {"DaemonSet", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DeviceClass",
+            "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} <= kinds
+    if value_set in ("webhook", "cert-manager"):
+        assert {"Deployment", "Service", "PodDisruptionBudget", "ValidatingWebhookConfiguration",
+                "MutatingWebhookConfiguration"} <= kinds
+    assert sent == len([o for o in objects if (o["apiVersion"], o["kind"]) not in THIRD_PARTY_KINDS])
+
+
+def test_helm_lint_passes_for_every_value_set():
+    for files in VALUE_SETS.values():
+        args = ["lint", str(CHART), "--strict", "--kube-version", "1.35"]
+        for name in files:
+            args += ["-f", str(CHART / "ci" / name)]
+        assert "0 chart(s) failed" in helm(*args)
+
+
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_probes_point_at_the_ports_the_container_is_told_to_serve(value_set):
+    container = _plugin(render("ns", *VALUE_SETS[value_set]))
+    env = _env(container)
+    ports = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
+    health, metrics = int(env["HEALTHCHECK_PORT"]), int(env["METRICS_PORT"])
+    assert health and container["startupProbe"]["grpc"]["port"] == health == ports["healthcheck"]
+    assert container["livenessProbe"]["grpc"]["port"] == health
+    if metrics:
+        assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": metrics}
+        assert ports["metrics"] == metrics
+    else:
+        assert container["readinessProbe"]["grpc"]["port"] == health
+        assert "metrics" not in ports
+
+
+def test_without_the_health_service_there_is_no_probe_and_no_port():
+    container = _plugin(render("ns", set_values=("daemon.healthcheckPort=0", "daemon.metricsPort=0")))
+    assert _env(container)["HEALTHCHECK_PORT"] == "0"
+    assert not {"startupProbe", "livenessProbe", "readinessProbe", "ports"} & container.keys()
+
+
+def test_rolling_update_uses_max_surge_and_the_pod_uid_and_can_be_turned_off():
+    on, off = (by_kind(render("ns", set_values=(f"daemon.rollingUpdate={v}",)), "DaemonSet")[0]
+               for v in ("true", "false"))
+    assert on["spec"]["updateStrategy"] == {"type": "RollingUpdate",
+                                            "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    [container] = on["spec"]["template"]["spec"]["containers"]
+    assert _env(container)["ROLLING_UPDATE_ID"] == {"fieldRef": {"fieldPath": "metadata.uid"}}
+    assert off["spec"]["updateStrategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+    assert "ROLLING_UPDATE_ID" not in _env(off["spec"]["template"]["spec"]["containers"][0])
+
+
+def test_node_name_priority_and_resources():
+    [ds] = by_kind(render("ns"), "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    env = _env(pod["containers"][0])
+    assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert pod["priorityClassName"] == "system-node-critical"
+    assert pod["containers"][0]["resources"]["requests"] == {"cpu": "50m", "memory": "96Mi"}
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [{"key": "accelerator", "operator": "In",
+                                            "values": ["huawei-Ascend910", "huawei-Ascend310P"]}]}]
+
+
+def _mounts(container: dict[str, Any]) -> dict[str, str]:
+    return {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+
+
+def test_the_fake_profile_gets_no_privilege_no_device_and_no_driver_mount():
+    objects = render("ns", "fake-values.yaml")
+    container = _plugin(objects)
+    sc = container["securityContext"]
+    assert sc["privileged"] is False and sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["allowPrivilegeEscalation"] is False and sc["runAsUser"] == 0
+    assert set(_mounts(container)) == {"plugins-registry", "plugins", "cdi", "tmp"}
+    assert "affinity" not in by_kind(objects, "DaemonSet")[0]["spec"]["template"]["spec"]
+    assert [c["metadata"]["name"] for c in by_kind(objects, "DeviceClass")] == ["fake.ascend.project-hami.io"]
+
+
+def test_ascend_profiles_are_privileged_and_see_dev_and_the_driver_at_host_paths():
+    container = _plugin(render("ns", set_values=("kubeletRootDir=/data/kubelet",)))
+    assert container["securityContext"]["privileged"] is True
+    mounts = _mounts(container)
+    assert mounts["dev"] == "/dev" and mounts["ascend-driver"] == "/usr/local/Ascend/driver"
+    assert mounts["npu-smi"] == "/usr/local/bin/npu-smi" and mounts["ascend-dcmi"] == "/usr/local/dcmi"
+    assert mounts["plugins"] == "/data/kubelet/plugins"
+    assert mounts["plugins-registry"] == "/data/kubelet/plugins_registry"
+    assert _env(container)["KUBELET_ROOT_DIR"] == "/data/kubelet"
+    assert "vnpu-core" not in mounts
+
+
+def test_hami_vnpu_core_mounts_its_dirs_and_passes_them_as_profile_options():
+    objects = render("ns", "webhook-values.yaml", set_values=("vnpuCore.vnpuCoreDir=/opt/vnpu",))
+    container = _plugin(objects)
+    assert _mounts(container)["vnpu-core"] == "/opt/vnpu"
+    options = _env(container)["PROFILE_OPTIONS"].split(",")
+    assert "HAMivNPUCore.vnpuCoreDir=/opt/vnpu" in options
+    assert "HAMivNPUCore.sharedRegionDir=/usr/local/hami-shared-region" in options
+    assert [c["metadata"]["name"] for c in by_kind(objects, "DeviceClass")] == ["hami-vnpu-core.project-hami.io"]
+    [deployment] = by_kind(objects, "Deployment")
+    webhook = deployment["spec"]["template"]["spec"]
+    assert webhook["securityContext"]["runAsNonRoot"] is True
+    assert _env(webhook["containers"][0])["PROFILES"] == "HAMivNPUCore,npu-910,npu-310P"
+
+
+def test_user_profile_options_are_passed_and_win_over_the_charts_paths():
+    container = _plugin(render("ns", set_values=(
+        "profiles={HAMivNPUCore}", "profileOptions.HAMivNPUCore.vnpuCoreDir=/x",
+        "profileOptions.npu-910.simulate=never")))
+    options = _env(container)["PROFILE_OPTIONS"].split(",")
+    assert "HAMivNPUCore.vnpuCoreDir=/x" in options and "npu-910.simulate=never" in options
+    assert [o for o in options if o.startswith("HAMivNPUCore.vnpuCoreDir=")] == ["HAMivNPUCore.vnpuCoreDir=/x"]
+
+
+def test_the_webhook_certificate_modes():
+    secret = render("ns", "webhook-values.yaml", set_values=("webhook.certificate.caBundle=Q0E=",))
+    [vwc] = by_kind(secret, "ValidatingWebhookConfiguration")
+    assert vwc["webhooks"][0]["clientConfig"]["caBundle"] == "Q0E="
+    assert "annotations" not in vwc["metadata"] and not by_kind(secret, "Certificate")
+    managed = render("ns", "certmanager-values.yaml")
+    [cert] = by_kind(managed, "Certificate")
+    assert cert["spec"]["secretName"] == "ascend-dra-webhook-tls"
+    assert cert["spec"]["dnsNames"][0] == "ascend-dra-webhook.ns.svc"
+    [mwc] = by_kind(managed, "MutatingWebhookConfiguration")
+    assert mwc["metadata"]["annotations"] == {"cert-manager.io/inject-ca-from": "ns/ascend-dra-webhook"}

@@ -1,0 +1,254 @@
+"""The chart's RBAC and ValidatingAdmissionPolicy, installed for real, used the way the kubelet
+plugin uses them: with a service-account token bound to a pod on node-1 (TokenRequest with a
+``boundObjectRef``, as the kubelet mints it for the DaemonSet's pod), which carries the node's name
+(``authentication.kubernetes.io/node-name`` in userInfo.extra).
+
+Own control plane: it also serves resource.k8s.io v1beta1 and v1beta2, so the policy is checked in
+every version a client may write in.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import urllib.parse
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.cluster.chart import api_as, by_kind, collection_path, render, token_kubeconfig
+from tests.cluster.controlplane import ControlPlane, default_bin_dir
+from tests.cluster.test_k8s_versions import FAKE_CLASS, claim_and_pod, delete_claim_and_pod, our_status
+from tests.cluster.test_publish import create_pod, delete_pod, ok, pod_claim, wait_until
+from tests.integration.daemon import DRIVER, DaemonProcess, Kubelet
+
+pytestmark = pytest.mark.cluster
+
+NS = "ascend-dra"
+SA = "ascend-dra-kubeletplugin"
+USER = f"system:serviceaccount:{NS}:{SA}"
+RUNTIME_CONFIG = "--runtime-config=resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true"
+VERSIONS = ("v1", "v1beta2", "v1beta1")
+DENIED = "may write only its ResourceSlices"
+R = "resource.k8s.io"
+
+
+class Installed:
+    """The control plane with the chart's fake-profile release applied, and two tokens of its SA."""
+
+    def __init__(self, plane: ControlPlane, node_token: str, plain_token: str) -> None:
+        self.plane = plane
+        self.node_token = node_token    # bound to a pod on node-1: carries the node name
+        self.plain_token = plain_token  # bound to nothing: no node name
+
+
+def _token(plane: ControlPlane, bound_to: dict[str, Any] | None) -> str:
+    spec: dict[str, Any] = {"expirationSeconds": 3600}
+    if bound_to is not None:
+        spec["boundObjectRef"] = {"apiVersion": "v1", "kind": "Pod", "name": bound_to["metadata"]["name"],
+                                  "uid": bound_to["metadata"]["uid"]}
+    reply = ok(plane, "POST", f"/api/v1/namespaces/{NS}/serviceaccounts/{SA}/token",
+               {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec})
+    return reply["status"]["token"]
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Iterator[Installed]:
+    plane = ControlPlane(tmp_path_factory.mktemp("chart-cp"), default_bin_dir(), extra_apiserver_args=[RUNTIME_CONFIG])
+    plane.start()
+    try:
+        ok(plane, "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+        for obj in render(NS, "fake-values.yaml"):
+            if obj["kind"] not in ("DaemonSet",):  # no kubelet here; the pod below stands for it
+                ok(plane, "POST", collection_path(plane, obj), obj)
+        pod = ok(plane, "POST", f"/api/v1/namespaces/{NS}/pods", {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "kubeletplugin-node-1"},
+            "spec": {"serviceAccountName": SA, "nodeName": plane.node_name,
+                     "containers": [{"name": "plugin", "image": "ascend-dra"}]}})
+        yield Installed(plane, _token(plane, pod), _token(plane, None))
+    finally:
+        plane.stop()
+
+
+def _slice(version: str, node: str) -> dict[str, Any]:
+    return {"apiVersion": f"resource.k8s.io/{version}", "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-{version}-{uuid.uuid4().hex[:6]}"},
+            "spec": {"driver": DRIVER, "nodeName": node, "devices": [],
+                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1}}}
+
+
+def _slices(version: str) -> str:
+    return f"/apis/resource.k8s.io/{version}/resourceslices"
+
+
+@pytest.fixture(scope="module")
+def policy_active(installed) -> Installed:
+    """Wait until the API server enforces the policy (its informer sees the new binding)."""
+    plane = installed.plane
+
+    last: list[Any] = []
+
+    def denied() -> bool:
+        last[:] = api_as(plane, installed.node_token, "POST", f"{_slices('v1')}?dryRun=All", _slice("v1", "node-2"))
+        return last[0] == 403 and DENIED in str(last[1])
+
+    try:
+        wait_until(denied, "enforcing the ValidatingAdmissionPolicy", within=20)
+    except BaseException:
+        policy = ok(plane, "GET", "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies")
+        raise AssertionError(f"last answer {last}; policies: {policy}") from None
+    return installed
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_plugin_writes_its_own_nodes_slices_and_no_other(policy_active, version):
+    plane, token = policy_active.plane, policy_active.node_token
+    own = _slice(version, plane.node_name)
+    status, created = api_as(plane, token, "POST", _slices(version), own)
+    assert status == 201, created
+    created["spec"]["pool"]["generation"] = 2
+    status, reply = api_as(plane, token, "PUT", f"{_slices(version)}/{own['metadata']['name']}", created)
+    assert status == 200, reply
+
+    status, reply = api_as(plane, token, "POST", _slices(version), _slice(version, "node-2"))
+    assert status == 403 and DENIED in reply["message"] and '"node-2"' in reply["message"], reply
+    other = ok(plane, "POST", _slices(version), _slice(version, "node-2"))  # the admin may
+    other["spec"]["pool"]["generation"] = 2
+    status, reply = api_as(plane, token, "PUT", f"{_slices(version)}/{other['metadata']['name']}", other)
+    assert status == 403 and DENIED in reply["message"], reply
+    status, reply = api_as(plane, token, "DELETE", f"{_slices(version)}/{other['metadata']['name']}")
+    assert status == 403 and DENIED in reply["message"], reply
+    cluster_wide = _slice(version, plane.node_name)
+    del cluster_wide["spec"]["nodeName"]
+    cluster_wide["spec"]["allNodes"] = True
+    status, reply = api_as(plane, token, "POST", _slices(version), cluster_wide)
+    assert status == 403 and DENIED in reply["message"], reply
+
+    status, reply = api_as(plane, token, "DELETE", f"{_slices(version)}/{own['metadata']['name']}")
+    assert status == 200, reply
+    ok(plane, "DELETE", f"{_slices(version)}/{other['metadata']['name']}")
+
+
+def test_a_token_that_names_no_node_writes_no_slice(policy_active):
+    plane = policy_active.plane
+    status, reply = api_as(plane, policy_active.plain_token, "POST", _slices("v1"), _slice("v1", plane.node_name))
+    assert status == 403 and "no node in the service-account token" in reply["message"], reply
+
+
+def test_the_policy_leaves_other_users_alone(policy_active):
+    plane = policy_active.plane
+    other = ok(plane, "POST", _slices("v1"), _slice("v1", "node-3"))
+    ok(plane, "DELETE", f"{_slices('v1')}/{other['metadata']['name']}")
+
+
+def _allowed(plane: ControlPlane, verb: str, resource: str, subresource: str, group: str, name: str = "") -> bool:
+    """SubjectAccessReview: may the plugin's service account do this?"""
+    groups = ["system:serviceaccounts", f"system:serviceaccounts:{NS}", "system:authenticated"]
+    review = ok(plane, "POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", {
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+        "spec": {"user": USER, "groups": groups,
+                 "resourceAttributes": {"group": group, "resource": resource, "subresource": subresource, "name": name,
+                                        "verb": verb, "namespace": "default" if "claim" in resource else ""}}})
+    return review["status"]["allowed"]
+
+
+def test_rbac_grants_what_the_daemon_calls_and_nothing_more(installed):
+    plane = installed.plane
+    needed = [("get", "nodes", "", ""), *[(v, "resourceslices", "", R)
+                                            for v in ("list", "watch", "create", "update", "delete")],
+              ("get", "resourceclaims", "", R), ("patch", "resourceclaims", "status", R)]
+    for verb, resource, sub, group in needed:
+        assert _allowed(plane, verb, resource, sub, group), (verb, resource, sub)
+    refused = [("list", "nodes", "", ""), ("patch", "nodes", "", ""), ("update", "nodes", "status", ""),
+               ("delete", "resourceclaims", "", R), ("update", "resourceclaims", "", R),
+               ("list", "resourceclaims", "", R), ("update", "resourceclaims", "status", R),
+               ("create", "deviceclasses", "", R), ("get", "secrets", "", ""),
+               ("create", "pods", "", ""), ("deletecollection", "resourceslices", "", R),
+               ("patch", "resourceslices", "", R)]
+    for verb, resource, sub, group in refused:
+        assert not _allowed(plane, verb, resource, sub, group), (verb, resource, sub)
+    # 1.36+: status.devices entries of our driver, in claims on the token's node only.
+    assert _allowed(plane, "associated-node:patch", "resourceclaims", "driver", R, DRIVER)
+    for verb, name in (("arbitrary-node:patch", DRIVER), ("associated-node:update", DRIVER),
+                       ("associated-node:patch", "gpu.example.com")):
+        assert not _allowed(plane, verb, "resourceclaims", "driver", R, name), (verb, name)
+
+
+def test_the_daemon_runs_on_the_service_account_token_alone(installed, short_tmp):
+    """Publish, Prepare with the claim read from the API, status.devices written: all with the
+    plugin's own token, under its RBAC and the policy; the chart's fake DeviceClass selects it."""
+    plane = installed.plane
+    kubeconfig = token_kubeconfig(plane, installed.node_token, short_tmp / "kubeconfig")
+    daemon = DaemonProcess(short_tmp / "node", node=plane.node_name, kubeconfig=kubeconfig, fake_devices=2)
+    pod = None
+    try:
+        daemon.start()
+        selector = urllib.parse.quote(f"spec.driver={DRIVER},spec.nodeName={plane.node_name}")
+        wait_until(lambda: ok(plane, "GET", f"{_slices('v1')}?fieldSelector={selector}")["items"], "published",
+                   within=20)
+        [device_class] = by_kind(render(NS, "fake-values.yaml"), "DeviceClass")
+        assert device_class["metadata"]["name"] == FAKE_CLASS  # the class the claim below names
+        # kubectl's JSON: the 1.35 API server compares opaque bytes when status is patched
+        # (ascend_dra/claimstatus.py), which Python's spaced JSON would fail for reasons not ours.
+        pod = claim_and_pod(plane, "kubectl")
+        claim = wait_until(
+            lambda: (c := pod_claim(plane, "default", pod)) and c.get("status", {}).get("allocation") and c,
+            "allocated", within=30)
+        uid = claim["metadata"]["uid"]
+        kubelet = Kubelet(daemon)
+        try:
+            reply = kubelet.prepare(claim)
+            assert reply.claims[uid].error == ""
+            try:
+                written = wait_until(lambda: our_status(pod_claim(plane, "default", pod)), "status.devices written")
+            except BaseException:
+                raise AssertionError(f"no status.devices; daemon log:\n{daemon.log_text()[-4000:]}") from None
+            assert written[0]["pool"] == plane.node_name
+            assert kubelet.unprepare(claim).claims[uid].error == ""
+        finally:
+            kubelet.close()
+    finally:
+        if pod is not None:
+            delete_claim_and_pod(plane, pod)
+        daemon.stop()
+    log = daemon.log_text()
+    assert "forbidden" not in log.lower() and "403" not in log, log[-3000:]
+
+
+def _unschedulable(plane: ControlPlane, pod: str) -> bool:
+    conditions = ok(plane, "GET", f"/api/v1/namespaces/default/pods/{pod}").get("status", {}).get("conditions") or []
+    return any(c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable" for c in conditions)
+
+
+def test_the_fake_class_never_selects_a_real_chip(installed, tmp_path):
+    """Slices of the npu-910 profile (its simulated tier: the same attributes as real chips) on
+    node-1, no fake device anywhere: a fake-class claim stays unallocated, a 910-class one is allocated."""
+    plane = installed.plane
+    out = subprocess.run([sys.executable, "-m", "ascend_dra.cli", "discover", "--profiles", "npu-910", "--node-name",
+                          plane.node_name, "--profile-option", "npu-910.simulate=always", "-o", "yaml"],
+                         capture_output=True, text=True, check=True).stdout
+    slices = [d for d in yaml.safe_load_all(out) if d and d.get("kind") == "ResourceSlice"]
+    assert slices and slices[0]["spec"]["devices"]
+    [npu910] = by_kind(render(NS, set_values=("profiles={npu-910}",)), "DeviceClass")
+    ok(plane, "POST", collection_path(plane, npu910), npu910)
+    selector = urllib.parse.quote(f"spec.driver={DRIVER},spec.nodeName={plane.node_name}")
+    ok(plane, "DELETE", f"{_slices('v1')}?fieldSelector={selector}")  # no fake device left by another test
+    names = [ok(plane, "POST", _slices("v1"), s)["metadata"]["name"] for s in slices]
+    fake_pod = real_pod = None
+    try:
+        fake_pod, _ = create_pod(plane, "default", f"fake.{DRIVER}", via_template=False)
+        real_pod, _ = create_pod(plane, "default", npu910["metadata"]["name"], via_template=False)
+        wait_until(lambda: (pod_claim(plane, "default", real_pod).get("status") or {}).get("allocation"),
+                   "the 910 claim allocated", within=30)
+        wait_until(lambda: _unschedulable(plane, fake_pod), "the fake-class pod found unschedulable", within=30)
+        assert not (pod_claim(plane, "default", fake_pod).get("status") or {}).get("allocation")
+    finally:
+        for p in (fake_pod, real_pod):
+            if p is not None:
+                delete_pod(plane, p)
+        for name in names:
+            plane.api("DELETE", f"{_slices('v1')}/{name}")
+        plane.api("DELETE", f"/apis/resource.k8s.io/v1/deviceclasses/{npu910['metadata']['name']}")

@@ -1,0 +1,145 @@
+"""The claim-status writer (claimstatus.py) against the real API server: what it sends, and what stays.
+
+A :class:`Recording` client forwards every call to the real API server and notes its method, so the
+tests see how many requests a status costs; the writer is driven directly with the claims a real
+scheduler allocated from the daemon's published slices.
+"""
+
+from __future__ import annotations
+
+import random
+
+import anyio
+import pytest
+
+from ascend_dra.claimstatus import ClaimStatusWriter, PreparedClaim
+from ascend_dra.cluster import KubeApi, open_api
+from ascend_dra.model import PreparedDevice
+from tests.cluster.test_k8s_versions import claim_and_pod, claim_of, delete_claim_and_pod, our_status
+from tests.cluster.test_publish import apply_examples, our_slices, wait_until
+from tests.integration.daemon import DRIVER
+
+pytestmark = [pytest.mark.cluster, pytest.mark.anyio]
+
+
+class Recording(KubeApi):
+    """The real client; ``calls`` lists ``(method, path)`` of every request it forwarded."""
+
+    def __init__(self, client) -> None:
+        super().__init__(client)
+        self.calls: list[tuple[str, str]] = []
+
+    async def call(self, method, path, **kwargs):
+        self.calls.append((method, path))
+        return await super().call(method, path, **kwargs)
+
+
+def allocated_claims(cp, start_daemon, count: int, creator: str = "kubectl") -> list[dict]:
+    start_daemon(fake_devices=count)
+    wait_until(lambda: our_slices(cp, cp.node_name), "published")
+    apply_examples(cp)
+    names = [claim_and_pod(cp, creator) for _ in range(count)]
+    return [wait_until(lambda n=n: (c := claim_of(cp, "default", n)).get("status", {}).get("reservedFor") and c,
+                       "allocated and reserved", within=30) for n in names]
+
+
+def prepared(claim: dict) -> PreparedClaim:
+    meta = claim["metadata"]
+    [result] = claim["status"]["allocation"]["devices"]["results"]
+    device = PreparedDevice(("npu",), result["pool"], result["device"], (f"k8s.{DRIVER}/npu={result['device']}",))
+    return PreparedClaim(meta["namespace"], meta["name"], meta["uid"], (device,), {result["device"]: {"physicalID": 7}})
+
+
+async def run_until_idle(writer: ClaimStatusWriter, expected_writes: int) -> None:
+    async with anyio.create_task_group() as tg:
+        await tg.start(writer.run)
+        with anyio.fail_after(30):
+            while writer.applied + writer.failed < expected_writes:  # noqa: ASYNC110 (polls counters)
+                await anyio.sleep(0.05)
+        tg.cancel_scope.cancel()
+
+
+@pytest.fixture
+async def api(cp):
+    client = Recording(await open_api(str(cp.kubeconfig)))
+    yield client
+    await client.client.close()
+
+
+async def test_a_claim_unprepared_before_its_status_went_out_costs_one_request(cp, start_daemon, api):
+    [claim] = allocated_claims(cp, start_daemon, 1)
+    writer = ClaimStatusWriter(api, DRIVER)
+    writer.prepared(prepared(claim))
+    writer.unprepared(claim["metadata"]["namespace"], claim["metadata"]["name"], claim["metadata"]["uid"])
+    try:
+        await run_until_idle(writer, 1)
+        assert [m for m, _ in api.calls] == ["PATCH"]  # the removal only: no write, no GET
+        assert our_status(claim_of(cp, "default", claim["metadata"]["name"])) == []
+    finally:
+        delete_claim_and_pod(cp, claim["metadata"]["name"])
+
+
+async def test_removing_applied_entries_needs_no_get(cp, start_daemon, api):
+    [claim] = allocated_claims(cp, start_daemon, 1)
+    name = claim["metadata"]["name"]
+    writer = ClaimStatusWriter(api, DRIVER)
+    try:
+        writer.prepared(prepared(claim))
+        await run_until_idle(writer, 1)
+        assert [e["device"] for e in our_status(claim_of(cp, "default", name))] == [
+            claim["status"]["allocation"]["devices"]["results"][0]["device"]]
+        api.calls.clear()
+        writer.unprepared("default", name, claim["metadata"]["uid"])
+        await run_until_idle(writer, 2)
+        assert [m for m, _ in api.calls] == ["PATCH"]
+        assert our_status(claim_of(cp, "default", name)) == []
+    finally:
+        delete_claim_and_pod(cp, name)
+
+
+async def test_entries_a_merge_patch_wrote_are_removed_too(cp, start_daemon, api):
+    """A claim created by a Go client can only be patched by merge (ClaimStatusWriter._merge): the
+    removal's apply leaves those entries, its answer shows them, and a merge patch removes them."""
+    [claim] = allocated_claims(cp, start_daemon, 1, creator="go")
+    name = claim["metadata"]["name"]
+    writer = ClaimStatusWriter(api, DRIVER)
+    try:
+        writer.prepared(prepared(claim))
+        await run_until_idle(writer, 1)
+        assert our_status(claim_of(cp, "default", name))
+        writer.unprepared("default", name, claim["metadata"]["uid"])
+        await run_until_idle(writer, 2)
+        assert our_status(claim_of(cp, "default", name)) == []
+        assert writer.failed == 0
+    finally:
+        delete_claim_and_pod(cp, name)
+
+
+async def test_each_claim_ends_in_its_last_state_whatever_the_interleaving(cp, start_daemon, api):
+    claims = allocated_claims(cp, start_daemon, 6)
+    writer = ClaimStatusWriter(api, DRIVER, workers=4)
+    rng = random.Random(4817)
+    last: dict[str, bool] = {}
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(writer.run)
+            for _ in range(60):  # jobs arrive while earlier ones of the same claim are in flight
+                claim = rng.choice(claims)
+                meta = claim["metadata"]
+                if rng.random() < 0.5:
+                    writer.prepared(prepared(claim))
+                    last[meta["name"]] = True
+                else:
+                    writer.unprepared(meta["namespace"], meta["name"], meta["uid"])
+                    last[meta["name"]] = False
+                await anyio.sleep(rng.random() * 0.01)
+            with anyio.fail_after(30):
+                while writer._pending or writer._busy:  # noqa: ASYNC110 (polls the queue)
+                    await anyio.sleep(0.05)
+            tg.cancel_scope.cancel()
+        assert writer.failed == 0
+        for name, has_entries in last.items():
+            assert bool(our_status(claim_of(cp, "default", name))) == has_entries, name
+    finally:
+        for claim in claims:
+            delete_claim_and_pod(cp, claim["metadata"]["name"])
