@@ -279,6 +279,30 @@ class RecordTable(MutableMapping[str, ClaimRecord]):
         self._dirty.add(uid)
         self._on_change(uid, None)
 
+    def apply_stored(self, uid: str, stored: Any) -> None:
+        """Take another instance's change as it is stored (``None``: deleted) without marking it
+        dirty: it is on disk already (shared mode, records.py)."""
+        self._foreign.pop(uid, None)
+        self._records.pop(uid, None)
+        self._raw.pop(uid, None)
+        self._unreadable.pop(uid, None)
+        self._dirty.discard(uid)
+        if stored is None:
+            self._on_change(uid, None)
+            return
+        data = decode_records({uid: stored})
+        if uid in data.unreadable:
+            self._unreadable[uid] = data.unreadable[uid]
+            self._on_change(uid, data.unreadable[uid])
+            return
+        record = data.claims[uid]
+        known = _converter.unstructure(record)
+        if isinstance(stored, Mapping):
+            self._foreign[uid] = {k: v for k, v in stored.items() if k not in known}
+        self._records[uid] = record
+        self._raw[uid] = stored
+        self._on_change(uid, record)
+
     def take_dirty(self) -> list[tuple[str, Any]]:
         """The changes since the last call, as ``(uid, record as stored or None if deleted)``, and
         forget them (a failed write gives them back with :meth:`requeue`)."""

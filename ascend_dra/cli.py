@@ -177,8 +177,25 @@ def kubelet_dirs(args: argparse.Namespace) -> tuple[Path, Path]:
             root / "plugins" if str(plugins) == "<root-dir>/plugins" else plugins)
 
 
+class _Version(argparse.Action):
+    """``--version``: print ``ascend-dra <version> (<python>)`` and exit 0 (the version is looked up
+    only when asked, so ``--help`` stays fast)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="print the version of ascend-dra and of the Python running it, and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        from ascend_dra.version import describe
+
+        print(describe())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="ascend-dra", description="Kubernetes DRA driver for Huawei Ascend NPUs.")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="run the node daemon (kubelet plugin)",
@@ -209,6 +226,13 @@ def build_parser() -> argparse.ArgumentParser:
           const=True)
     _flag(run, "--metrics-port", "METRICS_PORT", 0, "TCP port for Prometheus /metrics (0: off)", type=int)
     _flag(run, "--metrics-address", "METRICS_ADDRESS", "0.0.0.0", "address the metrics endpoint listens on")
+    _flag(run, "--healthcheck-port", "HEALTHCHECK_PORT", 0,
+          "TCP port of the grpc.health.v1.Health service for the kubelet's grpc probes (0: off)", type=int)
+    _flag(run, "--healthcheck-address", "HEALTHCHECK_ADDRESS", "0.0.0.0",
+          "address the health service listens on (a grpc probe connects to the pod IP)")
+    _flag(run, "--rolling-update-id", "ROLLING_UPDATE_ID", None,
+          "the pod UID: serve under sockets of this instance's own names, beside the old instance during a "
+          "rolling update, sharing the checkpoint with it (kubelet >= 1.33); unset: one instance at a time")
     _log_flags(run)
 
     call = sub.add_parser("call", help="act as the kubelet against a running daemon",
@@ -327,7 +351,9 @@ def _run(args: argparse.Namespace) -> int:
             rediscover_interval=args.rediscover_interval, metrics_port=args.metrics_port,
             health_interval=args.health_interval, taint_unhealthy=args.taint_unhealthy,
             profile_options=profile_options(args),
-            metrics_address=args.metrics_address, log_level=args.log_level, log_format=args.log_format,
+            metrics_address=args.metrics_address, rolling_update_id=args.rolling_update_id,
+            healthcheck_port=args.healthcheck_port, healthcheck_address=args.healthcheck_address,
+            log_level=args.log_level, log_format=args.log_format,
         )
     except SettingsError as exc:
         for problem in exc.problems:

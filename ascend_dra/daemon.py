@@ -2,16 +2,24 @@
 
 Start-up order (each step ready before the next, docs/architecture.md#start-up-order): load profiles -> discover ->
 recover the checkpoint -> DRA socket -> registration socket (from here on the kubelet may call
-us) -> publish. Then rediscovery runs every ``--rediscover-interval`` seconds and at once when
-device nodes appear or vanish (hotplug.py); a changed inventory is republished. SIGTERM/SIGINT
-cancel the group; sockets are removed on the way out.
+us) -> publish. The metrics server (``/metrics``, ``/healthz``, ``/readyz``) and the
+``grpc.health.v1`` service (kubelet/grpc_health.py) start first, answering "not ready" until both
+sockets answer. Then rediscovery runs every ``--rediscover-interval`` seconds and at once when
+device nodes appear or vanish (hotplug.py); a changed inventory is republished. SIGTERM, SIGINT
+and SIGHUP cancel the group; sockets are removed on the way out.
+
+With ``--rolling-update-id`` the sockets carry the id and the checkpoint is shared with the other
+instances of the node (instancelock.py, records.py; docs/durable-state.md).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import errno
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import anyio
@@ -24,6 +32,7 @@ from ascend_dra.claims import ClaimSource, StandaloneClaimSource
 from ascend_dra.hotplug import watch_device_nodes
 from ascend_dra.instancelock import hold_instance_lock
 from ascend_dra.kubelet import dra
+from ascend_dra.kubelet.grpc_health import HealthThread, SocketProbe
 from ascend_dra.kubelet.health import HEALTH_SERVICES, HealthFeed, health_services
 from ascend_dra.kubelet.registration import RegistrationServer, RegistrationState, supported_services
 from ascend_dra.kubelet.sockets import serve_unix
@@ -124,6 +133,19 @@ async def check_cluster_access(kubeconfig: str | None) -> None:
 WORKER_THREADS = 8
 
 
+@contextlib.contextmanager
+def _port_flag(flag: str, port: int, address: str) -> Iterator[None]:
+    """Turn a failed bind into a start-up error that names the flag (and the usual cause)."""
+    try:
+        yield
+    except OSError as exc:
+        hint = (" (another process on this host holds it: during a rolling update with hostNetwork the old "
+                "and the new pod share the node's ports; run the DaemonSet without hostNetwork, which the "
+                "daemon does not need)") if exc.errno == errno.EADDRINUSE else ""
+        raise RuntimeError(f"{flag} {port}: cannot listen on {address or '*'}:{port}: "
+                           f"{os.strerror(exc.errno) if exc.errno else exc}{hint}") from exc
+
+
 class Daemon:
     """The running node side. Built by :func:`main`; tests may drive it directly."""
 
@@ -188,7 +210,8 @@ class Daemon:
         for directory in (s.plugin_dir, s.registrar_dir):  # sockets and checkpoint: root only
             directory.mkdir(mode=0o750, parents=True, exist_ok=True)
             directory.chmod(0o750)
-        async with hold_instance_lock(s.plugin_dir):
+        async with hold_instance_lock(s.plugin_dir, rolling_update_id=s.rolling_update_id,
+                                      sockets_of=s.rolling_update_sockets):
             await self._run_locked(task_status=task_status)
 
     async def _run_locked(self, *, task_status: TaskStatus[None]) -> None:
@@ -224,6 +247,27 @@ class Daemon:
 
     async def _start(self, *, task_status: TaskStatus[None]) -> None:
         s = self.settings
+        checks = HealthThread(SocketProbe(s.registration_socket, s.dra_socket, lambda: self.registration.registered),
+                              asyncio.get_running_loop())
+        checks.start()
+        try:
+            self.metrics.follow(lambda: len(self.state.prepared_claims) if self.state is not None else 0,
+                                lambda: self.registration.registered)
+            with _port_flag("--metrics-port", s.metrics_port, s.metrics_address):
+                if s.metrics_port:
+                    self.metrics.serve(s.metrics_port, s.metrics_address,
+                                       {"/healthz": checks.healthz, "/readyz": checks.readyz})
+            with _port_flag("--healthcheck-port", s.healthcheck_port, s.healthcheck_address):
+                if s.healthcheck_port:
+                    checks.serve(s.healthcheck_port, s.healthcheck_address)
+            await self._start_checked(task_status)
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await anyio.to_thread.run_sync(checks.stop)
+                await anyio.to_thread.run_sync(self.metrics.close)
+
+    async def _start_checked(self, task_status: TaskStatus[None]) -> None:
+        s = self.settings
         profiles = self.load()
         failed: dict[str, str] = {}
         inventories = await discover_all(self.loaded, self.ctx, s.discovery_timeout, errors=failed)
@@ -239,13 +283,13 @@ class Daemon:
             profiles=profiles,  # all loaded ones: a profile that failed to discover may succeed later
             inventories=inventories, profile_ctx=self.ctx, cdi=CdiStore(s.cdi_root),
             plugin_dir=s.plugin_dir, boot_id=boot_id, claim_source=self.claim_source(),
+            shared=s.rolling_update_id is not None,
         )
-        await self.state.recover()
-        await self.reconcile_side_effects()
+        async with self.state.store.exclusive():  # shared: no other instance is half-way through a claim
+            await self.state.recover()
+            await self.reconcile_side_effects()
         self.metrics.set_inventories(inventories)
         await self.check_health()
-        if s.metrics_port:
-            self.metrics.serve(s.metrics_port, s.metrics_address)
         self.publisher = self.make_publisher()
         try:
             await self._serve(task_status=task_status)
@@ -295,7 +339,8 @@ class Daemon:
                 await tg.start(writer.run)
             log.info("serving the kubelet", extra={"registration_socket": str(s.registration_socket),
                                                    "dra_socket": str(s.dra_socket), "node": s.node_name,
-                                                   "driver": s.driver_name})
+                                                   "driver": s.driver_name,
+                                                   "rolling_update_id": s.rolling_update_id or "none"})
             await tg.start(self._publish_loop)
             task_status.started()
             tg.start_soon(self._rediscover_loop)
@@ -346,12 +391,8 @@ class Daemon:
                 await self.state.retry_cleanup()
 
     def observe(self, operation: str, seconds: float, errors: int, claims: int) -> None:
-        """Called by the DRA service after each RPC: metrics, and the prepared-claims gauge."""
+        """Called by the DRA service after each RPC (the gauges follow the state by themselves)."""
         self.metrics.observe(operation, seconds, errors, claims)
-        if self.state is not None:
-            self.metrics.prepared.set(len(self.state.prepared_claims))
-        registered = self.registration.registered
-        self.metrics.registration.set(-1 if registered is None else int(registered))
 
     async def _publish_loop(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         assert self.state is not None

@@ -2,13 +2,17 @@
 
 ``ASCEND_DRA_CRASH_AT=prepare:after-started-write`` makes the daemon kill itself with SIGKILL
 when it reaches that point, so tests can check that a restart repairs every state a crash can
-leave (docs/architecture.md#durable-state). Unset in production: :func:`crash_point` is then one set lookup.
+leave (docs/architecture.md#durable-state). ``ASCEND_DRA_STALL_AT=prepare:after-cdi-write@2.5`` instead blocks the
+event loop
+for 2.5 seconds there (``time.sleep`` on the loop), so tests can see what a stuck loop looks like from
+outside (the health checks). Unset in production: :func:`crash_point` is then two dict lookups.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 
 __all__ = ("POINTS", "crash_point")
 
@@ -26,9 +30,16 @@ POINTS = (
 )
 
 _ARMED = frozenset(filter(None, os.environ.get("ASCEND_DRA_CRASH_AT", "").split(",")))
+#: point -> seconds to block the loop there (``ASCEND_DRA_STALL_AT=point@seconds,...``).
+_STALLS = {point: float(seconds) for point, _, seconds in
+           (entry.rpartition("@") for entry in os.environ.get("ASCEND_DRA_STALL_AT", "").split(",") if "@" in entry)}
 
 
 def crash_point(name: str) -> None:
-    """Die by SIGKILL here if ``name`` is armed in ``ASCEND_DRA_CRASH_AT``."""
+    """Die by SIGKILL here if ``name`` is armed in ``ASCEND_DRA_CRASH_AT``; block the calling
+    thread (the event loop) if it is armed in ``ASCEND_DRA_STALL_AT``."""
     if name in _ARMED:
         os.kill(os.getpid(), signal.SIGKILL)
+    stall = _STALLS.get(name)
+    if stall is not None:
+        time.sleep(stall)  # on purpose: the test wants the loop stuck

@@ -1,55 +1,115 @@
-"""One daemon per plugin data directory: an exclusive ``flock`` on ``<plugin dir>/daemon.lock``.
+"""Who may serve a plugin data directory: ``flock`` on ``<plugin dir>/daemon.lock``.
 
-Two daemons sharing sockets and a checkpoint would replace each other's sockets and interleave
-checkpoint writes. A second instance (a new pod starting while the old one is still terminating)
-waits for the lock instead, logging who holds it, and only then touches sockets or state. The
-kernel drops the lock when the holder exits, even by kill -9.
+Without ``--rolling-update-id`` one daemon serves a directory: it holds the lock exclusively. Two
+such daemons would replace each other's sockets and interleave checkpoint writes, so a second
+instance (a new pod starting while the old one is still terminating) waits for the lock instead,
+logging who holds it, and only then touches sockets or state.
+
+With ``--rolling-update-id UID`` (the pod UID), instances have sockets of their own names and
+share the checkpoint under :class:`~ascend_dra.sharedlock.CheckpointLock`, so several may serve at
+once: each holds ``daemon.lock`` *shared* (an instance without the flag still waits for all of
+them, and they for it) and ``daemon-<UID>.lock`` exclusively (two instances given the same UID
+would take each other's sockets; the second waits). The kernel drops a lock when its holder
+exits, even by kill -9.
+
+An instance that stops removes its sockets and its ``daemon-<UID>.lock``. One that was killed
+leaves both, and no other instance may remove another's sockets blindly: at start-up an instance
+takes each other ``daemon-<UID>.lock`` it finds, and only if nobody holds it (its owner is dead)
+removes that UID's sockets and the lock file (:func:`remove_dead_instances`). A lock file that is
+missing means its owner stopped cleanly or has not started: its sockets are left alone.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
-from collections.abc import AsyncIterator
+import stat
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 
-import anyio
+from ascend_dra.sharedlock import acquire, try_lock
 
-__all__ = ("LOCK_FILE", "hold_instance_lock")
+__all__ = ("LOCK_FILE", "hold_instance_lock", "remove_dead_instances")
 
 log = logging.getLogger(__name__)
 
 LOCK_FILE = "daemon.lock"
 
 
-def _try_lock(fd: int) -> bool:
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
-
-
 @contextlib.asynccontextmanager
-async def hold_instance_lock(plugin_dir: Path, poll_s: float = 0.2) -> AsyncIterator[None]:
-    """Hold the plugin directory's instance lock for the duration of the context, waiting for it if
-    another process holds it. The holder's pid is written into the file for operators."""
-    path = plugin_dir / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+async def _hold(path: Path, *, shared: bool, poll_s: float, pid_file: bool) -> AsyncIterator[int]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
-        if not _try_lock(fd):
+        if not try_lock(fd, shared=shared):
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
             log.warning("another ascend-dra instance holds the plugin directory; waiting for it to stop",
                         extra={"lock": str(path), "holder_pid": holder})
-            # flock has no async wake-up, and a blocked flock in a worker thread cannot be cancelled
-            # safely (the fd is closed under it), so poll.
-            while not _try_lock(fd):  # noqa: ASYNC110
-                await anyio.sleep(poll_s)
+            await acquire(fd, shared=shared, poll_max_s=poll_s)
             log.info("took over the plugin directory", extra={"lock": str(path)})
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        yield
+        if pid_file:  # only an exclusive holder writes: shared holders would overwrite each other
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield fd
     finally:
         os.close(fd)  # releases the lock
+
+
+def remove_dead_instances(plugin_dir: Path, sockets_of: Callable[[str], Sequence[Path]], own: str) -> list[str]:
+    """Remove the sockets and lock files of rolling-update instances that died without stopping
+    (blocking; a few files). Return their ids.
+
+    :param sockets_of: rolling-update id -> that instance's socket paths.
+    :param own: this instance's id (skipped).
+    """
+    dead = []
+    for lock in sorted(plugin_dir.glob("daemon-*.lock")):
+        uid = lock.name.removeprefix("daemon-").removesuffix(".lock")
+        if uid == own:
+            continue
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:  # it stopped meanwhile
+            continue
+        try:
+            if not try_lock(fd):
+                continue  # alive
+            for path in sockets_of(uid):
+                with contextlib.suppress(FileNotFoundError):
+                    if stat.S_ISSOCK(path.lstat().st_mode):
+                        path.unlink()
+            lock.unlink()
+            dead.append(uid)
+            log.warning("removed the sockets of an instance that died without stopping",
+                        extra={"rolling_update_id": uid})
+        finally:
+            os.close(fd)
+    return dead
+
+
+@contextlib.asynccontextmanager
+async def hold_instance_lock(plugin_dir: Path, poll_s: float = 0.2, rolling_update_id: str | None = None,
+                             sockets_of: Callable[[str], Sequence[Path]] | None = None) -> AsyncIterator[None]:
+    """Hold the plugin directory's instance lock(s) for the duration of the context, waiting for
+    them if another process holds them. An exclusive holder's pid is written into the file.
+
+    :param rolling_update_id: None: hold ``daemon.lock`` exclusively; a UID: hold it shared and
+        ``daemon-<UID>.lock`` exclusively (removed again on exit).
+    :param sockets_of: with a UID, rolling-update id -> socket paths: dead instances' sockets are
+        removed once the locks are held (:func:`remove_dead_instances`).
+    """
+    main = plugin_dir / LOCK_FILE
+    if rolling_update_id is None:
+        async with _hold(main, shared=False, poll_s=poll_s, pid_file=True):
+            yield
+        return
+    own = plugin_dir / f"daemon-{rolling_update_id}.lock"
+    async with _hold(main, shared=True, poll_s=poll_s, pid_file=False), \
+            _hold(own, shared=False, poll_s=poll_s, pid_file=True):
+        if sockets_of is not None:
+            remove_dead_instances(plugin_dir, sockets_of, rolling_update_id)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):  # still held: nobody else can be using it
+                own.unlink()

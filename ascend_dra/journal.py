@@ -34,7 +34,8 @@ from ascend_dra import checkpoint as ckpt
 from ascend_dra.atomicfile import fsync_dir
 from ascend_dra.checkpoint import CheckpointCorrupt
 
-__all__ = ("JOURNAL_FILE", "Journal", "JournalContents", "apply_journal", "change_lines", "load_state", "read")
+__all__ = ("JOURNAL_FILE", "Journal", "JournalContents", "apply_journal", "change_lines", "load_state", "read",
+           "read_tail")
 
 JOURNAL_FILE = "checkpoint.journal"
 _HEADER = {"kind": "AscendDRACheckpointJournal", "version": 1}
@@ -77,6 +78,23 @@ def read(path: Path) -> JournalContents:
         blob = path.read_bytes()
     except FileNotFoundError:
         return JournalContents()
+    return _parse(path, blob, 0)
+
+
+def read_tail(path: Path, offset: int) -> JournalContents:
+    """Read the changes appended after byte ``offset`` (the end of an intact line) by another
+    instance; ``good_size`` is absolute. A torn last line is reported as by :func:`read`.
+
+    :raises CheckpointCorrupt: a damaged line that is not the last one.
+    """
+    with open(path, "rb") as f:
+        f.seek(offset)
+        blob = f.read()
+    return _parse(path, blob, offset)
+
+
+def _parse(path: Path, blob: bytes, start: int) -> JournalContents:
+    """The lines of ``blob``, which begins at byte ``start`` of the file (0: with the header)."""
     changes: list[tuple[str, Any]] = []
     offset = 0
     lines = blob.split(b"\n")
@@ -84,11 +102,11 @@ def read(path: Path) -> JournalContents:
         payload = line[33:]
         if len(line) < 34 or line[32:33] != b" " or _line(payload)[:32] != line[:32]:
             if number == len(lines) - 1:  # the last complete-looking line: an append cut short
-                return JournalContents(tuple(changes), offset, True)
-            raise CheckpointCorrupt(path, f"line {number} of the journal fails its checksum (the file was "
-                                    "modified or damaged)")
+                return JournalContents(tuple(changes), start + offset, True)
+            raise CheckpointCorrupt(path, f"line {number} {'after byte ' + str(start) + ' ' if start else ''}"
+                                    "of the journal fails its checksum (the file was modified or damaged)")
         entry = orjson.loads(payload)
-        if number == 1:
+        if number == 1 and start == 0:
             if entry != _HEADER:
                 raise CheckpointCorrupt(path, f"the journal's header is {entry!r}, not {_HEADER!r}")
         elif not isinstance(entry, dict) or not isinstance(entry.get("uid"), str):
@@ -96,7 +114,7 @@ def read(path: Path) -> JournalContents:
         else:
             changes.append((entry["uid"], None if entry.get("deleted") else entry.get("record")))
         offset += len(line) + 1
-    return JournalContents(tuple(changes), offset, offset != len(blob))
+    return JournalContents(tuple(changes), start + offset, offset != len(blob))
 
 
 def apply_journal(data: ckpt.CheckpointData, contents: JournalContents) -> ckpt.CheckpointData:
@@ -140,6 +158,29 @@ class Journal:
         if self._size == 0:
             self._rewrite_header()
             fsync_dir(self.path.parent)  # the file itself may be new
+        elif contents.torn_tail:
+            os.ftruncate(self._fd, self._size)
+            os.fdatasync(self._fd)
+
+    def fileno(self) -> int:
+        assert self._fd is not None, "journal not open"
+        return self._fd
+
+    @property
+    def size(self) -> int:
+        """Bytes up to the end of the last intact line this process knows of (the next append's offset)."""
+        return self._size
+
+    def reposition(self, contents: JournalContents, lines: int | None = None) -> None:
+        """Continue after what :func:`read` or :func:`read_tail` found (another instance wrote
+        since): the next append goes at ``contents.good_size``; a torn tail (an append a dead
+        instance never confirmed) is cut off. ``lines``: the change lines now in the file
+        (default: those of ``contents``)."""
+        assert self._fd is not None, "journal not open"
+        self._size = contents.good_size
+        self.lines = len(contents.changes) if lines is None else lines
+        if self._size == 0:
+            self._rewrite_header()
         elif contents.torn_tail:
             os.ftruncate(self._fd, self._size)
             os.fdatasync(self._fd)

@@ -13,20 +13,50 @@ zero-initialised so dashboards see every series from the start:
 - ``ascend_dra_registration_status``: 1 registered, 0 refused by the kubelet, -1 not yet told;
 - ``ascend_dra_event_loop_stall_max_seconds{phase}``: the longest time the event loop could not run
   because of our own work (the time its thread waited for a CPU taken out), ``starting`` (before the
-  kubelet sockets are bound) or ``serving`` (loopstall.py).
+  kubelet sockets are bound) or ``serving`` (loopstall.py);
+- ``ascend_dra_build_info{version, python, implementation}``: always 1;
+- prometheus-client's process (``process_*``), platform (``python_info``) and GC collectors.
+
+The registration and prepared-claims gauges are read when scraped (:meth:`Metrics.follow`), so they
+are true from the first scrape, after a restart too, not only after the next RPC.
+
+The HTTP server (:meth:`Metrics.serve`) answers ``/metrics``, ``/healthz`` and ``/readyz`` (the
+checks the daemon hands it; 200 or 503 with the reason as text) and 404 on every other path.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+import platform
+import threading
+from collections.abc import Callable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import (
+    GC_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
+from prometheus_client.exposition import choose_encoder
 
 from ascend_dra.model import Inventory
+from ascend_dra.version import version
 
-__all__ = ("Metrics",)
+__all__ = ("Check", "Metrics")
+
+log = logging.getLogger(__name__)
 
 _RESULTS = ("ok", "error")
+
+#: A health check for the HTTP server: returns ``(healthy, text for the response body)``; blocking.
+Check = Callable[[], tuple[bool, str]]
+
 
 
 class Metrics:
@@ -56,6 +86,14 @@ class Metrics:
         self.registration = Gauge("ascend_dra_registration_status",
                                   "1 registered with the kubelet, 0 refused, -1 not yet told", registry=r)
         self.registration.set(-1)
+        self.build_info = Gauge("ascend_dra_build_info", "always 1: the ascend-dra version and the Python running it",
+                                ["version", "python", "implementation"], registry=r)
+        self.build_info.labels(version(), platform.python_version(), platform.python_implementation()).set(1)
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        if GC_COLLECTOR is not None:
+            GCCollector(registry=r)
+        self._server: ThreadingHTTPServer | None = None
         self.loop_stall = Gauge("ascend_dra_event_loop_stall_max_seconds",
                                 "longest time the event loop could not run, by phase (starting, serving)",
                                 ["phase"], registry=r)
@@ -78,6 +116,52 @@ class Metrics:
         for profile, inventory in inventories.items():
             self.devices.labels(profile, inventory.source or "unknown").set(len(inventory.devices))
 
-    def serve(self, port: int, address: str = "0.0.0.0") -> None:
-        """Serve ``/metrics`` from a background thread (prometheus-client's own server)."""
-        start_http_server(port, addr=address, registry=self.registry)
+    def follow(self, prepared: Callable[[], int], registered: Callable[[], bool | None]) -> None:
+        """Read the prepared-claims and registration gauges from these callables at every scrape
+        (from the server's thread: they must only read)."""
+        self.prepared.set_function(lambda: float(prepared()))
+        self.registration.set_function(lambda: -1.0 if (v := registered()) is None else float(v))
+
+    def serve(self, port: int, address: str = "0.0.0.0", checks: Mapping[str, Check] | None = None) -> int:
+        """Serve ``/metrics`` and the ``checks`` (path -> check, e.g. ``/healthz``) from a background
+        thread; any other path is 404. Return the bound port.
+
+        :raises OSError: the port cannot be bound.
+        """
+        registry, paths = self.registry, dict(checks or {})
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                path = urlsplit(self.path).path
+                if path == "/metrics":
+                    encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
+                    self._reply(200, encoder(registry), content_type)
+                elif path in paths:
+                    ok, text = paths[path]()
+                    self._reply(200 if ok else 503, (text + "\n").encode(), "text/plain; charset=utf-8")
+                else:
+                    known = ", ".join(["/metrics", *paths])
+                    self._reply(404, f"404 not found: {path} (served: {known})\n".encode(), "text/plain; charset=utf-8")
+
+            def _reply(self, code: int, body: bytes, content_type: str) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                log.debug("metrics request", extra={"request": format % args})
+
+        server = ThreadingHTTPServer((address, port), Handler)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, name="ascend-dra-metrics", daemon=True).start()
+        self._server = server
+        return int(server.server_address[1])
+
+    def close(self) -> None:
+        """Stop the HTTP server (blocking, until its loop has stopped)."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None

@@ -3,22 +3,29 @@
 :class:`ClaimRecords` loads both files (checkpoint.py, journal.py), hands out the
 :class:`~ascend_dra.checkpoint.RecordTable` that DeviceState changes, and makes those changes durable
 with group-committed journal appends and, now and then, a new snapshot (docs/durable-state.md).
+
+Shared mode (``--rolling-update-id``: two instances on one node serve at once) adds
+:meth:`ClaimRecords.exclusive`: every read-modify-write of the records runs inside it, under a
+cross-process lock, and starts by reading what the other instance wrote since (the journal's tail,
+or both files again after it wrote a new snapshot), so each decision sees every instance's records.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import anyio
 
 from ascend_dra import checkpoint as ckpt
-from ascend_dra.journal import JOURNAL_FILE, Journal, JournalContents, apply_journal, change_lines
+from ascend_dra.journal import JOURNAL_FILE, Journal, JournalContents, apply_journal, change_lines, read_tail
 from ascend_dra.journal import read as read_journal
+from ascend_dra.sharedlock import CheckpointLock
 
 __all__ = ("COMPACT_MIN_LINES", "ClaimRecords")
 
@@ -35,10 +42,11 @@ class ClaimRecords:
     :param plugin_dir: holds ``checkpoint.json`` and ``checkpoint.journal``.
     :param boot_id: the current boot id, written into every snapshot.
     :param on_change: called with ``(uid, record or None)`` for every record loaded and changed.
+    :param shared: other instances use the same files at the same time (see :meth:`exclusive`).
     """
 
     def __init__(self, plugin_dir: Path, boot_id: str,
-                 on_change: Callable[[str, Any], None] | None = None) -> None:
+                 on_change: Callable[[str, Any], None] | None = None, *, shared: bool = False) -> None:
         self.checkpoint_path = ckpt.checkpoint_path(plugin_dir)
         self.journal = Journal(Path(plugin_dir) / JOURNAL_FILE)
         self.boot_id = boot_id
@@ -47,6 +55,12 @@ class ClaimRecords:
         self._flush_lock = anyio.Lock()
         self._version = 0  # bumped by every save call
         self._durable = 0  # the highest version known to be on disk
+        self.shared = shared
+        self._lock = CheckpointLock(Path(plugin_dir)) if shared else None
+        self._loaded = False
+        self._snapshot_fd: int | None = None  # the snapshot last read or written (shared mode)
+        self._stale = False  # the table may hold changes that are not on disk (shared mode)
+        self.syncs = {"tail": 0, "reload": 0}  # how often the other instance's writes were read
 
     async def load(self) -> tuple[ckpt.CheckpointData, JournalContents]:
         """Read the snapshot and the journal, build :attr:`table`, open the journal for appends.
@@ -56,7 +70,74 @@ class ClaimRecords:
         data, journal = await anyio.to_thread.run_sync(self._read)
         self.table = ckpt.RecordTable.from_data(data, on_change=self._on_change)
         await anyio.to_thread.run_sync(self.journal.open, journal)
+        self._loaded = True
         return data, journal
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[None]:
+        """Run a read-modify-write of the records: in shared mode, hold the checkpoint lock (no
+        task of any instance holds it meanwhile) and first bring :attr:`table` up to date with
+        what other instances wrote; otherwise do nothing (this process is the only writer).
+
+        Every change made inside must be saved before the context exits (the next holder reads
+        the files, not this process's memory). When one is not (the operation was cancelled, a
+        write failed), the table may differ from the files, and the next holder in this process
+        reads both files again instead of trusting it.
+
+        :raises checkpoint.CheckpointCorrupt: another instance left files this one cannot read.
+        """
+        if self._lock is None:
+            yield
+            return
+        async with self._lock.hold():
+            if self._loaded:
+                await self._sync()
+            try:
+                yield
+            except BaseException:
+                self._stale = True
+                raise
+            finally:
+                self._stale = self._stale or self.table.has_dirty
+
+    async def _sync(self) -> None:
+        """Read what other instances wrote since this one last held the lock (lock held)."""
+        journal_size = os.fstat(self.journal.fileno()).st_size
+        if self._stale or self._snapshot_changed() or journal_size < self.journal.size:
+            self.syncs["reload"] += 1
+            old = self.table
+            data, contents = await anyio.to_thread.run_sync(self._read)
+            self.table = ckpt.RecordTable.from_data(data, on_change=self._on_change)
+            if self._on_change is not None:
+                for uid in (set(old) | set(old.unreadable)) - set(self.table) - set(self.table.unreadable):
+                    self._on_change(uid, None)
+            await anyio.to_thread.run_sync(self.journal.reposition, contents)
+            self._stale = False
+        elif journal_size > self.journal.size:
+            self.syncs["tail"] += 1
+            tail = await anyio.to_thread.run_sync(read_tail, self.journal.path, self.journal.size)
+            for uid, stored in tail.changes:
+                self.table.apply_stored(uid, stored)
+            await anyio.to_thread.run_sync(self.journal.reposition, tail, self.journal.lines + len(tail.changes))
+
+    def _remember_snapshot(self) -> None:
+        """Keep the current snapshot open (blocking), so that its inode number is not reused and a
+        new snapshot (another instance's compaction) is recognised by :meth:`_snapshot_changed`."""
+        if self._snapshot_fd is not None:
+            os.close(self._snapshot_fd)
+            self._snapshot_fd = None
+        with contextlib.suppress(FileNotFoundError):
+            self._snapshot_fd = os.open(self.checkpoint_path, os.O_RDONLY | os.O_CLOEXEC)
+
+    def _snapshot_changed(self) -> bool:
+        try:
+            now = os.stat(self.checkpoint_path)
+        except FileNotFoundError:
+            return self._snapshot_fd is not None
+        if self._snapshot_fd is None:
+            return True
+        held = os.fstat(self._snapshot_fd)
+        return (held.st_dev, held.st_ino) != (now.st_dev, now.st_ino)
 
     def _read(self) -> tuple[ckpt.CheckpointData, JournalContents]:
         """The snapshot with the journal applied (blocking). A damaged snapshot that records no
@@ -75,6 +156,8 @@ class ClaimRecords:
         if journal.torn_tail:
             log.warning("the checkpoint journal ends in a torn write (an append the daemon never confirmed); "
                         "it is cut off", extra={"file": str(self.journal.path)})
+        if self.shared:
+            self._remember_snapshot()
         return apply_journal(data, journal), journal
 
     async def save(self, *, compact: bool = False) -> None:
@@ -108,16 +191,24 @@ class ClaimRecords:
     def _write_snapshot(self, claims: Mapping[str, Any]) -> None:
         """Replace the snapshot with ``claims``, then empty the journal (blocking)."""
         ckpt.save(self.checkpoint_path, ckpt.encode_raw({"boot_id": self.boot_id, "claims": claims}))
+        if self.shared:
+            self._remember_snapshot()
         self.journal.reset()
 
     async def close(self) -> None:
         """Compact into one snapshot and close the journal (clean shutdown), so an older release
         started next reads the whole state from the snapshot alone. A failure is logged."""
         try:
-            if self.journal.lines:
-                await self.save(compact=True)
+            async with self.exclusive():  # shared: compacts the other instances' records too
+                if self.journal.lines:
+                    await self.save(compact=True)
         except OSError as exc:
             log.warning("compacting the checkpoint at shutdown failed; the journal keeps the changes",
                         extra={"error": exc.strerror or str(exc)})
         finally:
             await anyio.to_thread.run_sync(self.journal.close)
+            if self._snapshot_fd is not None:
+                os.close(self._snapshot_fd)
+                self._snapshot_fd = None
+            if self._lock is not None:
+                self._lock.close()

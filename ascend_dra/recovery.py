@@ -112,7 +112,7 @@ class RecoveryMixin:
         Prepare or Unprepare of the same claim. Never raises for a file that still resists.
         """
         for uid in sorted(self._pending_rollback):
-            async with self._lock_claims((uid,)):
+            async with self._lock_claims((uid,)), self.store.exclusive():
                 record = self._records.get(uid)
                 if record is None or record.state != ckpt.PREPARE_STARTED:
                     self._pending_rollback.discard(uid)
@@ -124,7 +124,8 @@ class RecoveryMixin:
                     except OSError as exc:  # the record is gone in memory; the next write carries it
                         log.warning("writing the checkpoint failed", extra={"error": describe_error(exc)})
         if self._stray:
-            await self._remove_orphan_specs()
+            async with self.store.exclusive():  # shared: another instance's specs are live, not orphans
+                await self._remove_orphan_specs()
 
     def _ensure_common_spec(self: DeviceState, kind: str, rewrite: bool = False) -> None:
         """Make sure the CDI dir and ``kind``'s common spec exist (blocking). ``rewrite`` writes it

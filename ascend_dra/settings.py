@@ -2,8 +2,9 @@
 
 In standalone mode (``--standalone DIR``) every path lives under DIR (docs/architecture.md#standalone-mode)::
 
-    DIR/plugins_registry/<driver>-reg.sock     registration socket
-    DIR/plugins/<driver>/dra.sock              DRA service socket
+    DIR/plugins_registry/<driver>-reg.sock     registration socket (<driver>-<uid>-reg.sock with
+                                               --rolling-update-id <uid>)
+    DIR/plugins/<driver>/dra.sock              DRA service socket (dra-<uid>.sock)
     DIR/plugins/<driver>/checkpoint.json       prepared claims
     DIR/cdi/                                   CDI specs
     DIR/resourceslices/                        the ResourceSlices it would publish, as YAML
@@ -17,17 +18,47 @@ the 1.38 kubelet makes at registration (:func:`ascend_dra.kubelet.rules.registra
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import attrs
 
-from ascend_dra.kubelet.rules import endpoint_problems
+from ascend_dra.kubelet.rules import UNIX_PATH_MAX, endpoint_problems
 
-__all__ = ("DEFAULT_DRIVER_NAME", "Settings", "SettingsError")
+__all__ = ("DEFAULT_DRIVER_NAME", "Settings", "SettingsError", "rolling_update_sockets")
 
+#: What a --rolling-update-id may be: it goes into socket file names (a pod UID is 36 characters).
+_ROLLING_UPDATE_ID = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_.]{0,62}")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _digest(text: str, length: int) -> str:
+    """``length`` characters of the URL-safe base64 of ``sha256(text)`` (safe in a file name)."""
+    return base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).decode()[:length]
+
+
+def _first_that_fits(directory: Path, names: Sequence[str]) -> Path:
+    """The first of ``names`` whose path in ``directory`` fits a unix socket address; else the first
+    (binding it then fails with a message naming the limit)."""
+    for name in names:
+        if len(os.fsencode(directory / name)) < UNIX_PATH_MAX:  # sun_path holds the NUL too
+            return directory / name
+    return directory / names[0]
+
+
+def rolling_update_sockets(registrar_dir: Path, plugin_dir: Path, driver: str, uid: str) -> tuple[Path, Path]:
+    """The sockets of the instance with rolling-update id ``uid``, named as the Go helper names them:
+    ``<registrar dir>/<driver>-<uid>-reg.sock`` and ``<plugin dir>/dra-<uid>.sock``. Where a path would
+    not fit a unix socket address, a hash replaces the uid: ``<driver>-<8 characters>-reg.sock``, then
+    ``dra-<16 characters of the hash of driver and uid>-reg.sock``; ``dra-<16 characters>.sock``. The
+    kubelet accepts any socket name in its registration directory."""
+    return (_first_that_fits(registrar_dir, (f"{driver}-{uid}-reg.sock", f"{driver}-{_digest(uid, 8)}-reg.sock",
+                                             f"dra-{_digest(driver + chr(0) + uid, 16)}-reg.sock")),
+            _first_that_fits(plugin_dir, (f"dra-{uid}.sock", f"dra-{_digest(uid, 16)}.sock")))
 
 
 class SettingsError(ValueError):
@@ -59,6 +90,9 @@ class Settings:
         default to ``<root>/plugins_registry`` and ``<root>/plugins``.
     :ivar health_service: serve (and advertise) the KEP-4680 health stream, v1 and v1alpha1.
     :ivar claim_status: write ``status.devices`` of prepared claims (cluster mode, KEP-4817).
+    :ivar rolling_update_id: the pod UID: sockets of this instance's own names, the checkpoint
+        shared with other instances under a lock (docs/durable-state.md); None: one instance at a time.
+    :ivar healthcheck_port: TCP port of the ``grpc.health.v1.Health`` service; 0 turns it off.
     """
 
     node_name: str
@@ -84,6 +118,9 @@ class Settings:
     profile_options: Mapping[str, str] = attrs.field(factory=dict)
     metrics_port: int = 0
     metrics_address: str = "0.0.0.0"
+    rolling_update_id: str | None = None
+    healthcheck_port: int = 0
+    healthcheck_address: str = "0.0.0.0"
     log_level: str = "info"
     log_format: str = "text"
 
@@ -115,6 +152,15 @@ class Settings:
                          "characters (e.g. ascend.project-hami.io); it is the CDI vendor and the slices' driver")
         if not (len(self.node_name) <= 253 and _DNS_SUBDOMAIN.fullmatch(self.node_name)):
             found.append(f"--node-name {self.node_name!r} must be the node's name: a lower-case DNS subdomain")
+        if self.rolling_update_id is not None and not _ROLLING_UPDATE_ID.fullmatch(self.rolling_update_id):
+            found.append(f"--rolling-update-id {self.rolling_update_id!r} must be the pod UID (letters, digits, "
+                         "'-', '_' and '.', at most 63 characters): it goes into the socket file names")
+        for flag, port in (("--metrics-port", self.metrics_port), ("--healthcheck-port", self.healthcheck_port)):
+            if not 0 <= port <= 65535:
+                found.append(f"{flag} {port} must be a TCP port (1-65535) or 0 (off)")
+        if self.metrics_port and self.metrics_port == self.healthcheck_port:
+            found.append(f"--metrics-port and --healthcheck-port are both {self.metrics_port}; give them different "
+                         "ports")
         if not self.profiles:
             found.append("--profiles is empty: name at least one profile (`ascend-dra profiles` lists them)")
         elif len(set(self.profiles)) != len(self.profiles):
@@ -136,12 +182,24 @@ class Settings:
 
     @property
     def dra_socket(self) -> Path:
-        return self.plugin_dir / "dra.sock"
+        """``<plugin dir>/dra.sock``; with a rolling-update id see :func:`rolling_update_sockets`."""
+        if self.rolling_update_id is None:
+            return self.plugin_dir / "dra.sock"
+        return self.rolling_update_sockets(self.rolling_update_id)[1]
 
     @property
     def registration_socket(self) -> Path:
+        """``<registrar dir>/<driver>-reg.sock``; with a rolling-update id see :func:`rolling_update_sockets`."""
         assert self.registrar_dir is not None  # set in __attrs_post_init__
-        return self.registrar_dir / f"{self.driver_name}-reg.sock"
+        if self.rolling_update_id is None:
+            return self.registrar_dir / f"{self.driver_name}-reg.sock"
+        return self.rolling_update_sockets(self.rolling_update_id)[0]
+
+    def rolling_update_sockets(self, uid: str) -> tuple[Path, Path]:
+        """``(registration socket, DRA socket)`` of the instance with rolling-update id ``uid``
+        (this one's, or another's whose sockets are to be cleaned up): see :func:`rolling_update_sockets`."""
+        assert self.registrar_dir is not None
+        return rolling_update_sockets(self.registrar_dir, self.plugin_dir, self.driver_name, uid)
 
     @property
     def slices_dir(self) -> Path | None:

@@ -1,4 +1,4 @@
-"""Running a process's main task until SIGTERM or SIGINT (the daemon and the webhook)."""
+"""Running a process's main task until SIGTERM, SIGINT or SIGHUP (the daemon and the webhook)."""
 
 from __future__ import annotations
 
@@ -8,18 +8,34 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
-__all__ = ("run_until_signal",)
+__all__ = ("STOP_SIGNALS", "run_until_signal")
+
+#: The signals that stop the process cleanly (sockets removed, checkpoint compacted). SIGHUP is
+#: among them: its default action would end the process with no cleanup at all.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 async def run_until_signal(main: Callable[[], Awaitable[object]], log: logging.Logger) -> None:
-    """Await ``main()``; on SIGTERM or SIGINT log ``stopping`` with the signal's name and cancel it."""
-    async with anyio.create_task_group() as tg:
-        async def stop_on_signal() -> None:
-            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async for signum in signals:
-                    log.info("stopping", extra={"signal": signal.Signals(signum).name})
-                    tg.cancel_scope.cancel()
-                    return
+    """Await ``main()``; on SIGTERM, SIGINT or SIGHUP log ``stopping`` with the signal's name and cancel it.
 
-        tg.start_soon(stop_on_signal)
-        await main()
+    The handlers are installed before ``main()`` starts and stay until it has returned, cleanup
+    included: a signal during the (bounded, docs/architecture.md#conventions) shutdown is logged and
+    changes nothing, where its default action would kill the process half-way, leaving its sockets behind. A process that
+    must die at once gets SIGKILL.
+    """
+    stopping = anyio.CancelScope()
+    async with anyio.create_task_group() as tg:
+        with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
+            async def stop_on_signal() -> None:
+                async for signum in signals:
+                    name = signal.Signals(signum).name
+                    if stopping.cancel_called:
+                        log.info("already stopping; signal ignored", extra={"signal": name})
+                        continue
+                    log.info("stopping", extra={"signal": name})
+                    stopping.cancel()
+
+            tg.start_soon(stop_on_signal)
+            with stopping:
+                await main()
+            tg.cancel_scope.cancel()

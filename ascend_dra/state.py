@@ -87,6 +87,7 @@ class DeviceState(RecoveryMixin):
         plugin_dir: Path,
         boot_id: str,
         claim_source: ClaimSource,
+        shared: bool = False,
     ) -> None:
         self.driver_name = driver_name
         self.node_name = node_name
@@ -95,7 +96,7 @@ class DeviceState(RecoveryMixin):
         self.boot_id = boot_id
         self.claim_source = claim_source
         self._holds = guard.HoldIndex()
-        self.store = ClaimRecords(plugin_dir, boot_id, on_change=self._holds.update)
+        self.store = ClaimRecords(plugin_dir, boot_id, on_change=self._holds.update, shared=shared)
         self._pending_rollback: set[str] = set()  # PrepareStarted claims whose rollback failed
         self._stray: set[str] = set()  # orphan spec files that could not be removed
         self._claim_locks: dict[str, anyio.Lock] = {}
@@ -175,7 +176,9 @@ class DeviceState(RecoveryMixin):
             for ref in refs:
                 tg.start_soon(fetch, ref)
 
-        async with self._lock_claims(ref.uid for ref in refs if ref.uid not in results):
+        # shared (records.py): the table now holds every instance's records, which may differ from
+        # what fetch() saw; a claim it skipped as prepared, and no longer is, is fetched below.
+        async with self._lock_claims(ref.uid for ref in refs if ref.uid not in results), self.store.exclusive():
             plans: list[Plan] = []
             for ref in refs:
                 if ref.uid in results:
@@ -198,6 +201,10 @@ class DeviceState(RecoveryMixin):
                         continue
                     del self._records[ref.uid]
                     self._pending_rollback.discard(ref.uid)
+                if ref.uid not in fetched:
+                    await fetch(ref)
+                    if ref.uid in results:
+                        continue
                 # From here to the PrepareStarted record nothing awaits: the guard's view of which
                 # devices are taken and this claim's reservation are one atomic step for the loop.
                 try:
@@ -408,7 +415,7 @@ class DeviceState(RecoveryMixin):
         retried Prepare re-creates the spec).
         """
         results: dict[str, Exception | None] = {}
-        async with self._lock_claims(ref.uid for ref in refs):
+        async with self._lock_claims(ref.uid for ref in refs), self.store.exclusive():
             targets: list[ClaimRecord] = []
             for ref in refs:
                 try:

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 BIN=$(dirname "$PY")
 PROTO=ascend_dra/kubelet/proto
-FILES=(pluginregistration/api.proto dra/v1/api.proto dra/v1beta1/api.proto dra-health/v1alpha1/api.proto dra-health/v1/api.proto)
+FILES=(pluginregistration/api.proto dra/v1/api.proto dra/v1beta1/api.proto dra-health/v1alpha1/api.proto dra-health/v1/api.proto grpc/health/v1/health.proto)
 rm -rf ascend_dra/kubelet/_gen tests/kubelet_pb
 mkdir -p ascend_dra/kubelet/_gen tests/kubelet_pb
 PATH="$BIN:$PATH" "$PY" -m grpc_tools.protoc -I "$PROTO" \
@@ -20,4 +20,4 @@ PATH="$BIN:$PATH" "$PY" -m grpc_tools.protoc -I "$PROTO" \
   "${FILES[@]/#/$PROTO/}"
 # grpc_tools writes absolute imports (`from dra.v1 import api_pb2`); make the tree a package of its own.
 find tests/kubelet_pb -type d -exec touch {}/__init__.py \;
-find tests/kubelet_pb -name '*_pb2_grpc.py' -print0 | xargs -0 sed -i -E 's/^from ([a-z_0-9.-]+) import (api_pb2)/from tests.kubelet_pb.\1 import \2/'
+find tests/kubelet_pb -name '*_pb2_grpc.py' -print0 | xargs -0 sed -i -E 's/^from ([a-z_0-9.-]+) import (api_pb2|health_pb2)/from tests.kubelet_pb.\1 import \2/'

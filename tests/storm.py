@@ -139,21 +139,31 @@ class Storm:
     def _work(self, k: Kubelet, mine: list[dict[str, Any]], stop: threading.Event) -> None:
         rng = random.Random(self.rng.random())
         while not stop.is_set():
-            claim = rng.choice(mine)
-            uid = claim["metadata"]["uid"]
-            op = rng.choice(("prepare", "prepare", "unprepare"))
-            with self.lock:
-                self.asked[uid] = op
-            try:
-                reply = (k.prepare if op == "prepare" else k.unprepare)(claim)
-            except grpc.RpcError:
+            if self.operate(k, mine, rng) is None:
                 return  # the daemon died with this call in flight
-            answer = reply.claims[uid]
-            if not answer.error:
-                if op == "prepare":
-                    self._check_resolves(answer)
-                with self.lock:
-                    self.acked[uid] = op
+
+    def operate(self, k: Kubelet, mine: list[dict[str, Any]], rng: random.Random) -> bool | None:
+        """One random Prepare or Unprepare of one of ``mine``, as a pod worker sends it, tallied.
+
+        :return: True acknowledged, False answered with an error, None failed in flight.
+        """
+        claim = rng.choice(mine)
+        uid = claim["metadata"]["uid"]
+        op = rng.choice(("prepare", "prepare", "unprepare"))
+        with self.lock:
+            self.asked[uid] = op
+        try:
+            reply = (k.prepare if op == "prepare" else k.unprepare)(claim)
+        except grpc.RpcError:
+            return None
+        answer = reply.claims[uid]
+        if answer.error:
+            return False
+        if op == "prepare":
+            self._check_resolves(answer)
+        with self.lock:
+            self.acked[uid] = op
+        return True
 
     # -- checks ---------------------------------------------------------------------------------
 

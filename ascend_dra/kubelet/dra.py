@@ -7,6 +7,12 @@ docs/architecture.md#how-the-kubelet-calls).
 ``request_names`` carry base request names; ``share_id`` is set only in v1 (kubelet 1.35).
 An optional status hook (claimstatus.py) hears of each claim prepared or unprepared, after the
 state answered; it queues work and returns, so it never delays or fails the answer.
+
+Every claim of a call gets one log line: ``prepared claim`` / ``unprepared claim`` at INFO, or
+``prepare failed`` / ``unprepare failed`` at WARNING with the error, each with ``claim``
+(namespace/name), ``claim_uid``, ``devices`` (pool/device, comma-separated; Prepare) and
+``duration_ms`` (of the whole call). A call with no claims (the health check's) is answered at once:
+no log line, no metrics.
 """
 
 from __future__ import annotations
@@ -50,6 +56,24 @@ def _notify(status: _StatusHook | None, refs: Sequence[ClaimRef], results: dict,
             status.after_unprepare(ref.namespace, ref.name, ref.uid)
 
 
+#: operation -> (the message of a claim done, of a claim that failed).
+_MESSAGES = {"prepare": ("prepared claim", "prepare failed"), "unprepare": ("unprepared claim", "unprepare failed")}
+
+
+def _log_claims(operation: str, refs: Sequence[ClaimRef], results: dict, seconds: float) -> None:
+    done, failed = _MESSAGES[operation]
+    duration_ms = round(seconds * 1000, 1)
+    for ref in refs:
+        result = results.get(ref.uid)
+        fields: dict[str, object] = {"claim": f"{ref.namespace}/{ref.name}", "claim_uid": ref.uid}
+        if isinstance(result, list):
+            fields["devices"] = ",".join(f"{d.pool_name}/{d.device_name}" for d in result)
+        if isinstance(result, Exception):
+            log.warning(failed, extra={**fields, "duration_ms": duration_ms, "error": str(result)})
+        else:
+            log.info(done, extra={**fields, "duration_ms": duration_ms})
+
+
 def _refs(claims: Sequence[v1.Claim] | Sequence[v1beta1.Claim]) -> list[ClaimRef]:
     return [ClaimRef(namespace=c.namespace, name=c.name, uid=c.uid) for c in claims]
 
@@ -58,18 +82,18 @@ async def _prepare(state: _State, claims, observer: _Observer | None,
                    status: _StatusHook | None = None) -> dict[str, list[PreparedDevice] | Exception]:
     started = time.perf_counter()
     refs = _refs(claims)
+    if not refs:  # the health check's call (grpc_health.py): the socket and the loop answer
+        return {}
     try:
         results = await state.prepare(refs)
     except Exception as exc:  # a bug must not turn into a gRPC error that hides which claims failed
         log.exception("prepare raised")
         results = {ref.uid: RuntimeError(f"internal error in ascend-dra: {exc}") for ref in refs}
-    errors = 0
-    for uid, result in results.items():
-        if isinstance(result, Exception):
-            errors += 1
-            log.warning("prepare failed", extra={"claim_uid": uid, "error": str(result)})
+    errors = sum(1 for r in results.values() if isinstance(r, Exception))
+    seconds = time.perf_counter() - started
+    _log_claims("prepare", refs, results, seconds)
     if observer is not None:
-        observer.observe("prepare", time.perf_counter() - started, errors, len(results))
+        observer.observe("prepare", seconds, errors, len(results))
     _notify(status, refs, results, prepared=True)
     return results
 
@@ -78,14 +102,18 @@ async def _unprepare(state: _State, claims, observer: _Observer | None,
                      status: _StatusHook | None = None) -> dict[str, Exception | None]:
     started = time.perf_counter()
     refs = _refs(claims)
+    if not refs:
+        return {}
     try:
         results = await state.unprepare(refs)
     except Exception as exc:
         log.exception("unprepare raised")
         results = {ref.uid: RuntimeError(f"internal error in ascend-dra: {exc}") for ref in refs}
     errors = sum(1 for r in results.values() if r is not None)
+    seconds = time.perf_counter() - started
+    _log_claims("unprepare", refs, results, seconds)
     if observer is not None:
-        observer.observe("unprepare", time.perf_counter() - started, errors, len(results))
+        observer.observe("unprepare", seconds, errors, len(results))
     _notify(status, refs, results, prepared=False)
     return results
 

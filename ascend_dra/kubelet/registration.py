@@ -3,7 +3,7 @@
 Source: docs/architecture.md#plugin-registration: ``GetInfo`` answers type ``DRAPlugin``, the driver
 name, the absolute DRA socket path and the gRPC services we serve, ``v1.DRAPlugin`` first; the
 kubelet then calls ``NotifyRegistrationStatus``, whose outcome we keep so that a failed
-registration is visible (log, metrics, ``/healthz``).
+registration is visible (log, metrics, ``/readyz`` and the ``readiness`` health service).
 
 :func:`~ascend_dra.kubelet.rules.registration_problems` applies the checks the 1.38 kubelet makes
 on ``GetInfo`` (kubernetes/kubernetes PR #140837, docs/architecture.md#plugin-registration): the driver name a DNS

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from grpclib.server import Server
 
 from ascend_dra.kubelet.corked import CorkedServer
 
@@ -42,7 +41,7 @@ def _prepare_path(path: Path) -> None:
 
 
 @contextlib.asynccontextmanager
-async def serve_unix(handlers: Sequence[Any], path: Path) -> AsyncIterator[Server]:
+async def serve_unix(handlers: Sequence[Any], path: Path) -> AsyncIterator[CorkedServer]:
     """Serve grpclib ``handlers`` on a unix socket at ``path`` until the context exits.
 
     :raises OSError: ENAMETOOLONG when the path is too long for a unix socket.
@@ -50,20 +49,25 @@ async def serve_unix(handlers: Sequence[Any], path: Path) -> AsyncIterator[Serve
     """
     _prepare_path(path)
     server = CorkedServer(list(handlers))
-    old_umask = os.umask(0o177)  # the socket is created 0600 atomically, never briefly wider
+    ours: int | None = None
     try:
-        await server.start(path=os.fspath(path))
-    finally:
-        os.umask(old_umask)
-    ours = (await anyio.Path(path).stat()).st_ino
-    try:
+        old_umask = os.umask(0o177)  # the socket is created 0600 atomically, never briefly wider
+        try:
+            # asyncio binds, then yields once before it returns the server: cancelled there (a stop
+            # signal), it would leave a listening socket that nobody closes and a file nobody removes.
+            with anyio.CancelScope(shield=True):
+                await server.start(path=os.fspath(path))
+        finally:
+            os.umask(old_umask)
+        ours = os.stat(path).st_ino  # no await since the bind: nothing can have replaced it
         yield server
     finally:
         # Runs while the daemon is being cancelled: shield it, but bound it (docs/architecture.md#conventions).
         with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-            server.close()
+            with contextlib.suppress(RuntimeError):  # "Server is not started": start() failed
+                server.close()
             with contextlib.suppress(FileNotFoundError):
-                if (await anyio.Path(path).stat()).st_ino == ours:  # never remove a successor's socket
+                if ours is not None and (await anyio.Path(path).stat()).st_ino == ours:  # never a successor's
                     await anyio.Path(path).unlink()
             with contextlib.suppress(Exception):
                 await server.wait_closed()

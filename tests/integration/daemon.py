@@ -32,9 +32,13 @@ class DaemonProcess:
 
     def __init__(self, root: Path, *, node: str = "node-1", profiles: str = "fake", fake_devices: int = 4,
                  env: dict[str, str] | None = None, extra_args: Sequence[str] = (),
-                 cwd: Path | None = None, kubeconfig: Path | None = None) -> None:
+                 cwd: Path | None = None, kubeconfig: Path | None = None,
+                 rolling_update_id: str | None = None) -> None:
         """``root`` is the standalone DIR; with ``cwd`` it is passed relative to ``cwd``. With
-        ``kubeconfig`` the daemon runs in cluster mode and ``root`` holds its sockets and CDI dir."""
+        ``kubeconfig`` the daemon runs in cluster mode and ``root`` holds its sockets and CDI dir.
+        With ``rolling_update_id`` it runs with ``--rolling-update-id`` (sockets named after it)
+        and logs to ``daemon-<id>.log``."""
+        self.rolling_update_id = rolling_update_id
         self.cwd = cwd
         self.kubeconfig = kubeconfig
         self.root = root
@@ -48,15 +52,17 @@ class DaemonProcess:
         if not self.boot_id_file.exists():
             self.boot_id_file.parent.mkdir(parents=True, exist_ok=True)
             self.boot_id_file.write_text("boot-1\n")
-        self.log_path = root / "daemon.log"
+        self.log_path = root / ("daemon.log" if rolling_update_id is None else f"daemon-{rolling_update_id}.log")
 
     @property
     def registration_socket(self) -> Path:
-        return self.root / "plugins_registry" / f"{DRIVER}-reg.sock"
+        uid = self.rolling_update_id
+        return self.root / "plugins_registry" / (f"{DRIVER}-reg.sock" if uid is None else f"{DRIVER}-{uid}-reg.sock")
 
     @property
     def dra_socket(self) -> Path:
-        return self.root / "plugins" / DRIVER / "dra.sock"
+        uid = self.rolling_update_id
+        return self.root / "plugins" / DRIVER / ("dra.sock" if uid is None else f"dra-{uid}.sock")
 
     @property
     def cdi_dir(self) -> Path:
@@ -84,6 +90,8 @@ class DaemonProcess:
         args = [sys.executable, "-m", "ascend_dra.cli", "run", "--profiles", self.profiles, *mode,
                 "--node-name", self.node, "--fake-devices", str(self.fake_devices),
                 "--boot-id-file", str(self.boot_id_file), *self.extra_args]
+        if self.rolling_update_id is not None:
+            args += ["--rolling-update-id", self.rolling_update_id]
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(args, env=env, stdout=self.log, stderr=subprocess.STDOUT, cwd=self.cwd)
         if wait:

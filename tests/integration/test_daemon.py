@@ -464,3 +464,27 @@ def test_64_calls_in_flight_use_at_most_the_worker_thread_limit(short_tmp):
     finally:
         k.close()
         d.stop()
+
+
+def test_one_log_line_per_prepared_and_unprepared_claim_with_devices_and_duration(short_tmp):
+    import re
+
+    d = DaemonProcess(short_tmp / "sa").start()
+    k = Kubelet(d)
+    try:
+        good = write_claim(d.root, claim_object("good", results=[("npu", "npu-0-0"), ("npu", "npu-1-0")]))
+        k.prepare(good, claim_object("missing"))
+        k.unprepare(good)
+    finally:
+        k.close()
+        d.stop()
+    uid = good["metadata"]["uid"]
+    log = d.log_text()
+    prepared = re.findall(r"INFO +ascend_dra\.kubelet\.dra: prepared claim (.*)", log)
+    assert prepared == [f"claim=default/good claim_uid={uid} devices=node-1/npu-0-0,node-1/npu-1-0 "
+                        f"duration_ms={prepared[0].rsplit('=', 1)[1]}"]
+    assert float(prepared[0].rsplit("=", 1)[1]) > 0
+    assert re.search(rf"INFO +ascend_dra\.kubelet\.dra: unprepared claim claim=default/good claim_uid={uid} "
+                     r"duration_ms=[0-9.]+$", log, re.M)
+    assert re.search(r"WARNING +ascend_dra\.kubelet\.dra: prepare failed claim=default/missing claim_uid=\S+ "
+                     r"duration_ms=[0-9.]+ error=", log)

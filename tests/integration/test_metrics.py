@@ -51,3 +51,47 @@ def test_metrics_count_claims_devices_and_registration(short_tmp):
     finally:
         k.close()
         d.stop()
+
+
+def test_gauges_are_true_from_the_start_and_after_a_restart(short_tmp):
+    port = free_port()
+    d = DaemonProcess(short_tmp / "sa", extra_args=["--metrics-port", str(port), "--metrics-address", "127.0.0.1"])
+    d.start()
+    k = Kubelet(d)
+    try:
+        from tests.kubelet_pb.pluginregistration import api_pb2 as reg_pb2
+
+        k.registration.NotifyRegistrationStatus(reg_pb2.RegistrationStatus(plugin_registered=True), timeout=5)
+        assert scrape(port)[("ascend_dra_registration_status", ())] == 1  # no Prepare needed to see it
+        k.prepare(write_claim(d.root, claim_object("a")), write_claim(d.root, claim_object("b", results=[
+            ("npu", "npu-1-0")])))
+    finally:
+        k.close()
+        d.stop()
+    d.start()
+    try:
+        after = scrape(port)
+        assert after[("ascend_dra_prepared_claims", ())] == 2  # from the checkpoint, before any RPC
+        assert after[("ascend_dra_registration_status", ())] == -1  # this process has not been told yet
+    finally:
+        d.stop()
+
+
+def test_process_metrics_and_build_info_are_exported(short_tmp):
+    import platform
+    from importlib import metadata
+
+    port = free_port()
+    d = DaemonProcess(short_tmp / "sa", extra_args=["--metrics-port", str(port), "--metrics-address",
+                                                     "127.0.0.1"]).start()
+    try:
+        samples = scrape(port)
+        info = [labels for (name, labels) in samples if name == "ascend_dra_build_info"]
+        assert info == [(("implementation", platform.python_implementation()), ("python", platform.python_version()),
+                         ("version", metadata.version("ascend-dra")))]
+        assert samples[("ascend_dra_build_info", info[0])] == 1
+        assert samples[("process_resident_memory_bytes", ())] > 10 * 2**20
+        assert samples[("process_open_fds", ())] > 0
+        assert any(name == "python_info" for name, _ in samples)
+    finally:
+        d.stop()

@@ -6,12 +6,26 @@ import asyncio.selector_events
 
 import pytest
 from grpclib.client import Channel
-from grpclib.health.service import Health
-from grpclib.health.v1.health_grpc import HealthStub
-from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 from grpclib.server import Server
 
+from ascend_dra.kubelet._gen.grpc.health.v1 import (
+    HealthBase,
+    HealthCheckRequest,
+    HealthCheckResponse,
+    HealthCheckResponseServingStatus,
+    HealthStub,
+)
 from ascend_dra.kubelet.corked import CorkedServer
+
+SERVING = HealthCheckResponseServingStatus.SERVING
+
+
+class Health(HealthBase):
+    """A unary service to answer (grpclib's own health module would register a second copy of
+    grpc/health/v1/health.proto in protobuf's pool beside the tests' one)."""
+
+    async def check(self, message: HealthCheckRequest) -> HealthCheckResponse:
+        return HealthCheckResponse(status=SERVING)
 
 pytestmark = pytest.mark.anyio
 CALLS = 50
@@ -37,9 +51,9 @@ async def server_writes(server_class: type[Server], path: str, monkeypatch) -> t
     channel = Channel(path=path)
     try:
         stub = HealthStub(channel)
-        await stub.Check(HealthCheckRequest())  # connection and HTTP/2 settings exchanged first
+        await stub.check(HealthCheckRequest())  # connection and HTTP/2 settings exchanged first
         monkeypatch.setattr(asyncio.selector_events._SelectorSocketTransport, "write", counting)
-        answers = [(await stub.Check(HealthCheckRequest())).status for _ in range(CALLS)]
+        answers = [(await stub.check(HealthCheckRequest())).status for _ in range(CALLS)]
         monkeypatch.setattr(asyncio.selector_events._SelectorSocketTransport, "write", original)
     finally:
         channel.close()
@@ -51,7 +65,7 @@ async def server_writes(server_class: type[Server], path: str, monkeypatch) -> t
 async def test_a_unary_answer_is_one_socket_write(tmp_path, monkeypatch):
     plain, plain_answers = await server_writes(Server, str(tmp_path / "plain.sock"), monkeypatch)
     corked, corked_answers = await server_writes(CorkedServer, str(tmp_path / "corked.sock"), monkeypatch)
-    assert corked_answers == plain_answers == [HealthCheckResponse.SERVING] * CALLS
+    assert corked_answers == plain_answers == [SERVING] * CALLS
     assert len(plain) >= 3 * CALLS  # headers, message, trailers: one write each
     assert len(corked) == CALLS
     assert sum(corked) == sum(plain)  # the same bytes, coalesced
