@@ -20,8 +20,8 @@ async def run_until_signal(main: Callable[[], Awaitable[object]], log: logging.L
 
     The handlers are installed before ``main()`` starts and stay until it has returned, cleanup
     included: a signal during the (bounded, docs/architecture.md#conventions) shutdown is logged and
-    changes nothing, where its default action would kill the process half-way, leaving its sockets behind. A process that
-    must die at once gets SIGKILL.
+    changes nothing, where its default action would kill the process half-way, leaving its sockets
+    behind. A process that must die at once gets SIGKILL.
     """
     stopping = anyio.CancelScope()
     async with anyio.create_task_group() as tg:
