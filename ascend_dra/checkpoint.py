@@ -1,4 +1,5 @@
-"""Durable records of prepared claims: versioned, checksummed JSON, replaced atomically (DESIGN §6).
+"""Durable records of prepared claims: versioned, checksummed JSON, replaced atomically
+(docs/architecture.md#durable-state).
 
 File ``<plugin data dir>/checkpoint.json``::
 
@@ -7,7 +8,7 @@ File ``<plugin data dir>/checkpoint.json``::
 ``checksum`` covers the canonical bytes of ``data`` (orjson, sorted keys), so a truncated or
 bit-flipped file is detected while a newer driver's extra fields (kept by the tolerant decoder
 and ignored) do not break it. A checkpoint that cannot be read is never overwritten: the daemon
-refuses to start and says what to do (STYLE §1: losing every other claim's record is worse).
+refuses to start and says what to do (docs/architecture.md#conventions: losing every other claim's record is worse).
 
 Each claim moves ``PrepareStarted`` -> ``PrepareCompleted``; Unprepare removes its record.
 
@@ -97,7 +98,7 @@ class DeviceRecord:
     @property
     def holds_exclusively(self) -> bool:
         """Whether this hold takes the whole device: an allocation with no share ID was made while the
-        device allowed one allocation only, whatever the device publishes now (DESIGN §6)."""
+        device allowed one allocation only, whatever the device publishes now (docs/architecture.md#durable-state)."""
         return not self.admin_access and self.share_id is None
 
 
@@ -169,7 +170,7 @@ class CheckpointData:
     raw: Mapping[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
 
 
-# Tolerant: fields a newer driver added are ignored rather than fatal (STYLE §1), and a null
+# Tolerant: fields a newer driver added are ignored rather than fatal (docs/architecture.md#conventions), and a null
 # stands for the field's default (an older or newer release may write one).
 _converter = cattrs.Converter(forbid_extra_keys=False)
 

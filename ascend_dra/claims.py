@@ -1,12 +1,12 @@
 """Where allocated ResourceClaims come from, and how one is reduced to a :class:`ClaimAllocation`.
 
 Two claim sources: the API server (cluster mode; ``GET`` of ``resource.k8s.io/v1``
-ResourceClaims, as the Go helper does before calling the driver, kubelet-dra-protocol.md §6.1)
+ResourceClaims, as the Go helper does before calling the driver, docs/architecture.md#what-the-go-helper-does)
 and, in standalone mode, ``DIR/claims/<namespace>/<name>.yaml`` holding exactly what
 ``kubectl get resourceclaim -o yaml`` prints, ``status.allocation`` included.
 
 Claim UIDs, names and namespaces are checked by :func:`check_claim_ref` before they are used in
-a path or a CDI name (DESIGN §6).
+a path or a CDI name (docs/architecture.md#durable-state).
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ class ClaimSource(Protocol):
 
 
 class StandaloneClaimSource:
-    """Claims from ``<root>/<namespace>/<name>.yaml`` (standalone mode, DESIGN §1).
+    """Claims from ``<root>/<namespace>/<name>.yaml`` (standalone mode, docs/architecture.md#standalone-mode).
 
     :param root: the claims directory (``DIR/claims``).
     """

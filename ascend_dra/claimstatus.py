@@ -5,7 +5,7 @@ After a successful Prepare, each device we prepared for a claim gets an entry in
 ``data``), written by server-side apply on the ``resourceclaims/status`` subresource under the
 field manager named after our driver (a JSON merge patch of our entries where the API server
 cannot apply, see :meth:`ClaimStatusWriter._merge`); Unprepare applies an empty list, which
-removes exactly the entries we own (kubelet-dra-protocol.md §7.3; gate DRAResourceClaimDeviceStatus, beta/on
+removes exactly the entries we own (docs/architecture.md#resourceclaim; gate DRAResourceClaimDeviceStatus, beta/on
 since 1.33, GA in 1.37). So an operator reads what was prepared with::
 
     kubectl get resourceclaim NAME -o jsonpath='{.status.devices}'
@@ -16,14 +16,14 @@ since 1.33, GA in 1.37). So an operator reads what was prepared with::
   ``/dev/davinci<N>`` and ``ASCEND_VISIBLE_DEVICES`` use);
 * ``env``: the quota and visibility variables the profile put into the device's CDI edits
   (``NPU_MEM_QUOTA`` in MiB, ``NPU_PRIORITY`` in percent, ``ASCEND_VISIBLE_DEVICES``, ...), read
-  back from the claim's CDI spec files as written (CDI spec format, kubelet-dra-protocol.md §9.2);
+  back from the claim's CDI spec files as written (CDI spec format, docs/architecture.md#cdi);
 * ``vnpuID``: the vNPU a profile created for the device, when its ``prepare_side_effects`` result
   says so: ``{"devices": {"<device name>": {"vnpuID": <int>}}}`` (the contract for side effects
   that create per-device objects; docs/kubernetes-versions.md).
 
 The writes run in one background task, in the order the RPCs finished, after the answer to the
 kubelet: a slow or failing API server never delays or fails a Prepare or an Unprepare (the Go
-example driver treats the status update as non-fatal too, dra-drivers.md §2.1). A failure is
+example driver treats the status update as non-fatal too, docs/architecture.md#reference-drivers). A failure is
 logged and retried a few times; a claim that is gone (404) or replaced (a different uid, 409)
 is skipped. Standalone mode has no API server and writes nothing.
 """

@@ -13,15 +13,82 @@ import socket
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, NoReturn
 
 __all__ = ("main",)
 
 DEFAULT_DRIVER_NAME = "ascend.project-hami.io"  # = settings.DEFAULT_DRIVER_NAME (not imported: keep --help light)
 
 
+class _Unset:
+    """The argparse default of a flag with an environment twin: resolved after parsing (:class:`Parser`)."""
+
+    def __repr__(self) -> str:
+        return "<unset>"
+
+
+_UNSET = _Unset()
+
+
+class _Twin(NamedTuple):
+    """A flag's environment twin; read only when that flag's subcommand runs."""
+
+    dest: str
+    flag: str
+    env: str
+    default: Any
+    type: Callable[[str], Any]
+    choices: tuple[str, ...] | None
+
+    def resolve(self) -> Any:
+        """The env value converted by ``type``, or the default when the variable is unset or empty.
+
+        :raises ValueError: one line naming the variable, its flag and what it accepts.
+        """
+        raw = os.environ.get(self.env)
+        if raw in (None, ""):
+            return self.default
+        try:
+            value = self.type(raw)
+        except (ValueError, argparse.ArgumentTypeError) as exc:
+            raise ValueError(f"environment variable {self.env}={raw!r} (the twin of {self.flag}) is not "
+                             f"{_accepts(self.type)}: {exc}") from None
+        if self.choices is not None and value not in self.choices:
+            raise ValueError(f"environment variable {self.env}={raw!r} (the twin of {self.flag}) is not "
+                             f"one of {', '.join(self.choices)}")
+        return value
+
+
+def _accepts(type_: Callable[[str], Any]) -> str:
+    return {int: "an integer", float: "a number", _bool: "true or false", Path: "a path",
+            _log_level: "a log level"}.get(type_, "a valid value")
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line, and whose flags' environment twins are read
+    only for the subcommand that runs (so ``METRICS_PORT=abc ascend-dra call`` is not an error)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.twins: list[_Twin] = []
+
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:
+        parsed, rest = super().parse_known_args(args, namespace)
+        for twin in self.twins:
+            if getattr(parsed, twin.dest, None) is _UNSET:
+                try:
+                    setattr(parsed, twin.dest, twin.resolve())
+                except ValueError as exc:
+                    self.exit(2, f"{self.prog}: {exc}\n")
+        return parsed, rest
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``<prog>: <message> (see <prog> --help)`` as one line and exit 2."""
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def _flag(
-    parser: argparse.ArgumentParser,
+    parser: Parser,
     flag: str,
     env: str,
     default: Any,
@@ -29,14 +96,11 @@ def _flag(
     type: Callable[[str], Any] = str,
     **kwargs: Any,
 ) -> None:
-    raw = os.environ.get(env)
-    try:
-        value = type(raw) if raw not in (None, "") else default
-    except ValueError:
-        raise SystemExit(f"ascend-dra: environment variable {env}={raw!r} is not a valid value for {flag} "
-                         f"(default {default})") from None
     shown = "none" if default in (None, "") else ",".join(default) if isinstance(default, tuple) else default
-    parser.add_argument(flag, default=value, type=type, help=f"{help} [env {env}; default {shown}]", **kwargs)
+    action = parser.add_argument(flag, default=_UNSET, type=type, help=f"{help} [env {env}; default {shown}]",
+                                 **kwargs)
+    choices = tuple(kwargs["choices"]) if "choices" in kwargs else None
+    parser.twins.append(_Twin(action.dest, flag, env, default, type, choices))
 
 
 def _bool(value: str) -> bool:
@@ -45,6 +109,17 @@ def _bool(value: str) -> bool:
     if value.lower() in ("false", "0", "no", "off"):
         return False
     raise ValueError(f"{value!r} is not true or false")
+
+
+def _log_level(value: str) -> str:
+    """``LEVEL[,LOGGER=LEVEL...]`` (see :func:`ascend_dra.logs.parse_log_level`), checked, returned as given."""
+    from ascend_dra.logs import parse_log_level  # stdlib and orjson only
+
+    try:
+        parse_log_level(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
 
 
 def _csv(value: str) -> tuple[str, ...]:
@@ -62,7 +137,7 @@ def _options(value: str) -> tuple[tuple[str, str], ...]:
     return tuple(_option(v) for v in value.split(",") if v.strip())
 
 
-def _node_flags(p: argparse.ArgumentParser, node_required: bool) -> None:
+def _node_flags(p: Parser, node_required: bool) -> None:
     _flag(p, "--node-name", "NODE_NAME", None if node_required else socket.gethostname(),
           "name of this node (the ResourceSlice pool name)")
     _flag(p, "--driver-name", "DRIVER_NAME", DEFAULT_DRIVER_NAME, "DRA driver name")
@@ -77,7 +152,14 @@ def _node_flags(p: argparse.ArgumentParser, node_required: bool) -> None:
                         "a comma-separated list [env PROFILE_OPTIONS; default none]")
 
 
-def _kubelet_dir_flags(p: argparse.ArgumentParser) -> None:
+def _log_flags(p: Parser) -> None:
+    _flag(p, "--log-level", "LOG_LEVEL", "info",
+          "debug, info, warning or error; third-party libraries (grpclib, h2, hpack, aiohttp, kubernetes_asyncio, "
+          "urllib3, asyncio) stay at warning unless named: debug,grpclib=debug (docs/logging.md)", type=_log_level)
+    _flag(p, "--log-format", "LOG_FORMAT", "text", "text or json", choices=("text", "json"))
+
+
+def _kubelet_dir_flags(p: Parser) -> None:
     """The kubelet's root dir and the two dirs under it (derived unless given)."""
     _flag(p, "--kubelet-root-dir", "KUBELET_ROOT_DIR", Path("/var/lib/kubelet"),
           "the kubelet's --root-dir; the DRA socket must be inside it (kubelet 1.38 checks)", type=Path)
@@ -112,7 +194,7 @@ class _Version(argparse.Action):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ascend-dra", description="Kubernetes DRA driver for Huawei Ascend NPUs.")
+    parser = Parser(prog="ascend-dra", description="Kubernetes DRA driver for Huawei Ascend NPUs.")
     parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -151,8 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     _flag(run, "--rolling-update-id", "ROLLING_UPDATE_ID", None,
           "the pod UID: serve under sockets of this instance's own names, beside the old instance during a "
           "rolling update, sharing the checkpoint with it (kubelet >= 1.33); unset: one instance at a time")
-    _flag(run, "--log-level", "LOG_LEVEL", "info", "debug, info, warning or error")
-    _flag(run, "--log-format", "LOG_FORMAT", "text", "text or json")
+    _log_flags(run)
 
     call = sub.add_parser("call", help="act as the kubelet against a running daemon",
                           description="Act as the kubelet: register (GetInfo + NotifyRegistrationStatus), prepare "
@@ -164,9 +245,10 @@ def build_parser() -> argparse.ArgumentParser:
           choices=("v1", "v1beta1"))
     call.add_argument("action", choices=("register", "prepare", "unprepare", "health"))
     call.add_argument("claim", nargs="?", help="NAMESPACE/NAME (prepare, unprepare)")
-    call.add_argument("--uid", default=None, help="the claim's uid (cluster mode: kubectl get resourceclaim NAME "
-                                                  "-o jsonpath='{.metadata.uid}'); default: read from the "
-                                                  "--standalone claim file")
+    call.add_argument("--uid", default=None, help="the claim's uid; default: read from the --standalone claim file, "
+                                                  "or from the API server with --kubeconfig")
+    _flag(call, "--kubeconfig", "KUBECONFIG", None,
+          "cluster mode: read the claim's uid from the API server with this kubeconfig (unless --uid)")
 
     discover = sub.add_parser("discover", help="show what this node has, as a table or as ResourceSlices",
                               description="Run the profiles' discovery once and print the inventory: a table "
@@ -209,17 +291,45 @@ def _webhook_parser(sub: Any) -> None:
           "seconds a direct claim waits for its pod before it is deleted (claim mode)", type=float)
     _flag(hook, "--metrics-port", "METRICS_PORT", 0, "TCP port for Prometheus /metrics (0: off)", type=int)
     _flag(hook, "--metrics-address", "METRICS_ADDRESS", "0.0.0.0", "address the metrics endpoint listens on")
-    _flag(hook, "--log-level", "LOG_LEVEL", "info", "debug, info, warning or error")
-    _flag(hook, "--log-format", "LOG_FORMAT", "text", "text or json")
+    _log_flags(hook)
+
+
+def option_sources(args: argparse.Namespace) -> dict[str, dict[str, str]]:
+    """``{"PROFILE_OPTIONS": entries a flag does not override, "--profile-option": the flags}``.
+
+    :raises SystemExit: one line, when ``PROFILE_OPTIONS`` has an entry that is not KEY=VALUE.
+    """
+    try:
+        from_env = dict(_options(os.environ.get("PROFILE_OPTIONS", "")))
+    except argparse.ArgumentTypeError as exc:
+        raise SystemExit(f"ascend-dra {args.command}: environment variable PROFILE_OPTIONS: {exc}") from None
+    flags = dict(args.profile_option)
+    return {"PROFILE_OPTIONS": {k: v for k, v in from_env.items() if k not in flags}, "--profile-option": flags}
 
 
 def profile_options(args: argparse.Namespace) -> dict[str, str]:
     """``--profile-option`` flags over ``PROFILE_OPTIONS`` entries, as one mapping."""
+    return {k: v for given in option_sources(args).values() for k, v in given.items()}
+
+
+def _preflight(args: argparse.Namespace, settings: Any) -> int:
+    """Run :func:`ascend_dra.preflight.preflight` (``run``) or its profile half (``discover``);
+    print its one line and return 2 (configuration) or 1 (paths), else 0."""
+    from ascend_dra.preflight import PreflightError, check_paths, check_profiles
+
     try:
-        from_env = _options(os.environ.get("PROFILE_OPTIONS", ""))
-    except argparse.ArgumentTypeError as exc:
-        raise SystemExit(f"ascend-dra: environment variable PROFILE_OPTIONS: {exc}") from None
-    return dict([*from_env, *args.profile_option])
+        check_profiles(tuple(args.profiles), option_sources(args))
+    except PreflightError as exc:
+        print(f"ascend-dra {args.command}: {exc}", file=sys.stderr)
+        return 2
+    if settings is None:
+        return 0
+    try:
+        check_paths(settings)
+    except PreflightError as exc:
+        print(f"ascend-dra {args.command}: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -249,7 +359,7 @@ def _run(args: argparse.Namespace) -> int:
         for problem in exc.problems:
             print(f"ascend-dra run: {problem}", file=sys.stderr)
         return 2
-    return daemon_main(settings)
+    return _preflight(args, settings) or daemon_main(settings)
 
 
 def _webhook(args: argparse.Namespace) -> int:
@@ -291,6 +401,8 @@ def _discover(args: argparse.Namespace) -> int:
     from ascend_dra.commands import discover
     from ascend_dra.logs import setup_logging
 
+    if code := _preflight(args, None):
+        return code
     setup_logging("warning")  # the tiers' warnings, with their details, go to stderr
     text, ok = anyio.run(discover.main, args, profile_options(args))
     print(text, end="")

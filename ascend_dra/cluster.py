@@ -1,11 +1,11 @@
 """Cluster mode: claims from the API server and the ResourceSlice reconciler.
 
 kubernetes-asyncio is imported here only, and this module only when the daemon runs in cluster
-mode, after the kubelet sockets are up (its import costs ~0.4 s and ~60 MB, toolchain.md §5).
+mode, after the kubelet sockets are up (its import costs ~0.4 s and ~60 MB, docs/architecture.md#import-cost).
 Objects travel as plain ``resource.k8s.io/v1`` JSON dicts (the same shapes as standalone mode),
 through ``ApiClient.call_api``; the typed API is used only for the watch.
 
-Publishing follows the Go helper's ResourceSlice controller (kubelet-dra-protocol.md §6.2): one
+Publishing follows the Go helper's ResourceSlice controller (docs/architecture.md#resourceslice-publishing): one
 pool named after the node, owner reference to the Node, ``generateName`` ``<node>-<driver>-``;
 on every change the pool generation rises, obsolete slices are deleted first, then matched
 slices updated, then new ones created. A watch on our slices triggers a re-sync, so slices that
@@ -45,7 +45,8 @@ class ApiError(Exception):
 class DroppedFieldsError(Exception):
     """Raised by the publisher when the API server stored a slice without fields we sent.
 
-    The API server drops fields of disabled feature gates without an error (§8); ``gates`` names
+    The API server drops fields of disabled feature gates without an error (docs/architecture.md#feature-gates);
+    ``gates`` names
     the gates that must be enabled on kube-apiserver (and the scheduler, and the kubelet).
     """
 
@@ -184,7 +185,8 @@ def _env_proxy(url: str) -> str | None:
 
 
 class ApiClaimSource:
-    """Fetches claims with ``GET resource.k8s.io/v1`` before Prepare, as the Go helper does (§6.1)."""
+    """Fetches claims with ``GET resource.k8s.io/v1`` before Prepare, as the Go helper does
+    (docs/architecture.md#what-the-go-helper-does)."""
 
     def __init__(self, kubeconfig: str | None, driver_name: str, api: KubeApi | None = None) -> None:
         """:param api: a client to share (its owner closes it); without one, one is opened at the first GET."""

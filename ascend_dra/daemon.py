@@ -1,9 +1,9 @@
 """The node daemon: one anyio task group wiring profiles, state, gRPC servers and the publisher.
 
-Start-up order (each step ready before the next, STYLE §2): load profiles -> discover ->
-recover the checkpoint -> DRA socket -> publish (the first attempt, waited for at most
-:data:`FIRST_PUBLISH_WAIT_S`) -> registration socket (from here on the kubelet may call us).
-The metrics server (``/metrics``, ``/healthz``, ``/readyz``) and the
+Start-up order (each step ready before the next, docs/architecture.md#start-up-order): load
+profiles -> discover -> recover the checkpoint -> DRA socket -> publish (the first attempt, waited
+for at most :data:`FIRST_PUBLISH_WAIT_S`) -> registration socket (from here on the kubelet may call
+us). The metrics server (``/metrics``, ``/healthz``, ``/readyz``) and the
 ``grpc.health.v1`` service (kubelet/grpc_health.py) start first, answering "not ready" until both
 sockets answer. Then rediscovery runs every ``--rediscover-interval`` seconds and at once when
 device nodes appear or vanish (hotplug.py); a changed inventory is republished. SIGTERM, SIGINT
@@ -63,12 +63,14 @@ def profile_context(settings: Settings) -> ProfileContext:
 
 
 async def discover_all(
-    loaded: Mapping[str, LoadedProfile], ctx: ProfileContext, timeout_s: float, *, level: int = logging.INFO
+    loaded: Mapping[str, LoadedProfile], ctx: ProfileContext, timeout_s: float, *, level: int = logging.INFO,
+    errors: dict[str, str] | None = None,
 ) -> dict[str, Inventory]:
     """Discover every profile, isolating failures: a profile that raises, hangs past ``timeout_s``
     or returns a device name another profile already uses loses those devices (or all of them),
     and the error is logged with its distribution; the others go on.
 
+    :param errors: when given, filled with profile name -> why its discovery failed.
     :return: profile name -> inventory, for the profiles that discovered successfully.
     """
     from ascend_dra.profiles.registry import ProfileLoadError, discover_isolated
@@ -80,6 +82,8 @@ async def discover_all(
             inventory = await discover_isolated(entry, ctx, timeout_s=timeout_s)
         except ProfileLoadError as exc:
             log.error("profile discovery failed; skipping the profile", extra={"profile": name, "error": str(exc)})
+            if errors is not None:
+                errors[name] = exc.reason
             continue
         kept = []
         for device in inventory.devices:
@@ -112,7 +116,7 @@ async def check_cluster_access(kubeconfig: str | None) -> None:
     """Fail before serving anything when cluster mode has nothing to connect with.
 
     Cheap checks only: kubernetes-asyncio is imported after the sockets are up (its import costs
-    ~0.4 s, toolchain.md §5); a kubeconfig that exists but is unusable is reported by the publisher.
+    ~0.4 s, docs/architecture.md#import-cost); a kubeconfig that exists but is unusable is reported by the publisher.
 
     :raises RuntimeError: no such kubeconfig file, or no in-cluster service account.
     """
@@ -270,7 +274,14 @@ class Daemon:
     async def _start_checked(self, task_status: TaskStatus[None]) -> None:
         s = self.settings
         profiles = self.load()
-        inventories = await discover_all(self.loaded, self.ctx, s.discovery_timeout)
+        failed: dict[str, str] = {}
+        inventories = await discover_all(self.loaded, self.ctx, s.discovery_timeout, errors=failed)
+        if not inventories:  # nothing to serve is a broken node, not an idle one: let it be seen
+            raise RuntimeError("no profile discovered its devices ("
+                               + "; ".join(f"{name}: {reason}" for name, reason in failed.items()) + ")")
+        if not any(inventory.devices for inventory in inventories.values()):
+            log.warning("no devices found; the pool is empty until a rediscovery finds some",
+                        extra={"profiles": ",".join(inventories)})
         boot_id = await anyio.to_thread.run_sync(read_boot_id, s.boot_id_file)
         self.state = DeviceState(
             driver_name=s.driver_name, node_name=s.node_name,

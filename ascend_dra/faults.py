@@ -2,7 +2,8 @@
 
 ``ASCEND_DRA_CRASH_AT=prepare:after-started-write`` makes the daemon kill itself with SIGKILL
 when it reaches that point, so tests can check that a restart repairs every state a crash can
-leave (DESIGN §6). ``ASCEND_DRA_STALL_AT=prepare:after-cdi-write@2.5`` instead blocks the event loop
+leave (docs/architecture.md#durable-state). ``ASCEND_DRA_STALL_AT=prepare:after-cdi-write@2.5`` instead blocks the
+event loop
 for 2.5 seconds there (``time.sleep`` on the loop), so tests can see what a stuck loop looks like from
 outside (the health checks). Unset in production: :func:`crash_point` is then two dict lookups.
 """

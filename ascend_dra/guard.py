@@ -1,4 +1,5 @@
-"""The double-allocation guard (DESIGN §6): a device held by a live claim is refused to another claim
+"""The double-allocation guard (docs/architecture.md#durable-state): a device held by a live claim is refused to
+another claim
 unless the device allows multiple allocations and the consumed capacities fit.
 
 Rules, each a fault seen in other drivers:

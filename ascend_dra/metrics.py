@@ -1,6 +1,6 @@
 """Prometheus metrics of the node daemon (prometheus-client), served on ``--metrics-port``.
 
-Names follow ``ascend_dra_<noun>_total`` / ``_seconds`` with a ``result`` label (STYLE §1),
+Names follow ``ascend_dra_<noun>_total`` / ``_seconds`` with a ``result`` label (docs/architecture.md#conventions),
 zero-initialised so dashboards see every series from the start:
 
 - ``ascend_dra_prepare_requests_total{result}``, ``ascend_dra_prepare_seconds`` (one per RPC);

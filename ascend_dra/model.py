@@ -1,7 +1,8 @@
 """The driver's data model: devices as published, claims as allocated, devices as prepared.
 
 Every class here is a frozen attrs class and imports nothing else of ours, so profiles, the
-state machine, the publisher and the webhook all speak the same nouns (DESIGN §3, §5).
+state machine, the publisher and the webhook all speak the same nouns (docs/architecture.md#modules-and-layering,
+docs/architecture.md#names).
 
 Units: capacities are Kubernetes Quantities held as strings exactly as they are published
 (``"32Gi"`` for bytes of HBM/DDR, ``"100"`` for percent of a chip's AI cores); use
@@ -267,7 +268,7 @@ class ClaimAllocation:
 class PreparedDevice:
     """A device as returned to the kubelet in ``NodePrepareResourceResponse.devices``.
 
-    ``request_names`` are base request names (kubelet-dra-protocol §4.4).
+    ``request_names`` are base request names (docs/architecture.md#how-the-kubelet-calls).
     """
 
     request_names: tuple[str, ...]

@@ -49,7 +49,7 @@ def resolve_configs(
 ) -> OpaqueConfig | None:
     """Return the opaque config that applies to ``result``, or None for the profile's default.
 
-    Precedence (as in the reference driver, kubelet-dra-protocol.md §7.3): configs from the
+    Precedence (as in the reference driver, docs/architecture.md#resourceclaim): configs from the
     DeviceClass (``FromClass``) lose to configs from the claim (``FromClaim``); within one
     source a later entry wins. A config applies when its ``requests`` is empty or names the
     result's request, or its base request for ``req/sub`` results. Configs whose ``kind`` is in
@@ -94,7 +94,7 @@ class Planner:
         self._devices = {d.name: d for inv in inventories.values() for d in inv.devices}
 
     def cdi_kind(self, profile_name: str) -> str:
-        """``k8s.<driver>/<class>`` of a profile (DESIGN §5)."""
+        """``k8s.<driver>/<class>`` of a profile (docs/architecture.md#names)."""
         return naming.kind(self.driver_name, self.profiles[profile_name].cdi_class)
 
     def plan(self, claim: ClaimAllocation, taken: guard.HoldIndex, exclude: str | None = None) -> Plan:

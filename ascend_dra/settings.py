@@ -1,6 +1,6 @@
 """Daemon settings: one frozen attrs class, built from flags and their environment twins (cli.py).
 
-In standalone mode (``--standalone DIR``) every path lives under DIR (DESIGN §1)::
+In standalone mode (``--standalone DIR``) every path lives under DIR (docs/architecture.md#standalone-mode)::
 
     DIR/plugins_registry/<driver>-reg.sock     registration socket (<driver>-<uid>-reg.sock with
                                                --rolling-update-id <uid>)
@@ -68,7 +68,8 @@ class SettingsError(ValueError):
         self.problems = problems
         super().__init__("; ".join(problems))
 
-#: Ascend profiles publish under HAMi's driver name so HAMi's DeviceClasses and webhook work as is (DESIGN §5).
+#: Ascend profiles publish under HAMi's driver name so HAMi's DeviceClasses and webhook work as is
+#: (docs/architecture.md#names).
 DEFAULT_DRIVER_NAME = "ascend.project-hami.io"
 
 

@@ -19,9 +19,9 @@ async def run_until_signal(main: Callable[[], Awaitable[object]], log: logging.L
     """Await ``main()``; on SIGTERM, SIGINT or SIGHUP log ``stopping`` with the signal's name and cancel it.
 
     The handlers are installed before ``main()`` starts and stay until it has returned, cleanup
-    included: a signal during the (bounded, STYLE §2) shutdown is logged and changes nothing, where
-    its default action would kill the process half-way, leaving its sockets behind. A process that
-    must die at once gets SIGKILL.
+    included: a signal during the (bounded, docs/architecture.md#conventions) shutdown is logged and
+    changes nothing, where its default action would kill the process half-way, leaving its sockets
+    behind. A process that must die at once gets SIGKILL.
     """
     stopping = anyio.CancelScope()
     async with anyio.create_task_group() as tg:

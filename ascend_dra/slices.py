@@ -1,8 +1,9 @@
 """ResourceSlice objects for one node-local pool, as plain ``resource.k8s.io/v1`` JSON dicts.
 
 Pure functions shared by the publisher (cluster and standalone), ``ascend-dra discover`` and the
-tests. Source: ``resource.k8s.io/v1`` types and validation (shared reference
-kubelet-dra-protocol.md §6.2, §7.1): one pool per node named after the node, at most 128 devices
+tests. Source: ``resource.k8s.io/v1`` types and validation (
+docs/architecture.md#resourceslice-publishing, docs/architecture.md#api-objects-and-limits): one pool per node named
+after the node, at most 128 devices
 per slice (64 when any device has taints or consumes counters), shared counters in slices of
 their own (Kubernetes 1.35: a slice holds devices or sharedCounters, not both; at most 8 counter
 sets per slice).

@@ -1,4 +1,5 @@
-"""DeviceState: Prepare and Unprepare, config resolution, and the double-allocation guard (DESIGN §6).
+"""DeviceState: Prepare and Unprepare, config resolution, and the double-allocation guard
+(docs/architecture.md#durable-state).
 
 A Prepare of a batch of claims runs in this order, each step durable before the next:
 

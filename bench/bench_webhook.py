@@ -7,7 +7,7 @@ Figures, each from ``--reviews`` reviews sent by ``--concurrency`` keep-alive HT
 - ``claim``: ``/validate-resource-claim-parameters`` with a typical ResourceClaim (one request, one
   ``NpuConfig`` for our driver and one config of another driver), answered allowed;
 - ``claim-bad``: the same with a wrong ``NpuConfig`` (two faults), answered denied;
-- ``hami-pod``: ``/mutate-pods`` with the seed lab's step-4 pod (``dryRun: true``, template mode): the
+- ``hami-pod``: ``/mutate-pods`` with Lab 18's step-4 pod (``dryRun: true``, template mode): the
   conversion plus one server-side dry-run create of its ResourceClaimTemplate in the real API server;
 - ``api-alone``: the dry-run create ``hami-pod`` makes, sent straight to the API server (its floor);
 - ``convert_pod alone``: the pure conversion of the lab pod, in microseconds, in the bench process;

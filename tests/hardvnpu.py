@@ -1,7 +1,7 @@
 """A simulated hard-vNPU host for tests: the stateful npu-smi simulator, a /dev tree, a boot id.
 
 Chips are given as ``(npu ID, chip ID, logic ID, physical ID, model)``; the default is the Lab 18
-shape (reference ascend.md §5: NPU IDs 4/5, physical IDs 0/2, logic IDs 0/1), so a test that
+shape (docs/ascend-hardware.md#the-ids: NPU IDs 4/5, physical IDs 0/2, logic IDs 0/1), so a test that
 sees ``-i 4`` in the simulator's state proves the NPU ID, not the logic ID, reached npu-smi.
 """
 

@@ -1,7 +1,7 @@
 """CDI names: kinds, device names, fully-qualified device IDs and spec file names.
 
 Source: CDI ``pkg/parser/parser.go`` (``QualifiedName``, vendor/class/device name rules) and
-``pkg/cdi/spec-dirs.go`` (``GenerateTransientSpecName``); DESIGN §5 for our choices: kind
+``pkg/cdi/spec-dirs.go`` (``GenerateTransientSpecName``); docs/architecture.md#names for our choices: kind
 ``k8s.<driver-name>/<class>``, a ``common`` device, per-claim devices ``<claimUID>-<device>``.
 """
 

@@ -1,7 +1,7 @@
 """The CDI spec as attrs classes, its validation, and the lowest cdiVersion its content needs.
 
 Source: the CDI specification (cncf-tags/container-device-interface ``SPEC.md``,
-``specs-go/config.go``, ``pkg/cdi/version.go``); shared reference kubelet-dra-protocol.md §9.
+``specs-go/config.go``, ``pkg/cdi/version.go``); docs/architecture.md#cdi.
 Runtimes ignore specs newer than their CDI library (podman 4.3 accepts 0.5.0 but silently drops
 0.6.0+), so :func:`minimum_version` picks the lowest version that covers the content.
 """

@@ -1,6 +1,6 @@
 """The CDI spec directory (``--cdi-root``, default ``/var/run/cdi``): atomic writes, removal, listing.
 
-Specs are written as JSON, which is YAML, into ``*.yaml`` files (DESIGN §5 names them so) through
+Specs are written as JSON, which is YAML, into ``*.yaml`` files (docs/architecture.md#names names them so) through
 :func:`ascend_dra.atomicfile.write_atomic`, so a runtime never reads a torn file. They are not
 fsynced: the CDI dir is a tmpfs on real nodes (``/var/run/cdi``), every spec is re-created when the
 kubelet prepares its claim after a reboot (new boot id), and an orphan is removed at start-up, so

@@ -1,9 +1,14 @@
 """``ascend-dra call``: act as the kubelet against a running daemon, for operators and demos.
 
 ``register`` calls ``GetInfo`` then ``NotifyRegistrationStatus`` (as the kubelet's plugin
-watcher does, kubelet-dra-protocol.md §1.2); ``prepare``/``unprepare NAMESPACE/NAME`` read the
-claim's uid from the standalone claim file and call the DRA service; ``health`` prints the first
-health message. Output is JSON (what came back) plus, for prepare, the CDI spec written.
+watcher does, docs/architecture.md#plugin-registration); ``prepare``/``unprepare NAMESPACE/NAME``
+take the claim's uid from ``--uid``, else from the standalone claim file, else from the API server
+(``--kubeconfig``: ``GET`` of the ResourceClaim through kubernetes-asyncio's ``ResourceV1Api``), and
+call the DRA service; ``health`` prints the first health message. Output is JSON (what came back)
+plus, for a standalone prepare, the CDI spec written.
+
+Every failure is one line on stderr and exit code 1: a socket that is missing, or that nobody
+answers on (a daemon that was killed), a claim the API server does not have.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +24,7 @@ import anyio
 import orjson
 import yaml
 from grpclib.client import Channel
+from grpclib.exceptions import GRPCError, StreamTerminatedError
 
 from ascend_dra.cdi import naming
 from ascend_dra.kubelet._gen.k8s.io.kubelet.pkg.apis.dra import v1, v1beta1
@@ -27,7 +33,7 @@ from ascend_dra.kubelet._gen.v1alpha1 import DraResourceHealthStub, NodeWatchRes
 
 __all__ = ("main", "open_channel")
 
-_TIMEOUT_S = 45.0  # the kubelet's per-call timeout for Prepare/Unprepare (§4.1)
+_TIMEOUT_S = 45.0  # the kubelet's per-call timeout for Prepare/Unprepare (docs/architecture.md#how-the-kubelet-calls)
 
 
 @contextlib.asynccontextmanager
@@ -50,12 +56,47 @@ def _paths(args: argparse.Namespace) -> tuple[Path, Path]:
     return registrar / f"{args.driver_name}-reg.sock", plugins / args.driver_name / "dra.sock"
 
 
+async def _uid_from_api(kubeconfig: str, namespace: str, name: str) -> str:
+    """``metadata.uid`` of the ResourceClaim, read with ``kubeconfig``.
+
+    :raises SystemExit: one line: no such claim, the API server refused or could not be reached,
+        or the kubeconfig is unusable.
+    """
+    import aiohttp
+    from kubernetes_asyncio import client
+    from kubernetes_asyncio.client.exceptions import ApiException
+    from kubernetes_asyncio.config import ConfigException
+
+    from ascend_dra.cluster import open_api
+
+    ref = f"ResourceClaim {namespace}/{name}"
+    try:
+        api = await open_api(kubeconfig)
+    except (ConfigException, OSError, ValueError) as exc:
+        raise SystemExit(f"ascend-dra call: --kubeconfig {kubeconfig} is not usable: {exc}") from None
+    try:
+        claim = await client.ResourceV1Api(api).read_namespaced_resource_claim(name, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            raise SystemExit(f"ascend-dra call: {ref} does not exist (API server of --kubeconfig {kubeconfig})") \
+                from None
+        raise SystemExit(f"ascend-dra call: reading {ref} failed: HTTP {exc.status} {exc.reason}") from None
+    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        raise SystemExit(f"ascend-dra call: the API server of --kubeconfig {kubeconfig} could not be reached: "
+                         f"{exc}") from None
+    finally:
+        await api.close()
+    return str(claim.metadata.uid)
+
+
 def _claim_uid(args: argparse.Namespace, namespace: str, name: str) -> str:
     if getattr(args, "uid", None):
         return str(args.uid)
     if args.standalone is None:
-        raise SystemExit("ascend-dra call: prepare/unprepare read the claim uid from --standalone DIR/claims; "
-                         "in cluster mode give --uid")
+        if getattr(args, "kubeconfig", None):
+            return anyio.run(_uid_from_api, args.kubeconfig, namespace, name)
+        raise SystemExit("ascend-dra call: prepare/unprepare need the claim's uid: give --uid, or --kubeconfig to "
+                         "read it from the API server, or --standalone DIR to read DIR/claims")
     path = args.standalone / "claims" / namespace / f"{name}.yaml"
     try:
         obj = yaml.safe_load(path.read_text())
@@ -117,18 +158,34 @@ async def _health(dra_socket: Path) -> int:
     return 0
 
 
+def _answering(socket: Path, call: Callable[[], Awaitable[int]]) -> int:
+    """Run ``call``; a daemon that does not answer on ``socket`` becomes one line (SystemExit)."""
+    try:
+        return anyio.run(call)
+    except (ConnectionError, FileNotFoundError, StreamTerminatedError, TimeoutError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
+        raise SystemExit(f"ascend-dra call: the daemon at {socket} does not answer ({reason}); is `ascend-dra run` "
+                         "serving there?") from None
+    except GRPCError as exc:
+        raise SystemExit(f"ascend-dra call: the daemon at {socket} answered {exc.status.name}: {exc.message}") \
+            from None
+
+
 def main(args: argparse.Namespace) -> int:
-    """Run one ``ascend-dra call`` action; return the exit code (1 when the daemon reported an error)."""
+    """Run one ``ascend-dra call`` action; return the exit code (1 when the daemon reported an error).
+
+    :raises SystemExit: one line, for every failure that is not the daemon's answer.
+    """
     reg_socket, dra_socket = _paths(args)
     for socket in (reg_socket, dra_socket):
         if not socket.exists():
             raise SystemExit(f"ascend-dra call: {socket} does not exist; is `ascend-dra run` serving there?")
     if args.action == "register":
-        return anyio.run(_register, reg_socket)
+        return _answering(reg_socket, lambda: _register(reg_socket))
     if args.action == "health":
-        return anyio.run(_health, dra_socket)
+        return _answering(dra_socket, lambda: _health(dra_socket))
     if not args.claim or "/" not in args.claim:
         raise SystemExit(f"ascend-dra call {args.action}: give the claim as NAMESPACE/NAME")
     namespace, name = args.claim.split("/", 1)
     uid = _claim_uid(args, namespace, name)
-    return anyio.run(_prepare, args, dra_socket, namespace, name, uid)
+    return _answering(dra_socket, lambda: _prepare(args, dra_socket, namespace, name, uid))

@@ -1,8 +1,9 @@
 """The DRA node service, ``v1.DRAPlugin`` and ``v1beta1.DRAPlugin``, over one implementation.
 
-Thin on purpose (STYLE §1): translate the request into :class:`~ascend_dra.state.ClaimRef`
+Thin on purpose (docs/architecture.md#conventions): translate the request into :class:`~ascend_dra.state.ClaimRef`
 values, call :class:`~ascend_dra.state.DeviceState`, and build one response entry per requested
-claim UID: devices on success, ``error`` on failure (kubelet-dra-protocol.md §3, §4.3).
+claim UID: devices on success, ``error`` on failure (docs/architecture.md#dra-grpc-services,
+docs/architecture.md#how-the-kubelet-calls).
 ``request_names`` carry base request names; ``share_id`` is set only in v1 (kubelet 1.35).
 An optional status hook (claimstatus.py) hears of each claim prepared or unprepared, after the
 state answered; it queues work and returns, so it never delays or fails the answer.

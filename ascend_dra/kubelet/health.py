@@ -1,6 +1,6 @@
 """The resource health stream, ``NodeWatchResources`` of ``v1alpha1`` and ``v1.DRAResourceHealth`` (KEP-4680).
 
-Source: kubelet-dra-protocol.md §5. With the ``ResourceHealthStatus`` gate on (alpha/off in 1.34
+Source: docs/architecture.md#health-stream. With the ``ResourceHealthStatus`` gate on (alpha/off in 1.34
 and 1.35, beta/on from 1.36), the kubelet opens this stream for every DRA plugin. Kubelets up to
 1.36 call ``v1alpha1``; the 1.37 kubelet calls ``v1`` when the plugin lists it in
 ``supported_versions`` (the newest version both sides list). Both have the same wire schema, so
@@ -44,7 +44,7 @@ __all__ = (
 
 log = logging.getLogger(__name__)
 
-#: Registration strings of the health services we serve, newest first (kubelet-dra-protocol.md §5).
+#: Registration strings of the health services we serve, newest first (docs/architecture.md#health-stream).
 HEALTH_SERVICES = ("v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth")
 #: The kubelet's ``DefaultHealthTimeout``, seconds: a device not reported within it becomes Unknown.
 KUBELET_HEALTH_TIMEOUT_S = 30

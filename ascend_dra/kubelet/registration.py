@@ -1,12 +1,13 @@
 """The kubelet plugin registration service (``pluginregistration.Registration``).
 
-Source: kubelet-dra-protocol.md §1.2 and §2: ``GetInfo`` answers type ``DRAPlugin``, the driver
+Source: docs/architecture.md#plugin-registration: ``GetInfo`` answers type ``DRAPlugin``, the driver
 name, the absolute DRA socket path and the gRPC services we serve, ``v1.DRAPlugin`` first; the
 kubelet then calls ``NotifyRegistrationStatus``, whose outcome we keep so that a failed
 registration is visible (log, metrics, ``/readyz`` and the ``readiness`` health service).
 
 :func:`~ascend_dra.kubelet.rules.registration_problems` applies the checks the 1.38 kubelet makes
-on ``GetInfo`` (kubernetes/kubernetes PR #140837, kubelet-dra-protocol.md §5): the driver name a DNS subdomain
+on ``GetInfo`` (kubernetes/kubernetes PR #140837, docs/architecture.md#plugin-registration): the driver name a DNS
+subdomain
 of at most 63 characters, the endpoint absolute, shorter than 108 bytes (``sun_path``) and inside
 the kubelet root dir. The daemon refuses to start on any of them, so a configuration the kubelet
 would reject never gets as far as a registration that times out.
@@ -43,7 +44,8 @@ __all__ = (
 log = logging.getLogger(__name__)
 
 DRA_PLUGIN_TYPE = "DRAPlugin"
-#: The DRA node services, in our order of preference; the kubelet picks the first it supports (§2.1).
+#: The DRA node services, in our order of preference; the kubelet picks the first it supports
+#: (docs/architecture.md#plugin-registration).
 DRA_SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 #: What we list when health is served (see :func:`supported_services`): the 1.37 kubelet picks the
 #: newest health version both sides list, older ones ignore what they do not know.
@@ -52,7 +54,7 @@ def supported_services(health: Sequence[str] = ()) -> list[str]:
     """``PluginInfo.supported_versions``: the DRA services, then the health services really served.
 
     Advertising a health service that is not served makes the kubelet retry it every ~5 s and fill
-    its log (kubelet-dra-protocol.md §5), so ``health`` lists only what the DRA socket serves.
+    its log (docs/architecture.md#health-stream), so ``health`` lists only what the DRA socket serves.
     """
     return [*DRA_SERVICES, *health]
 

@@ -1,6 +1,6 @@
 """What the kubelet accepts at plugin registration, as pure checks (stdlib only: settings.py uses them).
 
-Source: kubelet-dra-protocol.md §5, "Registration checks coming with kubelet 1.38"
+Source: docs/architecture.md#plugin-registration, the checks announced for kubelet 1.38
 (kubernetes/kubernetes PR #140837): ``GetInfo`` is untrusted; the driver name must be a DNS
 subdomain of at most 63 characters; the endpoint must be absolute, shorter than 108 bytes
 (``sun_path``) and inside the kubelet root dir (``/var/lib/kubelet/plugins/...`` passes,

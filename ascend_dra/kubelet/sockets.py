@@ -1,7 +1,7 @@
 """Unix-socket servers for the kubelet: stale-socket replacement, permissions, clean removal.
 
 Source: the Go helper's ``endpoint.go`` (remove a stale socket before listening, remove the
-socket on close), kubelet-dra-protocol.md §1.1. Our sockets are mode 0600 and their directories
+socket on close), docs/architecture.md#sockets-and-directories. Our sockets are mode 0600 and their directories
 0750: only root (the kubelet) may connect.
 """
 
@@ -62,7 +62,7 @@ async def serve_unix(handlers: Sequence[Any], path: Path) -> AsyncIterator[Corke
         ours = os.stat(path).st_ino  # no await since the bind: nothing can have replaced it
         yield server
     finally:
-        # Runs while the daemon is being cancelled: shield it, but bound it (STYLE §2).
+        # Runs while the daemon is being cancelled: shield it, but bound it (docs/architecture.md#conventions).
         with anyio.CancelScope(shield=True), anyio.move_on_after(5):
             with contextlib.suppress(RuntimeError):  # "Server is not started": start() failed
                 server.close()

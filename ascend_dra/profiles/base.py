@@ -1,4 +1,4 @@
-"""The profile contract: everything a profile author needs, and nothing else (DESIGN §4).
+"""The profile contract: everything a profile author needs, and nothing else (docs/architecture.md#profiles).
 
 A profile is found through the entry-point group ``ascend_dra.profiles``
 (``name = "package.module:factory"``); ``factory()`` takes no arguments and returns an object
@@ -47,6 +47,7 @@ from ascend_dra.model import (
     Version,
     parse_quantity,
 )
+from ascend_dra.profiles.options import ProfileOption, absolute_path, simulate_option
 
 __all__ = (
     "API_VERSION_SUFFIX",
@@ -65,14 +66,17 @@ __all__ = (
     "Mount",
     "Profile",
     "ProfileContext",
+    "ProfileOption",
     "Version",
+    "absolute_path",
     "config_converter",
     "decode_config",
     "parse_quantity",
+    "simulate_option",
     "visible_per_request",
 )
 
-#: Opaque config apiVersion is ``<driver-name>/v1alpha1`` (DESIGN §5).
+#: Opaque config apiVersion is ``<driver-name>/v1alpha1`` (docs/architecture.md#names).
 API_VERSION_SUFFIX = "v1alpha1"
 
 

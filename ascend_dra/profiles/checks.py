@@ -6,7 +6,7 @@ whole slice fail to publish, so the registry rejects such an inventory at discov
 profile that produced it (:func:`ascend_dra.profiles.registry.discover_isolated`).
 
 Source: ``resource.k8s.io/v1`` validation in kubernetes ``pkg/apis/resource/validation/validation.go``
-(1.34/1.35), summarised in the shared reference kubelet-dra-protocol.md §7.1. Where 1.34 and 1.35
+(1.34/1.35), summarised in docs/architecture.md#api-objects-and-limits. Where 1.34 and 1.35
 differ we check the stricter limit, so what passes here publishes on both.
 
 Each problem is one string, ``<path>: <what is wrong> (<what is allowed>)``. The path of
@@ -150,7 +150,7 @@ def _quantity_problem(value: object) -> str | None:
 
 
 def _request_policy_problems(path: str, policy: CapacityRequestPolicy, capacity: Decimal | None) -> list[str]:
-    """The ``requestPolicy`` rules of KEP-5075 (shared reference §7.1, last two rows)."""
+    """The ``requestPolicy`` rules of KEP-5075 (docs/architecture.md#api-objects-and-limits, the requestPolicy row)."""
     found: list[str] = []
     default = _quantity(policy.default) if policy.default is not None else None
     if policy.default is not None and default is None:

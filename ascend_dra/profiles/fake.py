@@ -74,6 +74,8 @@ class FakeProfile:
     name = "fake"
     cdi_class = "npu"
     config_types: Mapping[str, type] = {"FakeConfig": FakeConfig}
+    #: The fake profile reads no ``--profile-option`` (its device count is ``--fake-devices``).
+    profile_options: Mapping[str, object] = {}
 
     def default_config(self) -> FakeConfig:
         return FakeConfig()

@@ -1,15 +1,18 @@
-"""The ``gpu`` profile: NVIDIA GPUs through NVML, or simulated GPUs when there is no driver.
+"""The ``gpu`` profile: NVIDIA GPUs through NVML, or simulated GPUs when asked for.
 
 Devices are ``gpu-<index>`` with the attributes the NVIDIA and example DRA drivers publish
-(shared reference dra-drivers.md §2.1, §2.2): ``type`` = ``"gpu"``, ``uuid`` (``GPU-<uuid>``),
+(docs/architecture.md#reference-drivers): ``type`` = ``"gpu"``, ``uuid`` (``GPU-<uuid>``),
 ``index``, ``minor`` (of ``/dev/nvidia<minor>``), ``productName``, ``architecture``,
 ``driverVersion`` and ``cudaComputeCapability`` (both :class:`~ascend_dra.model.Version`), and
 the capacity ``memory`` (bytes of device memory, a Quantity such as ``"40Gi"``).
 
-Discovery is a chain of two tiers (``Inventory.source``): ``nvml`` when the ``pynvml`` module
-(optional extra ``nvml`` = ``nvidia-ml-py``) imports and ``nvmlInit`` succeeds, else
-``simulated`` (``ProfileContext.fake_devices`` GPUs modelled on an A100-SXM4-40GB, UUIDs derived
-from the node name and index). Every NVML call runs in a worker thread.
+Discovery has two tiers (``Inventory.source``): ``nvml``, through the ``pynvml`` module (the extra
+``ascend-dra[gpu]``, package ``nvidia-ml-py``), and ``simulated`` (``ProfileContext.fake_devices``
+GPUs modelled on an A100-SXM4-40GB, UUIDs derived from the node name and index). As for the Ascend
+profiles, the profile option ``gpu.simulate`` (or ``simulate``) picks: ``never`` (the default: NVML
+only; without pynvml the profile refuses to start, naming the extra; a node where NVML cannot
+initialise publishes no GPU), ``fallback`` (simulated GPUs when pynvml is missing or NVML cannot
+initialise) or ``always`` (simulated GPUs, NVML not asked). Every NVML call runs in a worker thread.
 
 Opaque config ``kind: GpuConfig`` (apiVersion ``<driver-name>/v1alpha1``) selects how the
 workloads that share a GPU are scheduled, as in the example driver's ``GpuConfig``:
@@ -23,6 +26,7 @@ from __future__ import annotations
 import enum
 import logging
 import re
+import sys
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -40,7 +44,9 @@ from ascend_dra.profiles.base import (
     DeviceNode,
     Inventory,
     ProfileContext,
+    ProfileOption,
     Version,
+    simulate_option,
     visible_per_request,
 )
 
@@ -149,28 +155,62 @@ class GpuProfile:
     name = "gpu"
     cdi_class = "gpu"
     config_types: Mapping[str, type] = {"GpuConfig": GpuConfig}
+    profile_options: Mapping[str, ProfileOption] = {"simulate": simulate_option()}
+
+    def simulate_mode(self, options: Mapping[str, str]) -> str:
+        """``never``, ``fallback`` or ``always`` from ``gpu.simulate`` (or ``simulate``); default ``never``.
+
+        :raises ValueError: naming the option and the allowed values.
+        """
+        raw = options.get(f"{self.name}.simulate", options.get("simulate", "never"))
+        problem = self.profile_options["simulate"].problem(raw)
+        if problem is not None:
+            raise ValueError(f"profile option {self.name}.simulate: {problem}")
+        return raw
+
+    def preflight(self, options: Mapping[str, str]) -> None:
+        """Before start-up: NVML discovery needs pynvml.
+
+        :raises RuntimeError: ``simulate`` is ``never`` and ``pynvml`` does not import; the message
+            names the extra to install and the option that simulates instead.
+        """
+        if self.simulate_mode(options) == "never" and not _has_pynvml():
+            raise RuntimeError(_MISSING_PYNVML)
 
     def default_config(self) -> GpuConfig:
         """Time slicing with interval ``Default``."""
         return GpuConfig()
 
     async def discover(self, ctx: ProfileContext) -> Inventory:
-        """Return the node's GPUs from NVML, or ``ctx.fake_devices`` simulated ones.
+        """Return the node's GPUs from NVML, or ``ctx.fake_devices`` simulated ones (``simulate`` option).
 
-        Falls back to simulation, with an INFO log line giving the reason, when ``pynvml`` is
-        not installed or NVML cannot initialise (no driver). An NVML error after a successful
-        ``nvmlInit`` is raised: a node with a driver whose GPUs cannot be read is broken, and
-        publishing simulated GPUs there would mislead the scheduler.
+        With ``simulate=fallback``, simulates (with an INFO log line giving the reason) when
+        ``pynvml`` is not installed or NVML cannot initialise (no driver); with ``never`` the first
+        is an error and the second an empty inventory (INFO line with the reason). An NVML error
+        after a successful ``nvmlInit`` is raised: a node with a driver whose GPUs cannot be read is
+        broken, and publishing simulated GPUs there would mislead the scheduler.
 
         :returns: an :class:`Inventory` with ``source`` ``"nvml"`` or ``"simulated"``.
+        :raises RuntimeError: ``simulate=never`` and pynvml is not installed (names the extra).
+        :raises ValueError: a ``simulate`` value that is not never, fallback or always.
         """
+        mode = self.simulate_mode(ctx.options)
+        if mode == "always":
+            return _simulated(ctx, "profile option simulate=always")
         try:
-            import pynvml  # optional extra "nvml" (nvidia-ml-py)
+            import pynvml  # optional extra "gpu" (nvidia-ml-py)
         except ImportError:
-            return _simulated(ctx, "the pynvml module (extra 'nvml', package nvidia-ml-py) is not installed")
+            if mode == "never":
+                raise RuntimeError(_MISSING_PYNVML) from None
+            return _simulated(ctx, "the pynvml module (extra 'ascend-dra[gpu]', package nvidia-ml-py) is not installed")
         try:
             await anyio.to_thread.run_sync(pynvml.nvmlInit, abandon_on_cancel=True)
         except pynvml.NVMLError as exc:
+            if mode == "never":
+                logger.info("gpu discovery found no NVIDIA driver; no GPU published",
+                            extra={"profile": self.name, "tier": "nvml", "reason": f"NVML could not initialise: {exc}",
+                                   "devices": 0})
+                return Inventory(devices=(), source="nvml")
             return _simulated(ctx, f"NVML could not initialise: {exc}")
         try:
             devices = await anyio.to_thread.run_sync(_nvml_devices, pynvml, abandon_on_cancel=True)
@@ -242,6 +282,17 @@ def _sharing_env(sharing: GpuSharing) -> tuple[str, ...]:
 
 
 # -- discovery ------------------------------------------------------------------------------------
+
+_MISSING_PYNVML = ("profile gpu needs the pynvml module: pip install 'ascend-dra[gpu]' (package nvidia-ml-py), or "
+                   "pass --profile-option gpu.simulate=always for simulated GPUs")
+
+
+def _has_pynvml() -> bool:
+    import importlib.util
+
+    if "pynvml" in sys.modules:
+        return sys.modules["pynvml"] is not None
+    return importlib.util.find_spec("pynvml") is not None
 
 
 def _simulated(ctx: ProfileContext, reason: str) -> Inventory:

@@ -5,7 +5,7 @@ contract check run inside one ``try``, and a failure becomes a :class:`ProfileLo
 the entry point and the distribution that shipped it, logged once with its traceback. At run
 time :func:`discover_isolated` guards each profile's ``discover`` the same way, bounded by a
 timeout, and rejects an inventory the API server would refuse (:mod:`ascend_dra.profiles.checks`).
-The daemon skips what failed and goes on with the other profiles (DESIGN §4).
+The daemon skips what failed and goes on with the other profiles (docs/architecture.md#profiles).
 
 Modelled on pluggy's ``load_setuptools_entrypoints`` (a ``(plugin, distribution)`` record per
 entry point) and pytest's ``import_plugin`` (a failing plugin is named in the error), with two
@@ -144,6 +144,13 @@ def contract_problems(profile: object, entry_point: str) -> list[str]:
         kinds = tuple(cls for cls in config_types.values() if isinstance(cls, type))
         if default is not None and not isinstance(default, kinds):
             found.append(f"default_config() returned a {type(default).__name__}, not one of its config_types")
+    declared = getattr(profile, "profile_options", None)
+    if declared is not None:
+        from ascend_dra.profiles.options import ProfileOption
+
+        if not isinstance(declared, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, ProfileOption) for k, v in declared.items()):
+            found.append("profile_options is not a mapping of key -> ProfileOption")
     for first, second in _OPTIONAL_PAIRS:
         present = [hook for hook in (first, second) if hasattr(profile, hook)]
         if len(present) == 1:

@@ -1,6 +1,7 @@
 """The admission webhook (``ascend-dra webhook``): opaque-config validation and HAMi syntax conversion.
 
-Modules, one concept each (imports point down, DESIGN §3; nothing here imports the kubelet or state
+Modules, one concept each (imports point down, docs/architecture.md#modules-and-layering; nothing here imports the
+kubelet or state
 layers):
 
 - :mod:`.review`   AdmissionReview v1 in and out (pure);

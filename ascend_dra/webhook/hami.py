@@ -1,6 +1,7 @@
 """HAMi resource syntax -> ResourceClaim specs and the pod's JSON Patch (pure; no API calls).
 
-The rules are HAMi-DRA's (Project-HAMi/HAMi-DRA), as reference ascend.md §12.1-§12.2a records
+The rules are HAMi-DRA's (Project-HAMi/HAMi-DRA), as docs/ascend-hardware.md#hami-resource-names,
+docs/ascend-hardware.md#conversion-rules records
 them, for every Ascend ``commonWord``; the facts carry over, the code is ours. Per container (and,
 unlike HAMi-DRA, per init container) and per chip whose count ``huawei.com/<commonWord>`` is in
 ``limits``, in the device-config order of :data:`COMMON_WORDS`, one claim:
@@ -17,7 +18,8 @@ unlike HAMi-DRA, per init container) and per chip whose count ``huawei.com/<comm
   ``hami.io/dra: "true"``, each container a ``resources.claims`` entry and the pod a
   ``spec.resourceClaims`` entry.
 
-Claim names (direct mode, §12.2 step 1-2): ``<namespace>-<pod>-<container>-<lower(commonWord)>``,
+Claim names (direct mode, docs/ascend-hardware.md#conversion-rules step 1-2):
+``<namespace>-<pod>-<container>-<lower(commonWord)>``,
 ``<namespace>-<rand5>-...`` with ``generateName``; longer than 63 -> ``name[:54].rstrip("-") + "-" +
 sha256(name)[:8 hex]``. Gaps of HAMi-DRA fixed here (issue 10): a dotted pod name has its dots
 turned into ``-`` (a pod claim name must be a DNS label); a memory written with a unit (``8Gi``) is
@@ -62,16 +64,19 @@ __all__ = (
     "truncate_dns_label",
 )
 
-#: Ascend commonWords in HAMi's device-config order (``DefaultAscendVNPUs()``, ascend.md §12.1).
+#: Ascend commonWords in HAMi's device-config order (``DefaultAscendVNPUs()``,
+#: docs/ascend-hardware.md#hami-resource-names).
 COMMON_WORDS = ("Ascend910A", "Ascend910B2", "Ascend910B3", "Ascend910B4-1", "Ascend910B4", "Ascend310P",
                 "Ascend910C")
 RESOURCE_PREFIX = "huawei.com/"
-#: The DeviceClass HAMi-DRA's claims name (``pkg/constants`` ``AscendDeviceClassName``, §11.4).
+#: The DeviceClass HAMi-DRA's claims name (``pkg/constants`` ``AscendDeviceClassName``,
+#: docs/ascend-hardware.md#peer-deviceclasses).
 DEVICE_CLASS = "hami-vnpu-core.project-hami.io"
 REQUEST_NAME = "npu"
 DRA_LABEL = "hami.io/dra"
 #: Our opt-out (label on a namespace or pod). Not ``hami.io/webhook: ignore``: that one keeps HAMi
-#: core's webhook away from DRA pods and must not stop this conversion (§12.2a; the lab's pod has it).
+#: core's webhook away from DRA pods and must not stop this conversion (docs/ascend-hardware.md#conversion-rules; the
+#: lab's pod has it).
 OPT_OUT_LABEL = "ascend.project-hami.io/webhook"
 OPT_OUT_VALUE = "ignore"
 MANAGED_BY = ("app.kubernetes.io/managed-by", "ascend-dra-webhook")

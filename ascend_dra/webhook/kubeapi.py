@@ -1,7 +1,7 @@
 """A small JSON client of the Kubernetes API server on aiohttp (the webhook's own server stack).
 
 The webhook makes a handful of calls (create, get, patch, delete, list, watch) on plain JSON
-objects; kubernetes-asyncio would cost ~60 MB and ~0.4 s of imports for them (toolchain.md §5),
+objects; kubernetes-asyncio would cost ~60 MB and ~0.4 s of imports for them (docs/architecture.md#import-cost),
 so this module speaks HTTP itself. Credentials come from a kubeconfig (``server``,
 ``certificate-authority[-data]``, ``insecure-skip-tls-verify``, ``token``/``tokenFile``,
 ``client-certificate[-data]``/``client-key[-data]``) or, without one, from the pod's service

@@ -1,6 +1,6 @@
 """Prometheus metrics of the webhook process, served on ``--metrics-port`` (prometheus-client).
 
-Names follow ``ascend_dra_webhook_<noun>_total`` / ``_seconds`` (STYLE §1), zero-initialised:
+Names follow ``ascend_dra_webhook_<noun>_total`` / ``_seconds`` (docs/architecture.md#conventions), zero-initialised:
 
 - ``ascend_dra_webhook_reviews_total{endpoint, outcome}``: AdmissionReviews answered; ``outcome``
   ``allowed`` (unchanged), ``converted`` (patched), ``denied``, ``malformed`` (HTTP 400) or

@@ -10,8 +10,10 @@ API server, then answers with the pod's patch:
 * template mode: one ResourceClaimTemplate per distinct spec, content-named, shared and kept.
 
 ``dryRun`` requests create with ``dryRun=All``: the API server checks the objects and stores
-nothing, and the patch is still returned (HAMi-DRA does the same, ascend.md §12.2a). When a create
-fails half-way, the claims this call created are deleted before the denial (§12.2 step 7). A claim
+nothing, and the patch is still returned (HAMi-DRA does the same, docs/ascend-hardware.md#conversion-rules). When a
+create
+fails half-way, the claims this call created are deleted before the denial (docs/ascend-hardware.md#conversion-rules
+step 7). A claim
 that already exists is reused only when this webhook made it for a pod of that name, nobody owns it
 yet and its spec is the planned one (the API server called us again for the same pod); any other
 existing object of that name is left alone and the pod is denied, naming it. A user's own claims

@@ -1,7 +1,8 @@
 """The owner loop: each direct claim made by the webhook gets its pod as owner once the pod exists.
 
 At admission the pod has no uid yet, so a claim cannot name it as owner (this is why HAMi-DRA's
-claims leak when its webhook is down at pod deletion, ascend.md §12.3). This loop, run in the
+claims leak when its webhook is down at pod deletion, docs/ascend-hardware.md#deletion-on-pod-delete). This loop, run
+in the
 webhook process, closes the gap:
 
 * it lists and then watches pods labelled ``hami.io/dra=true``; for each ``spec.resourceClaims[]``

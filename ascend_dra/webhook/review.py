@@ -1,6 +1,6 @@
 """AdmissionReview ``admission.k8s.io/v1``: reading a request, writing a response (pure functions).
 
-Source: reference kubelet-dra-protocol.md §10 (api 0.35 ``admission/v1/types.go``; the API server's
+Source: docs/architecture.md#admission (api 0.35 ``admission/v1/types.go``; the API server's
 checks in ``pkg/admission/plugin/webhook/request/admissionreview.go``). The API server rejects a
 reply whose ``apiVersion``/``kind`` are not exactly ``admission.k8s.io/v1``/``AdmissionReview`` or
 whose ``response.uid`` differs from the request's; a denial's ``status.message`` is what the client

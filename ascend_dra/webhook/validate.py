@@ -6,7 +6,7 @@ Every ``spec.devices.config[i].opaque`` whose ``driver`` is ours (templates:
 drivers pass untouched. All problems of the object are reported at once, each naming the config
 index, the field path and the allowed values, and the requests the config applies to.
 
-Shapes (reference kubelet-dra-protocol.md §10 and the resource.k8s.io types): in v1 and v1beta2 a
+Shapes (docs/architecture.md#admission and the resource.k8s.io types): in v1 and v1beta2 a
 request is ``{name, exactly: {deviceClassName, ...}}`` or ``{name, firstAvailable: [{name,
 deviceClassName}, ...]}``; in v1beta1 ``deviceClassName`` sits on the request itself (no
 ``exactly``). The config entry ``{requests: [names], opaque: {driver, parameters}}`` is the same in

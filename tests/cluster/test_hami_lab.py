@@ -1,4 +1,4 @@
-"""The seed lab (Lab 18, HAMi DRA on two 310P3) on the real control plane: steps 3, 5, 7 and 9 as
+"""Lab 18 (HAMi DRA on two 310P3) on the real control plane: steps 3, 5, 7 and 9 as
 assertions.
 
 The daemon runs the ``HAMivNPUCore`` profile against the simulated lab node (an npu-smi stand-in

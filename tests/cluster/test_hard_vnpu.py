@@ -4,7 +4,7 @@ vNPU of the chip is allocated, and vice versa; deleting a claim frees its counte
 claim is allocated and prepared with a fresh vNPU in the simulated npu-smi.
 
 The node is one simulated 910B4 (NPU ID 4, physical ID 0): four ``vir05_1c_8g`` fill its 20 AI
-cores (reference ascend.md §3.3). The test plays the kubelet (Prepare/Unprepare over the sockets).
+cores (docs/ascend-hardware.md#910b-and-a3-templates). The test plays the kubelet (Prepare/Unprepare over the sockets).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ RUNTIME_CONFIG = "--runtime-config=resource.k8s.io/v1beta1=true,resource.k8s.io/
 VALIDATING = "resourceclaimparameters.ascend.project-hami.io"
 MUTATING = "pods.hami.ascend.project-hami.io"
 
-# The seed lab, step 4, verbatim.
+# Lab 18, step 4, verbatim.
 LAB_POD = yaml.safe_load('''
 apiVersion: v1
 kind: Pod
@@ -51,7 +51,7 @@ spec:
           huawei.com/Ascend310P-memory: "8192"
           huawei.com/Ascend310P-core: "50"
 ''')
-# The seed lab, step 5: the stored claim's spec.
+# Lab 18, step 5: the stored claim's spec.
 LAB_CLAIM_SPEC = yaml.safe_load('''
 devices:
   requests:

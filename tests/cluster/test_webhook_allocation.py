@@ -1,4 +1,4 @@
-"""End to end: the seed lab's HAMi pod, converted by the webhook, allocated by the real scheduler
+"""End to end: Lab 18's HAMi pod, converted by the webhook, allocated by the real scheduler
 against the HAMivNPUCore profile's slices and prepared by our daemon, as the lab's steps 4-6 show.
 
 The daemon runs ``HAMivNPUCore`` on the simulated lab node (``ascend_dra.profiles.ascend.labnode``:

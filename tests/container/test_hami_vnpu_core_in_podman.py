@@ -18,7 +18,7 @@ NODE = "aio-node74-arm"
 NODES = "/dev/davinci0 /dev/davinci_manager /dev/devmm_svm /dev/hisi_hdc"
 # The entrypoint's first act is to read the preload file: the limiter's library is named there
 # before any workload instruction runs (hami-vnpu-core starts its manager from that library's
-# constructor, reference ascend.md §10.4).
+# constructor, docs/ascend-hardware.md#vnpu-core-limiter).
 SCRIPT = ("cat /etc/ld.so.preload; echo ---; env; ls -l " + NODES + "; "
           "(echo x > /etc/ld.so.preload) 2>/dev/null && echo preload-writable || echo preload-read-only; "
           "ls -ld /hami-shared-region /hami-vnpu-shmem; ls /hami-vnpu-core; "

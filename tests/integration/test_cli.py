@@ -150,17 +150,20 @@ def test_bad_flags_are_refused_before_anything_starts(short_tmp, args, message):
 
 
 def test_a_bad_number_in_an_env_var_is_named():
-    result = cli("--help", env={**BASE_ENV, "FAKE_DEVICES": "abc"})
-    assert result.returncode == 1
-    assert result.stderr.strip() == ("ascend-dra: environment variable FAKE_DEVICES='abc' is not a valid value "
-                                     "for --fake-devices (default 4)")
+    assert cli("--help", env={**BASE_ENV, "FAKE_DEVICES": "abc"}).returncode == 0  # read only by `run`
+    result = cli("run", "--node-name", "n", env={**BASE_ENV, "FAKE_DEVICES": "abc"})
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("ascend-dra run: environment variable FAKE_DEVICES='abc' (the twin of "
+                                     "--fake-devices) is not an integer: invalid literal for int() with base 10: "
+                                     "'abc'")
 
 
 def test_an_unknown_profile_name_stops_the_daemon_with_the_installed_names(short_tmp):
     result = cli("run", "--node-name", "n", "--profiles", "fake,gpuu", "--standalone", str(short_tmp),
                  env=BASE_ENV)
-    assert result.returncode == 1
-    assert "refusing to start: --profiles names gpuu: no profile 'gpuu' is installed; installed:" in result.stderr
+    assert result.returncode == 2
+    assert result.stderr.startswith("ascend-dra run: --profiles fake,gpuu: no profile 'gpuu' is installed; "
+                                    "installed:")
 
 
 def test_cluster_mode_without_a_cluster_says_what_to_pass(short_tmp):
@@ -188,7 +191,7 @@ def test_a_standalone_dir_too_long_for_a_socket_is_one_clear_line(short_tmp):
     deep = short_tmp / ("d" * 90)
     result = cli("run", "--node-name", "n", "--profiles", "fake", "--standalone", str(deep), env=BASE_ENV)
     assert result.returncode == 1
-    assert "is longer than 107 bytes (a unix socket limit); use a shorter directory" in result.stderr
+    assert "over the 107-byte unix socket limit; use a shorter directory" in result.stderr
     assert "Traceback" not in result.stderr
 
 
@@ -200,12 +203,13 @@ def test_discover_takes_profile_options_and_fails_on_unknown_profiles():
     assert [(r[0], r[1], r[-1]) for r in rows] == [("npu-910", "npu-0-0", "simulated"),
                                                    ("npu-910", "npu-1-0", "simulated")]
     typo = cli("discover", "--profiles", "fakee", env=BASE_ENV)
-    assert typo.returncode == 1
+    assert typo.returncode == 2
     assert "no profile 'fakee' is installed" in typo.stdout + typo.stderr
 
 
 def test_call_prints_every_cdi_spec_of_a_claim_and_names_bad_yaml(short_tmp):
-    d = DaemonProcess(short_tmp / "sa", profiles="fake,gpu").start()
+    d = DaemonProcess(short_tmp / "sa", profiles="fake,gpu",
+                      extra_args=["--profile-option", "gpu.simulate=always"]).start()
     try:
         claim = write_claim(d.root, claim_object("two-kinds", results=[("npu", "npu-0-0"), ("gpu", "gpu-0")]))
         uid = claim["metadata"]["uid"]

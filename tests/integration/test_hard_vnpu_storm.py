@@ -17,7 +17,7 @@ from tests.hardvnpu import SimHost, daemon_args, vnpu_keys, vnpus_of_records
 from tests.integration.daemon import DRIVER, DaemonProcess
 
 #: Claims go in pairs on the same vNPU device (contention, as the storm's fake claims do); the four
-#: vir05_1c_8g instances of a 910B4 fit the chip together (reference ascend.md §3.3).
+#: vir05_1c_8g instances of a 910B4 fit the chip together (docs/ascend-hardware.md#910b-and-a3-templates).
 DEVICES = [f"vnpu-0-0-vir05-1c-8g-{k}" for k in range(4)]
 
 

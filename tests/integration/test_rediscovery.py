@@ -105,3 +105,35 @@ def test_a_profile_that_failed_at_start_is_taken_in_when_it_recovers(short_tmp):
     finally:
         k.close()
         d.stop()
+
+
+def test_start_up_is_refused_when_every_profile_fails_to_discover(short_tmp):
+    """An empty pool because nothing could be discovered is a broken node, not an idle one: the
+    daemon stops (the kubelet never sees it) instead of serving nothing."""
+    dev = short_tmp / "dev"
+    dev.mkdir()
+    (dev / "FAIL").touch()
+    vendor = short_tmp / "vendor"
+    write_distribution(vendor, "flaky-profile", {"flaky": FLAKY})
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(vendor), os.environ.get("PYTHONPATH")]))}
+    d = DaemonProcess(short_tmp / "sa", profiles="flaky", env=env, extra_args=["--dev-root", str(dev)])
+    d.start(wait=False)
+    assert d.wait_exit(30) == 1
+    log = d.log_text()
+    assert "refusing to start: no profile discovered its devices (flaky: discovery failed: RuntimeError: " \
+           "driver not answering)" in log
+    assert not [p for p in d.root.rglob("*") if p.is_socket()]
+
+
+def test_a_node_with_no_devices_serves_an_empty_pool_and_says_so(short_tmp):
+    dev = short_tmp / "dev"
+    dev.mkdir()
+    vendor = short_tmp / "vendor"
+    write_distribution(vendor, "flaky-profile", {"flaky": FLAKY})
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(vendor), os.environ.get("PYTHONPATH")]))}
+    d = DaemonProcess(short_tmp / "sa", profiles="flaky", env=env, extra_args=["--dev-root", str(dev)]).start()
+    try:
+        assert published(d) == []
+        assert "no devices found; the pool is empty until a rediscovery finds some" in d.log_text()
+    finally:
+        d.stop()

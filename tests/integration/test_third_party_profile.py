@@ -107,7 +107,7 @@ def gpu_config(source: str, requests: list[str], sharing: dict[str, Any]) -> dic
 
 
 def test_a_claim_gpu_config_wins_over_the_class_config_in_the_cdi_spec(daemon_factory) -> None:
-    daemon = daemon_factory("gpu", fake_devices=2)
+    daemon = daemon_factory("gpu", fake_devices=2, extra_args=["--profile-option", "gpu.simulate=always"])
     claim = write_claim(daemon.root, claim_object(
         "train", node=daemon.node, results=[("train", "gpu-0"), ("eval", "gpu-1")],
         configs=[

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -85,10 +86,11 @@ def test_call_with_uid_prepares_through_the_kubelet_directories(short_tmp):
     dirs = ["--kubelet-registrar-directory-path", str(d.root / "plugins_registry"),
             "--kubelet-plugins-directory-path", str(d.root / "plugins")]
     try:
+        no_kubeconfig = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         without = subprocess.run([sys.executable, "-m", "ascend_dra.cli", "call", *dirs, "prepare",
-                                  "dra-ascend-e2e/share"], capture_output=True, text=True)
+                                  "dra-ascend-e2e/share"], capture_output=True, text=True, env=no_kubeconfig)
         assert without.returncode != 0
-        assert "in cluster mode give --uid" in without.stderr
+        assert "need the claim's uid: give --uid, or --kubeconfig" in without.stderr
         done = subprocess.run([sys.executable, "-m", "ascend_dra.cli", "call", *dirs, "prepare",
                                "dra-ascend-e2e/share", "--uid", uid], capture_output=True, text=True)
         assert done.returncode == 0, done.stderr

@@ -57,7 +57,7 @@ async def test_310_four_chip_card_keeps_its_device_names_when_npu_smi_goes_away(
     exe = fake_npu_smi(tmp_path, {"info": "310_info_atlas800-3000_4chips-per-card_npu-smi-21.0.4.txt",
                                   "info -m": "310_info_-m_atlas800-3000_MiniD_Mcu.txt"})
     dev = dev_tree(tmp_path, ["davinci3", "davinci4", "davinci5", "davinci6", *SHARED])
-    # One Atlas 300 card (PCI device 0xd100, reference ascend.md §1): the devfs tier learns the family.
+    # One Atlas 300 card (PCI device 0xd100, docs/ascend-hardware.md#chip-families): the devfs tier learns the family.
     functions = {f"0000:0{i}:00.0": ("0x19e5", "0xd100", 0) for i in range(4)}
     ctx = context(tmp_path, exe, dev, sys_tree(tmp_path, functions))
     by_npu_smi = await Npu310PProfile().discover(ctx)
@@ -167,7 +167,8 @@ async def test_910_host_with_a_failing_info_m_keeps_what_info_gave(tmp_path: Pat
 
 async def test_phyid_remap_settles_910c_dies_that_print_the_same_phy_id(tmp_path: Path) -> None:
     """The in-container 910C sample prints Phy-ID 0 for both dies; phyid-remap maps davinci1 to die 1.
-    (Its chip name is anonymised ``xxx``; it is put back to ``Ascend910``, the A3 name of reference §1.)"""
+    (Its chip name is anonymised ``xxx``; it is put back to ``Ascend910``, the A3 name of
+    docs/ascend-hardware.md#chip-families.)"""
     info = fixture("910C_A3_info_in_container_vcann-rt_anonymised.txt").replace("| 0     xxx          |",
                                                                                   "| 0     Ascend910    |")
     exe = fake_npu_smi(tmp_path, {"info": written(tmp_path, "info.txt", info),

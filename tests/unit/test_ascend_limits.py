@@ -1,4 +1,4 @@
-"""Published devices stay within the resource.k8s.io/v1 limits (kubelet-dra-protocol.md §7.1), for every
+"""Published devices stay within the resource.k8s.io/v1 limits (docs/architecture.md#api-objects-and-limits), for every
 fixture-driven node and for generated chips and npu-smi outputs (hypothesis)."""
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ def context(tmp_path: Path, exe: Path | str, dev: Path, sys_root: Path, **option
 
 
 def host_root(tmp_path: Path) -> Path:
-    """A host tree where every driver path of reference ascend.md §7 exists."""
+    """A host tree where every driver path of docs/ascend-hardware.md#driver-paths exists."""
     root = tmp_path / "host"
     (root / "usr/local/Ascend/driver/lib64").mkdir(parents=True)
     (root / "usr/local/Ascend/driver/version.info").write_text("Version=25.5.1\n")

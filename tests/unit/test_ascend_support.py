@@ -1,7 +1,7 @@
 """Helpers shared by the ``test_ascend_*`` modules: fixture files, fake npu-smi scripts, fake /dev and sysfs.
 
-The fixtures are the real npu-smi outputs of ``tests/fixtures/npu-smi/`` (copied from the shared
-``reference/npu-smi/``; provenance in its ``SOURCES.md``).
+The fixtures are the real npu-smi outputs of ``tests/fixtures/npu-smi/`` (provenance in its
+``SOURCES.md``).
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def sys_tree(root: Path, functions: Mapping[str, tuple[str, str, int]],
 
 
 def test_every_reference_file_is_a_fixture() -> None:
-    """The fixture folder holds the shared reference's files (same names, SOURCES.md included), plus
+    """The fixture folder holds the captured outputs SOURCES.md lists (same names), plus
     outputs this project constructed from the documented format, each named ``*_constructed.txt``
     and listed in SOURCES.md."""
     names = sorted(p.name for p in FIXTURES.iterdir())

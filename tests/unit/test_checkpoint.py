@@ -1,4 +1,5 @@
-"""checkpoint.py: versioned, checksummed JSON records of prepared claims, replaced atomically (DESIGN §6)."""
+"""checkpoint.py: versioned, checksummed JSON records of prepared claims, replaced atomically
+(docs/architecture.md#durable-state)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""checks.py: what the API server would reject in a device or an inventory (kubelet-dra-protocol §7.1)."""
+"""checks.py: what the API server would reject in a device or an inventory
+(docs/architecture.md#api-objects-and-limits)."""
 
 from __future__ import annotations
 

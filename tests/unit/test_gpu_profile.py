@@ -40,7 +40,15 @@ API_VERSION = f"{DRIVER}/v1alpha1"
 
 @pytest.fixture
 def ctx(tmp_path: Path) -> ProfileContext:
-    return ProfileContext(node_name="node-a", driver_name=DRIVER, fake_devices=3, state_dir=tmp_path)
+    """Simulation allowed as a fallback (``gpu.simulate=fallback``)."""
+    return ProfileContext(node_name="node-a", driver_name=DRIVER, fake_devices=3, state_dir=tmp_path,
+                          options={"gpu.simulate": "fallback"})
+
+
+@pytest.fixture
+def never(ctx: ProfileContext) -> ProfileContext:
+    """No ``simulate`` option: the default, never."""
+    return attrs.evolve(ctx, options={})
 
 
 @pytest.fixture
@@ -127,7 +135,45 @@ async def test_without_pynvml_discovery_simulates_gpus_and_says_why(ctx, no_pynv
     (record,) = [r for r in caplog.records if r.name == "ascend_dra.profiles.gpu"]
     assert record.getMessage() == "gpu discovery falls back to simulated GPUs"
     assert (record.tier, record.devices, record.reason) == (
-        "simulated", 3, "the pynvml module (extra 'nvml', package nvidia-ml-py) is not installed")
+        "simulated", 3, "the pynvml module (extra 'ascend-dra[gpu]', package nvidia-ml-py) is not installed")
+
+
+@pytest.mark.anyio
+async def test_by_default_no_gpu_is_simulated_and_a_missing_pynvml_names_the_extra(never, no_pynvml) -> None:
+    profile = gpu.factory()
+    assert profile.profile_options["simulate"].choices == ("never", "fallback", "always")
+    with pytest.raises(RuntimeError) as raised:
+        await profile.discover(never)
+    assert str(raised.value) == (
+        "profile gpu needs the pynvml module: pip install 'ascend-dra[gpu]' (package nvidia-ml-py), or pass "
+        "--profile-option gpu.simulate=always for simulated GPUs")
+    with pytest.raises(RuntimeError, match=r"ascend-dra\[gpu\]"):
+        profile.preflight({})
+    profile.preflight({"gpu.simulate": "fallback"})  # asked for: simulated GPUs need no pynvml
+    profile.preflight({"simulate": "always"})
+
+
+@pytest.mark.anyio
+async def test_by_default_a_node_without_an_nvidia_driver_publishes_no_gpu(never, monkeypatch, caplog) -> None:
+    def fail() -> None:
+        raise FakeNVMLError("Driver Not Loaded")
+
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(init=fail))
+    caplog.set_level("INFO", logger="ascend_dra.profiles.gpu")
+    inventory = await gpu.factory().discover(never)
+    assert (inventory.source, inventory.devices) == ("nvml", ())
+    (record,) = [r for r in caplog.records if r.name == "ascend_dra.profiles.gpu"]
+    assert record.reason == "NVML could not initialise: Driver Not Loaded"
+    gpu.factory().preflight({})  # pynvml imports: the driver is looked for at discovery
+
+
+@pytest.mark.anyio
+async def test_simulate_always_ignores_nvml(ctx, monkeypatch) -> None:
+    module = fake_pynvml()
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    inventory = await gpu.factory().discover(attrs.evolve(ctx, options={"gpu.simulate": "always"}))
+    assert (inventory.source, len(inventory.devices)) == ("simulated", 3)
+    assert module.calls == []
 
 
 @pytest.mark.anyio

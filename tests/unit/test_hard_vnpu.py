@@ -264,7 +264,8 @@ async def test_startup_repair_destroys_only_ledger_orphans(sim):
 
 
 async def test_second_chip_of_a_two_chip_card_is_cut_with_its_chip_id(tmp_path, monkeypatch):
-    # A 310P Duo card: one NPU ID, chips 0 and 1 (reference ascend.md §1, §5).
+    # A 310P Duo card: one NPU ID, chips 0 and 1 (docs/ascend-hardware.md#chip-families,
+    # docs/ascend-hardware.md#the-ids).
     host = SimHost(tmp_path, chips=((1, 0, 0, 0, "310P3"), (1, 1, 1, 1, "310P3")))
     monkeypatch.setenv(npusmi_sim.ENV_DIR, str(host.sim_dir))
     profile, inventory = await discovered(host)

@@ -1,4 +1,4 @@
-"""The health stream's messages stay within the kubelet's limits (kubelet-dra-protocol.md §5)."""
+"""The health stream's messages stay within the kubelet's limits (docs/architecture.md#health-stream)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The profile author's API: ascend_dra.profiles.base. Its __all__ is pinned so the contract cannot
-grow or shrink by accident (STYLE §2); change this list only with docs/writing-a-profile.md."""
+grow or shrink by accident; change this list only with docs/writing-a-profile.md."""
 
 from ascend_dra.model import AllocatedDevice
 from ascend_dra.profiles import base
@@ -7,8 +7,8 @@ from ascend_dra.profiles import base
 PUBLIC = (
     "API_VERSION_SUFFIX", "AllocatedDevice", "ApplyContext", "Capacity", "CapacityRequestPolicy", "ConfigError",
     "ContainerEdits", "CounterConsumption", "CounterSet", "Device", "DeviceNode", "DeviceTaint", "Inventory",
-    "Mount", "Profile", "ProfileContext", "Version", "config_converter", "decode_config", "parse_quantity",
-    "visible_per_request",
+    "Mount", "Profile", "ProfileContext", "ProfileOption", "Version", "absolute_path", "config_converter",
+    "decode_config", "parse_quantity", "simulate_option", "visible_per_request",
 )
 
 

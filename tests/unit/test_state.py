@@ -333,7 +333,7 @@ async def test_one_claims_profile_crash_does_not_fail_the_batch(tmp_path):
     except RuntimeError as exc:
         pytest.fail(f"BUG (state.py prepare): an unexpected exception from one claim's plan ({exc!r}) escaped "
                     "DeviceState.prepare and failed the whole batch; _plan errors other than PrepareError/"
-                    "ConfigError/ClaimError must become that claim's PrepareError (DESIGN §6)")
+                    "ConfigError/ClaimError must become that claim's PrepareError (docs/architecture.md#durable-state)")
     assert isinstance(results[good["metadata"]["uid"]], list)
     assert isinstance(results[bad["metadata"]["uid"]], PrepareError)
 

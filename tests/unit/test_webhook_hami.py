@@ -1,4 +1,5 @@
-"""HAMi syntax -> claim specs and pod patch (ascend_dra/webhook/hami.py), against ascend.md §12 and the lab."""
+"""HAMi syntax -> claim specs and pod patch (ascend_dra/webhook/hami.py), against
+docs/ascend-hardware.md#hami-dra-conversion and the lab."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ TYPE = ('device.driver == "ascend.project-hami.io" && '
 
 
 def lab_pod() -> dict[str, Any]:
-    """The seed lab's step-4 manifest, as the API server sends it (quantities as strings)."""
+    """Lab 18's step-4 manifest, as the API server sends it (quantities as strings)."""
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "ascend-share-a", "namespace": "dra-ascend-e2e",
                          "labels": {"hami.io/webhook": "ignore"},

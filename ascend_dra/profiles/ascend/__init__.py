@@ -6,5 +6,5 @@ catalogue), :mod:`.chip` (one discovered chip and its three IDs), the tiers :mod
 :mod:`.devfs`, :mod:`.simulated`, the chain :mod:`.discovery`, then :mod:`.attributes`,
 :mod:`.config`, :mod:`.host`, :mod:`.profile` and the two profiles :mod:`.npu310p`, :mod:`.npu910`.
 The soft-split profile :mod:`.vnpu_core` adds :mod:`.versioninfo`, :mod:`.vnpu_core_host`,
-:mod:`.vnpu_core_prereq`, :mod:`.vnpu_core_quota`; :mod:`.labnode` simulates the seed lab's node.
+:mod:`.vnpu_core_prereq`, :mod:`.vnpu_core_quota`; :mod:`.labnode` simulates Lab 18's node.
 """

@@ -1,14 +1,14 @@
 """Value conversions shared by the npu-smi parsers.
 
 npu-smi prints an absent or unsupported value as ``NA``, ``-`` or a sentence such as
-``NA: Currently, query is not supported`` (reference ascend.md §4.2). These helpers turn such
+``NA: Currently, query is not supported`` (docs/ascend-hardware.md#npu-smi-output-format). These helpers turn such
 values into None, and anything else that is not a number into an :class:`NpuSmiParseError`,
 so a sentinel can never be published as a number.
 
 A second kind of sentinel is numeric: DCMI answers a query it does not support with the code
 8255 ("not supported"; the peer driver publishes it as ``aicore: 8255`` / ``memory: 8255Mi``,
-reference ascend.md §11.6), and the tools pass it through as if it were the value. DCMI
-return codes are negative (``ret is -8005``, reference ascend.md §3), so ``-8255`` is the same
+docs/ascend-hardware.md#peer-gaps), and the tools pass it through as if it were the value. DCMI
+return codes are negative (``ret is -8005``, docs/ascend-hardware.md#hard-vnpu-templates), so ``-8255`` is the same
 code with its sign. :func:`to_amount` reads a quantity (a capacity, a total, a count) and
 turns both into None, like ``NA``; use it for every value that can become a published amount.
 """

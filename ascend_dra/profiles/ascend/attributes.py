@@ -1,6 +1,6 @@
-"""How a discovered chip is published: device name, attributes and capacities (DESIGN §5).
+"""How a discovered chip is published: device name, attributes and capacities (docs/architecture.md#names).
 
-API limits (shared reference kubelet-dra-protocol.md §7.1): names are C identifiers of at most 32
+API limits (docs/architecture.md#api-objects-and-limits): names are C identifiers of at most 32
 characters; string and version values at most 64 characters; versions are semver 2.0.0; at most
 32 attributes and capacities per device; device names are DNS labels of at most 63. A value that
 would break a limit is omitted (and logged), never published: one odd npu-smi value must not get
@@ -8,7 +8,7 @@ the whole ResourceSlice rejected.
 
 Common attributes: ``type`` (``npu``), ``index`` (logic ID), ``physicalID``, ``npuID``, ``chipID``,
 ``chipName``, ``productName`` (= chip name; what HAMi-DRA's ``hami.io/use-nputype`` matches,
-reference ascend.md §11.2), ``chipFamily``, ``memoryType`` (``HBM``/``DDR``), ``numaNode``,
+docs/ascend-hardware.md#peer-attributes), ``chipFamily``, ``memoryType`` (``HBM``/``DDR``), ``numaNode``,
 ``pciAddress``, ``uuid`` (VDie ID), ``driverVersion`` (a version, only when the driver version is
 semver, e.g. ``25.5.1``) and ``driverRelease`` (the driver version as printed, a string, always
 when known, e.g. ``24.1.rc1.b030``, which is not semver). Capacities: ``memory`` (MiB as a
@@ -81,8 +81,9 @@ WHOLE_CHIP = 0
 def device_name(chip: NpuChip) -> str:
     """``npu-<logicID>-0``: the logic ID and the partition index (0 = the whole chip).
 
-    This is the name Project-HAMi's ascend-dra-driver gives a whole chip (reference ascend.md
-    §11.1). It is built only from what every discovery tier knows the same way, so a switch from
+    This is the name Project-HAMi's ascend-dra-driver gives a whole chip
+    (docs/ascend-hardware.md#the-hami-ascend-dra-driver). It is built only from what every discovery tier knows the
+    same way, so a switch from
     the npu-smi tier to the devfs tier does not rename a device: the chip ID (``-c``) is known
     only to npu-smi and is published as the ``chipID`` attribute instead
     (docs/ascend-discovery.md, "Device names").

@@ -1,6 +1,6 @@
 """One discovered chip: the record every discovery tier produces and both profiles consume.
 
-The three ID kinds are kept apart (reference ascend.md §5, "The IDs"):
+The three ID kinds are kept apart (docs/ascend-hardware.md#the-ids, "The IDs"):
 
 * ``npu_id`` -- npu-smi's card number; what ``npu-smi ... -i`` takes. Not an index (4, 5 on the
   Lab 18 host; 215 on a 310 sample). Only the npu-smi tier knows it.
@@ -8,8 +8,9 @@ The three ID kinds are kept apart (reference ascend.md §5, "The IDs"):
   (``npu-<logicID>-0``, see :func:`.attributes.device_name`) and the ``index`` attribute use it, as
   Project-HAMi's ascend-dra-driver does.
 * ``physical_id`` -- the hardware chip number: ``/dev/davinci<physicalID>`` and
-  ``ASCEND_VISIBLE_DEVICES`` (the Ascend Docker Runtime reads physical IDs, reference ascend.md §5
-  and §8). Lab 18: NPU IDs 4/5, physical IDs 0/2, logic IDs 0/1 -- three different numbers.
+  ``ASCEND_VISIBLE_DEVICES`` (the Ascend Docker Runtime reads physical IDs, docs/ascend-hardware.md#the-ids,
+  docs/ascend-hardware.md#ascend-docker-runtime). Lab 18: NPU IDs 4/5, physical IDs 0/2, logic IDs 0/1 -- three
+  different numbers.
 
 ``chip_id`` is the chip's index inside its NPU (0, 1 on a 310P Duo or a 910C's two dies). Only
 npu-smi knows it: the devfs tier leaves it None (the ``chipID`` attribute is then omitted), which
@@ -91,6 +92,6 @@ class DroppedChip:
         return f"{head}{f' ({inner})' if inner else ''}: {self.reason}"
 
     def log_fields(self) -> dict[str, object]:
-        """The record as log fields (DESIGN naming: ``physical_id``, ``logic_id``, ...)."""
+        """The record as log fields (docs/architecture.md#names: ``physical_id``, ``logic_id``, ...)."""
         return {"reason": self.reason, "physical_id": self.physical_id, "logic_id": self.logic_id,
                 "npu_id": self.npu_id, "chip_id": self.chip_id, "chip_name": self.chip_name}

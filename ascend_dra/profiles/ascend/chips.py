@@ -1,7 +1,8 @@
 """The Ascend chip catalogue: families, PCI device IDs, and per-model facts we cannot read from npu-smi.
 
-Every fact cites reference ascend.md (the shared reference): §1 (families, chip names, PCI device
-IDs, memory kind), §2 (AI cores per model, per-chip DVPP engines). Values the node reports itself
+Every fact cites docs/ascend-hardware.md: docs/ascend-hardware.md#chip-families (families, chip names, PCI device
+IDs, memory kind), docs/ascend-hardware.md#compute-and-memory (AI cores per model, per-chip DVPP engines). Values the
+node reports itself
 (``Aicore Count`` of ``npu-smi info -t common``, memory totals of ``npu-smi info``) win over this
 table; the table fills gaps (310P has no ``Aicore Count`` line) and serves simulated devices.
 """
@@ -30,7 +31,7 @@ HUAWEI_PCI_VENDOR = "0x19e5"
 
 
 class ChipFamily(enum.StrEnum):
-    """Chip generation, published as attribute ``chipFamily`` (reference ascend.md §1)."""
+    """Chip generation, published as attribute ``chipFamily`` (docs/ascend-hardware.md#chip-families)."""
 
     ASCEND310 = "Ascend310"
     ASCEND310B = "Ascend310B"
@@ -42,13 +43,14 @@ class ChipFamily(enum.StrEnum):
 
 
 class MemoryKind(enum.StrEnum):
-    """What the ``memory`` capacity counts: HBM on the 910 family, DDR on 310/310P (DESIGN §5)."""
+    """What the ``memory`` capacity counts: HBM on the 910 family, DDR on 310/310P (docs/architecture.md#names)."""
 
     HBM = "HBM"
     DDR = "DDR"
 
 
-#: PCI device ID (lower-case hex) -> family (reference ascend.md §1, from the npu-smi source and mind-cluster).
+#: PCI device ID (lower-case hex) -> family (docs/ascend-hardware.md#chip-families, from the npu-smi source and
+#: mind-cluster).
 PCI_DEVICE_FAMILY: Mapping[str, ChipFamily] = {
     "0xd100": ChipFamily.ASCEND310,
     "0xd105": ChipFamily.ASCEND310B,
@@ -67,7 +69,7 @@ _MEMORY_KIND = {
 }
 
 # Chip-name patterns, most specific first. 910B and 310P follow mind-cluster ascend-common/devmanager
-# (reference ascend.md §1); "310Pvir01" is a 310P hard vNPU seen inside a container; "MiniD" is
+# (docs/ascend-hardware.md#chip-families); "310Pvir01" is a 310P hard vNPU seen inside a container; "MiniD" is
 # how ``npu-smi info -m`` names the 310.
 _NAME_PATTERNS: tuple[tuple[re.Pattern[str], ChipFamily], ...] = (
     (re.compile(r"^(910B\d|A2G\d)"), ChipFamily.ASCEND910B),
@@ -98,7 +100,7 @@ class ChipModel:
     dvpp: Mapping[str, int] = attrs.field(factory=dict)
 
 
-#: Known models. Sources (reference ascend.md §2): 310P3 8 AIC / 7 AICPU, 21527 MiB allocatable DDR
+#: Known models. Sources (docs/ascend-hardware.md#compute-and-memory): 310P3 8 AIC / 7 AICPU, 21527 MiB allocatable DDR
 #: and the DVPP engines of the "Atlas inference, 310P (8 AIC)" row; 910B1 24 AIC (``Aicore Count : 24``
 #: in ``910B1_info_-t_common_-i_1.txt``); 910B2 24/6; 910B3, 910B4, 910B4-1 20/7; 910C 20/7 per die;
 #: 910A 32 AIC in ``910A_info_-t_common_-i_0_with_mcu.txt`` (30 on other 910A, so None here);

@@ -1,6 +1,6 @@
 """Opaque config ``kind: NpuConfig`` of the ``npu-310P`` and ``npu-910`` profiles.
 
-apiVersion ``<driver-name>/v1alpha1`` (DESIGN §5); JSON keys in camelCase, unknown keys rejected
+apiVersion ``<driver-name>/v1alpha1`` (docs/architecture.md#names); JSON keys in camelCase, unknown keys rejected
 (:func:`ascend_dra.profiles.base.decode_config`). Only what a workload can really choose for a
 whole chip: how CANN logs, and whether the node's management tools are visible in the container.
 Example::
@@ -21,7 +21,7 @@ from ascend_dra.profiles.base import ConfigError
 __all__ = ("LOG_LEVEL_ENV", "LOG_TO_STDOUT_ENV", "LogLevel", "NpuConfig", "log_level_number", "validate_config")
 
 #: CANN's global log level variable: 0 debug, 1 info, 2 warning, 3 error, 4 null (CANN
-#: "Environment Variables" reference; not in the shared references **[U]**).
+#: "Environment Variables" reference; not among the sources of docs/ascend-hardware.md **[U]**).
 LOG_LEVEL_ENV = "ASCEND_GLOBAL_LOG_LEVEL"
 #: CANN: ``1`` prints logs to stdout instead of files under ``~/ascend/log`` (same source **[U]**).
 LOG_TO_STDOUT_ENV = "ASCEND_SLOG_PRINT_TO_STDOUT"
@@ -57,7 +57,7 @@ class NpuConfig:
     :ivar log_to_stdout: ``logToStdout``: CANN logs to stdout (env ``ASCEND_SLOG_PRINT_TO_STDOUT=1``),
         so ``kubectl logs`` shows them. Default false (the variable is not set).
     :ivar mount_tools: ``mountTools``: mount ``/usr/local/dcmi`` and ``/usr/local/bin/npu-smi``
-        read-only (the Ascend Docker Runtime's ``base.list`` does, reference ascend.md §7). Default
+        read-only (the Ascend Docker Runtime's ``base.list`` does, docs/ascend-hardware.md#driver-paths). Default
         true; false for workloads that must not query or configure the chip.
     """
 

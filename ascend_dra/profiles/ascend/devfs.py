@@ -1,9 +1,9 @@
 """The devfs/sysfs discovery tier, and the sysfs look-ups the npu-smi tier shares.
 
-Used when npu-smi is missing or broken (the seed design's chain: npu-smi -> ``/dev/davinci*`` +
+Used when npu-smi is missing or broken (the chain of docs/ascend-discovery.md: npu-smi -> ``/dev/davinci*`` +
 sysfs -> simulated). What it can know:
 
-* physical IDs: one ``/dev/davinci<N>`` per chip, N = physical ID (reference ascend.md §6;
+* physical IDs: one ``/dev/davinci<N>`` per chip, N = physical ID (docs/ascend-hardware.md#device-nodes;
   ``910B1_dev_layout.txt`` shows ``davinci0``..``davinci7`` beside ``davinci_manager``);
 * logic IDs: the rank of N among the node's davinci numbers. DCMI numbers logic IDs 0..n-1 in
   physical order (Lab 18: physical 0, 2 -> logic 0, 1) **[U: inferred from one host]**;
@@ -12,7 +12,7 @@ sysfs -> simulated). What it can know:
   driver provides one **[U: class name not documented]**, else the family alone when every Huawei
   PCI function of the node has the same device ID (``<sys>/bus/pci/devices/*/vendor|device``);
   NUMA from ``<sys>/bus/pci/devices/<address>/numa_node`` (mind-cluster device plugin, reference
-  ascend.md §1; ``-1`` means none).
+  docs/ascend-hardware.md#chip-families; ``-1`` means none).
 
 It does not know the chip model, memory, AI cores, NPU ID or UUID; those attributes are omitted.
 All file reads here are blocking and meant to run in a worker thread (:func:`scan`).

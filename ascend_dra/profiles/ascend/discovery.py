@@ -1,4 +1,4 @@
-"""The discovery chain: npu-smi -> ``/dev/davinci*`` + sysfs -> simulated (the seed design's order).
+"""The discovery chain: npu-smi -> ``/dev/davinci*`` + sysfs -> simulated (the order of docs/ascend-discovery.md).
 
 The first tier that answers wins and is returned as ``source`` (``npu-smi``, ``devfs``,
 ``simulated``; it becomes ``Inventory.source``) and logged at INFO with the field ``tier``. A

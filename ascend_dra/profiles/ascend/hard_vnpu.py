@@ -17,16 +17,18 @@ second profile's duplicates).
 
 **vNPU IDs are chosen at publish time.** The daemon computes a claim's CDI spec before its side
 effects run, so the ID the container gets must be known then: each instance device has a fixed vNPU
-ID ``physicalID x 16 + 100 + k`` (reference ascend.md §3), passed to ``npu-smi set -t create-vnpu -v``
+ID ``physicalID x 16 + 100 + k`` (docs/ascend-hardware.md#hard-vnpu-templates), passed to
+``npu-smi set -t create-vnpu -v``
 and read back with ``info -t info-vnpu``. When a chip has more instance devices than vNPU IDs (a
 310P3 has 20 devices and 8 IDs), devices that share an ID also consume a ``vnpu-id-<k>`` counter of 1,
 so the scheduler never allocates two of them at once (it then takes another instance).
 
-Container edits of a vNPU (reference ascend.md §6, §8): ``/dev/vdavinci<vnpuID>`` (host path under
+Container edits of a vNPU (docs/ascend-hardware.md#device-nodes, docs/ascend-hardware.md#ascend-docker-runtime):
+``/dev/vdavinci<vnpuID>`` (host path under
 the ``vnpu-dev-dir`` option, default ``/dev``), the shared nodes and driver mounts of the whole-chip
 profiles, ``ASCEND_VISIBLE_DEVICES=<vnpuIDs of the request>`` and ``ASCEND_RUNTIME_OPTIONS=VIRTUAL``.
 ``ASCEND_VNPU_SPECS`` is **not** set: with it the Ascend Docker Runtime creates a vNPU of its own
-(reference ascend.md §8), and ours exists already. An admin-access claim on a vNPU device creates
+(docs/ascend-hardware.md#ascend-docker-runtime), and ours exists already. An admin-access claim on a vNPU device creates
 nothing and gets the chip's ``/dev/davinci<physicalID>`` (to watch the chip).
 
 Profile options: ``hard-vNPU.simulate`` (as the whole-chip profiles), ``hard-vNPU.vnpu-dev-dir``,
@@ -63,6 +65,9 @@ from ascend_dra.profiles.base import (
     DeviceNode,
     Inventory,
     ProfileContext,
+    ProfileOption,
+    absolute_path,
+    simulate_option,
     visible_per_request,
 )
 
@@ -70,7 +75,7 @@ __all__ = ("RUNTIME_OPTIONS_ENV", "HardVnpuProfile", "factory", "vnpu_device_nam
 
 logger = logging.getLogger(__name__)
 
-#: ``VIRTUAL``: the Ascend Docker Runtime option for virtual devices (reference ascend.md §8).
+#: ``VIRTUAL``: the Ascend Docker Runtime option for virtual devices (docs/ascend-hardware.md#ascend-docker-runtime).
 RUNTIME_OPTIONS_ENV = "ASCEND_RUNTIME_OPTIONS"
 TYPE_VNPU = "vnpu"
 
@@ -97,6 +102,13 @@ class HardVnpuProfile(AscendChipProfile):
     families = frozenset({ChipFamily.ASCEND310P, ChipFamily.ASCEND910, ChipFamily.ASCEND910B,
                           ChipFamily.ASCEND910C})
     simulated_model = MODELS["910B4"]
+    profile_options: Mapping[str, ProfileOption] = {
+        "simulate": simulate_option(),
+        "vnpu-dev-dir": ProfileOption("where the driver creates /dev/vdavinci<id> nodes (default /dev)",
+                                      check=absolute_path),
+        "boot-id-file": ProfileOption("the boot id the vNPU ledger compares (default --boot-id-file)",
+                                      check=absolute_path),
+    }
 
     def option(self, ctx: ProfileContext, key: str, default: str) -> str:
         """Profile option ``hard-vNPU.<key>`` (or ``<key>``)."""
@@ -244,8 +256,8 @@ class HardVnpuProfile(AscendChipProfile):
         """Create a vNPU for every vNPU device of the claim (see :meth:`.vnpu_ops.VnpuOps.create_all`).
 
         A whole chip creates nothing, but is refused while npu-smi lists vNPUs on it: the counters
-        keep our vNPUs and whole chips apart, so those were made outside ascend-dra (the seed
-        design's whole-chip boundary).
+        keep our vNPUs and whole chips apart, so those were made outside ascend-dra (a whole chip and its
+        vNPUs are never allocated together, docs/hard-vnpu.md).
 
         :return: ``{"vnpus": [ledger entry JSON, ...]}`` (stored in the checkpoint).
         :raises VnpuError: a vNPU could not be made (those made by this call are destroyed first),

@@ -1,6 +1,7 @@
 """The node's Ascend device nodes and driver files that a container needs, and which of them exist.
 
-Sources (reference ascend.md §6, §7): every NPU container needs ``/dev/davinci<physicalID>`` and
+Sources (docs/ascend-hardware.md#device-nodes, docs/ascend-hardware.md#driver-paths): every NPU container needs
+``/dev/davinci<physicalID>`` and
 the shared ``/dev/davinci_manager``, ``/dev/devmm_svm``, ``/dev/hisi_hdc`` (the Ascend Docker
 Runtime and mind-cluster's CDI inject these four); ``/dev/dvpp_cmdlist`` exists on 310P/910 for
 media work. The driver is mounted read-only: ``/usr/local/Ascend/driver/lib64`` (libdcmi,

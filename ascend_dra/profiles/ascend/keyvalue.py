@@ -2,12 +2,12 @@
 ``-t common``, ``-t health``, ``-t device-share`` (and the generic form of any other ``-t``).
 
 Real npu-smi prints ``\\t%-30s : %s``; published samples show a TAB, 8 spaces or no indent, and
-sometimes trailing spaces (reference ascend.md §4.2), so keys and values are stripped. A blank
+sometimes trailing spaces (docs/ascend-hardware.md#npu-smi-output-format), so keys and values are stripped. A blank
 line separates blocks. Every unit is the one npu-smi prints: memory in **MiB** (npu-smi says
 ``MB``; the numbers are binary, e.g. ``HBM Capacity(MB) : 65536`` for 64 GiB), rates in percent,
 frequencies in MHz, power in W, temperature in °C. Unknown keys are kept in ``fields`` (newer
 npu-smi adds keys); a line that is not ``key : value`` raises :class:`NpuSmiParseError`.
-Samples: ``tests/fixtures/npu-smi/`` (copied from the shared ``reference/npu-smi/``).
+Samples: ``tests/fixtures/npu-smi/`` (real outputs; provenance in its ``SOURCES.md``).
 """
 
 from __future__ import annotations
@@ -245,7 +245,7 @@ class ChipBoardInfo:
     :ivar chip_name: ``Chip Name`` (``910B4``, ``Ascend910`` on A3; anonymised ``xxx`` in some samples).
     :ivar npu_name: ``NPU Name`` (A3 only, e.g. ``9392`` -> SoC ``Ascend910_9392``).
     :ivar vdie_id: ``VDie ID`` (or ``Die ID`` on 310P) as five upper-case groups joined by ``-``
-        (the HAMi device UUID convention, reference ascend.md §13); None when absent.
+        (the HAMi device UUID convention, docs/ascend-hardware.md#hami-device-plugin-conventions); None when absent.
     :ivar ndie_id: ``NDie ID`` in the same form.
     """
 
@@ -536,7 +536,7 @@ def parse_health(text: str, *, command: str = "npu-smi info -t health -i <N> -c 
 
 @attrs.frozen
 class DeviceShare:
-    """Device-share mode of one chip (needed by HAMi soft splitting, reference ascend.md §9)."""
+    """Device-share mode of one chip (needed by HAMi soft splitting, docs/ascend-hardware.md#device-share-mode)."""
 
     npu_id: int
     chip_id: int

@@ -1,6 +1,7 @@
 """A simulated Lab 18 node: two Ascend 310P3 chips behind an npu-smi stand-in, and a fake host root.
 
-The seed lab's server (reference ascend.md §5, §11.3; ``310P3_info.txt``, ``310P3_info_-t_device-share.txt``):
+Lab 18's server (docs/ascend-hardware.md#the-ids, docs/ascend-hardware.md#peer-capacities; ``310P3_info.txt``,
+``310P3_info_-t_device-share.txt``):
 NPU IDs 4 and 5, chip 0 each, logic IDs 0/1, physical IDs 0/2, PCIe ``0000:81:00.0`` / ``0000:85:00.0``,
 21525 MiB of DDR each, VDie IDs ``68496E64-20E05477-92C31323-6E78030A-BD003019`` and
 ``D8496E64-20C101B1-C0D42F23-AED8030A-40003039``, driver 25.5.1, firmware 7.8.0.6.201, device-share on.
@@ -15,7 +16,8 @@ NPU IDs 4 and 5, chip 0 each, logic IDs 0/1, physical IDs 0/2, PCIe ``0000:81:00
   common -i N``, ``info -t phyid-remap -p P`` (``key:value``, no space) and ``info -t device-share
   [-i N]``, read from ``state/`` at each call.
   ``set -t device-share -i N [-c C] -d 0|1`` asks the real security question and exits **200**
-  when stdin gives no answer (§4.1); on ``Y`` it changes ``state/`` and prints ``Status : OK``
+  when stdin gives no answer (docs/ascend-hardware.md#npu-smi-commands); on ``Y`` it changes ``state/`` and prints
+  ``Status : OK``
   **[U: the real success text is not in the references]**. Anything else: exit 1 with
   ``Error: <args>: not simulated by the ascend-dra lab node`` on stderr;
 * ``dev/`` -- ``davinci0``, ``davinci2``, ``davinci_manager``, ``devmm_svm``, ``hisi_hdc``: character
@@ -72,7 +74,7 @@ LAB_CHIPS = (
 
 
 def _kv(key: str, value: object) -> str:
-    """One key/value line as npu-smi prints it (``\\t%-30s : %s``, reference ascend.md §4.2)."""
+    """One key/value line as npu-smi prints it (``\\t%-30s : %s``, docs/ascend-hardware.md#npu-smi-output-format)."""
     return f"\t{key:<30} : {value}"
 
 
@@ -95,7 +97,8 @@ def render_info(chips: Sequence[LabChip]) -> str:
 
 
 def render_mapping(chips: Sequence[LabChip]) -> str:
-    """``npu-smi info -m``: header and ``\\t%-30d %-30d %-30d %s %s`` rows (§4.2)."""
+    """``npu-smi info -m``: header and ``\\t%-30d %-30d %-30d %s %s`` rows
+    (docs/ascend-hardware.md#npu-smi-output-format)."""
     lines = [f"\t{'NPU ID':<30} {'Chip ID':<30} {'Chip Logic ID':<30} Chip Name"]
     lines += [f"\t{c.npu_id:<30} {c.chip_id:<30} {c.logic_id:<30} Ascend {c.name}" for c in chips]
     return "\n".join(lines) + "\n"
@@ -125,7 +128,8 @@ def render_chip_board(chip: LabChip) -> str:
 
 def render_phyid_remap(chip: LabChip) -> str:
     """``npu-smi info -t phyid-remap -p <physical ID>``: ``key:value`` lines, no space after the colon
-    (reference ascend.md §5; key spellings as the constructed ``910C_A3_info_-t_phyid-remap_*`` samples **[U]**)."""
+    (docs/ascend-hardware.md#the-ids; key spellings as the constructed ``910C_A3_info_-t_phyid-remap_*`` samples
+    **[U]**)."""
     return "\n".join(f"\t{key}:{value}" for key, value in (
         ("Chip Phy-ID", chip.physical_id), ("Chip Logic ID", chip.logic_id), ("NPU ID", chip.npu_id),
         ("Chip ID", chip.chip_id))) + "\n"

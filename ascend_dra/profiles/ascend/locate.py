@@ -1,7 +1,8 @@
 """Finding the npu-smi executable: ``--npu-smi`` as given, else ``$PATH``, else the driver's install locations.
 
 The driver package installs npu-smi at ``/usr/local/bin/npu-smi``, ``/usr/local/sbin/npu-smi`` or
-``/usr/local/Ascend/driver/tools/npu-smi`` (reference ascend.md §4 "Binary locations" and §7).
+``/usr/local/Ascend/driver/tools/npu-smi`` (docs/ascend-hardware.md#npu-smi "Binary locations" and
+docs/ascend-hardware.md#driver-paths).
 These are often not on the ``PATH`` of a DaemonSet's container or of a systemd unit, and a node
 whose npu-smi is not found falls back to the devfs tier and loses uuid, memory and AI cores. So
 when ``--npu-smi`` is the default bare name and ``$PATH`` lacks it, those locations are searched
@@ -22,7 +23,7 @@ __all__ = ("DEFAULT_NPU_SMI", "STANDARD_LOCATIONS", "LocatedNpuSmi", "locate_npu
 
 #: The default of ``--npu-smi`` (``ProfileContext.npu_smi``): a bare name, looked up.
 DEFAULT_NPU_SMI = "npu-smi"
-#: Where the driver package puts npu-smi, in the order reference ascend.md §4 lists them (host paths).
+#: Where the driver package puts npu-smi, in the order docs/ascend-hardware.md#npu-smi lists them (host paths).
 STANDARD_LOCATIONS = (
     "/usr/local/bin/npu-smi",
     "/usr/local/sbin/npu-smi",

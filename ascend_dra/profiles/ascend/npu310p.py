@@ -2,12 +2,12 @@
 
 A 310P Duo card (two chips per NPU, ``310P-duo_*`` samples) gives two devices; an Atlas 300 card
 with four 310 chips (``310_info_atlas800-3000_4chips-per-card_npu-smi-21.0.4.txt``) gives four.
-``memory`` is DDR (the 310 family has no HBM; reference ascend.md §1), e.g. ``21525Mi`` on a 310P3
+``memory`` is DDR (the 310 family has no HBM; docs/ascend-hardware.md#chip-families), e.g. ``21525Mi`` on a 310P3
 with driver 25.5.1 (``310P3_info.txt``).
 
 Extra attributes: the chip's media (DVPP) engines where a source gives them -- ``dvppVpc``,
 ``dvppVdec``, ``dvppJpegd``, ``dvppJpege``, ``dvppVenc`` (310P3: 12, 12, 16, 8, 3 per the hiascend
-"Atlas inference, 310P (8 AIC)" row, reference ascend.md §2), so video pipelines can select chips
+"Atlas inference, 310P (8 AIC)" row, docs/ascend-hardware.md#compute-and-memory), so video pipelines can select chips
 with ``device.attributes["<driver>"].dvppVdec >= 12``. Unknown for the 310: omitted.
 """
 

@@ -1,7 +1,7 @@
 """The ``npu-910`` profile: whole Ascend 910, 910B and 910C chips (training), one device per chip.
 
 A 910C (A3) NPU has two dies, each its own chip in npu-smi (``Chip`` 0 and 1, own ``Phy-ID``) and
-its own device here, with 64 GiB of HBM each (reference ascend.md §1). ``memory`` is HBM
+its own device here, with 64 GiB of HBM each (docs/ascend-hardware.md#chip-families). ``memory`` is HBM
 (``HBM-Usage(MB)`` total of ``npu-smi info``, e.g. ``65536Mi`` on a 910B3, ``910B3_info.txt``).
 
 Extra attributes from ``npu-smi info -t topo`` (``910B3_info_-t_topo.txt``), when it answers:

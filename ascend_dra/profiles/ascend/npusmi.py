@@ -4,7 +4,7 @@ The executable comes from ``ProfileContext.npu_smi`` (CLI ``--npu-smi PATH``). E
 under ``anyio.fail_after(timeout_s)``; on the deadline the process is killed by ``run_process``'s
 cancellation. stdin is ``/dev/null`` so a command that prompts (``set -t device-share``) cannot hang
 on input, and the locale is forced to ``C`` because npu-smi also has a Chinese printer
-(``npu_info_print_ch.c``, reference ascend.md §4.2). A limiter keeps at most a few npu-smi
+(``npu_info_print_ch.c``, docs/ascend-hardware.md#npu-smi-output-format). A limiter keeps at most a few npu-smi
 processes alive at once (each one opens the driver's management channel).
 """
 
@@ -25,7 +25,7 @@ __all__ = ("DEFAULT_CONCURRENCY", "DEFAULT_TIMEOUT_S", "NpuSmi")
 logger = logging.getLogger(__name__)
 
 #: Seconds one npu-smi call may take. A healthy call takes well under a second; a wedged driver
-#: (reference ascend.md §9: a mismatched libvnpu.so hangs npu-smi) must not stall discovery.
+#: (docs/ascend-hardware.md#device-share-mode: a mismatched libvnpu.so hangs npu-smi) must not stall discovery.
 DEFAULT_TIMEOUT_S = 10.0
 #: npu-smi processes alive at once.
 DEFAULT_CONCURRENCY = 4

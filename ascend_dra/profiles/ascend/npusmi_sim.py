@@ -9,7 +9,7 @@ state in the directory named by ``$ASCEND_NPU_SMI_SIM_DIR``:
   ``/dev/null``, when we may ``mknod``, else empty files);
 * ``vnpus.json``: the vNPUs that exist (updated under an ``flock``, replaced atomically).
 
-It answers, in the formats of the captures in the shared reference's ``npu-smi/`` directory:
+It answers, in the formats of the captures in ``tests/fixtures/npu-smi/``:
 ``info`` (the 910 layout of ``910B3_info.txt``, the 310P layout of ``310P3_info.txt``), ``info -m``
 (``910B4_info_-m_with_Mcu.txt``), ``info -t template-info [-i N]`` (``+===+`` rule on 310P as in
 ``310P3_info_-t_template-info_drv22.0.4.txt``, ``|===|`` on 910B as in
@@ -18,7 +18,8 @@ gives in full, so other models exercise the profile's table fallback), ``info -t
 (``910B4_A2-inference_info_-t_info-vnpu_empty_and_2vnpus.txt``), ``set -t create-vnpu -i N -c C -f T
 [-v ID]`` and ``set -t destroy-vnpu -i N -c C -v ID`` (key/value ``Status``/``Message``).
 
-Rules enforced on create (reference ascend.md §2, §3): the template must be one of the chip's;
+Rules enforced on create (docs/ascend-hardware.md#compute-and-memory, docs/ascend-hardware.md#hard-vnpu-templates):
+the template must be one of the chip's;
 the vNPU ID must be ``physicalID x 16 + 100 + k`` with k below the chip's ID count and unused;
 at most ``max_vnpus`` vNPUs; AI cores, memory, AICPUs and engines must fit what is free. The error
 texts and exit status (1 for a rule, 2 for bad arguments) are ours **[U]**: no capture of a failing
@@ -44,7 +45,8 @@ __all__ = ("ENV_DIR", "main", "write_host")
 
 ENV_DIR = "ASCEND_NPU_SMI_SIM_DIR"
 DRIVER_VERSION = "25.5.1"
-#: Models whose every template the reference gives with all engine counts (§3.1, §3.3).
+#: Models whose every template the reference gives with all engine counts (docs/ascend-hardware.md#310p-templates,
+#: docs/ascend-hardware.md#910b-and-a3-templates).
 _TEMPLATE_INFO_MODELS = ("310P3", "910B4")
 
 

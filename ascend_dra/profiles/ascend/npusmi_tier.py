@@ -52,7 +52,7 @@ __all__ = ("HCCS_LINKS", "TOPOLOGY_FAMILIES", "NpuSmiAnswer", "discover_npu_smi"
 logger = logging.getLogger(__name__)
 
 #: Link kinds of ``-t topo`` that count as HCCS (``SIO`` joins the two dies of a 910C, ``HCCS_SW``
-#: goes through an HCCS switch; reference ascend.md §4.1).
+#: goes through an HCCS switch; docs/ascend-hardware.md#npu-smi-commands).
 HCCS_LINKS = frozenset({"HCCS", "HCCS_SW", "SIO"})
 #: Families whose chips are linked by HCCS, so ``-t topo`` is worth a call.
 TOPOLOGY_FAMILIES = frozenset({ChipFamily.ASCEND910, ChipFamily.ASCEND910B, ChipFamily.ASCEND910C})
@@ -306,7 +306,7 @@ def with_topology(chips: list[NpuChip], topo: Topology) -> tuple[list[NpuChip], 
 
     ``NPU<k>`` labels are NPU (card) IDs, so every chip of NPU k (both dies of a 910C, the chips
     of a multi-chip card) takes row k; ``Phy-ID<k>`` labels (A3) are physical IDs (reference
-    ascend.md §5). Groups are renumbered ``hccs-0``, ``hccs-1``, ... in order of their lowest
+    docs/ascend-hardware.md#the-ids). Groups are renumbered ``hccs-0``, ``hccs-1``, ... in order of their lowest
     logic ID. A label that names no chip of the node, or a chip that no label names, is logged
     and reported in the returned notes; the chips that do match keep their topology.
 

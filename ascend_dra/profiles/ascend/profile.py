@@ -6,15 +6,16 @@ the chips of its families and adds its own attributes (:meth:`AscendChipProfile.
 A chip whose family nobody could determine belongs to no profile: each profile logs it as not
 published, with the reason, and lists it in :meth:`AscendChipProfile.discovery_notes`.
 
-Container edits per allocated device (reference ascend.md §5-§8):
+Container edits per allocated device (docs/ascend-hardware.md#the-ids, docs/ascend-hardware.md#ascend-docker-runtime):
 
 * device nodes ``/dev/davinci<physicalID>`` and the shared nodes that exist on the node
   (:mod:`.host`); on the simulated tier the chip's node is backed by ``/dev/null``;
 * read-only mounts of the driver (``lib64``, ``version.info``) and, unless ``mountTools: false``,
   ``/usr/local/dcmi`` and ``/usr/local/bin/npu-smi`` -- each only if it exists on the node;
 * ``ASCEND_VISIBLE_DEVICES`` = the **physical IDs** of every device of the same request, sorted and
-  comma-joined (the Ascend Docker Runtime reads physical IDs, reference ascend.md §5 "Which consumer
-  needs which ID" and §8), so all devices a container receives together agree on it;
+  comma-joined (the Ascend Docker Runtime reads physical IDs, docs/ascend-hardware.md#the-ids "Which consumer
+  needs which ID" and docs/ascend-hardware.md#ascend-docker-runtime), so all devices a container receives together
+  agree on it;
 * CANN logging from :class:`NpuConfig`.
 
 Profile options (``ProfileContext.options``, keys ``<profile>.<key>`` or ``<key>``):
@@ -67,6 +68,8 @@ from ascend_dra.profiles.base import (
     Inventory,
     Mount,
     ProfileContext,
+    ProfileOption,
+    simulate_option,
     visible_per_request,
 )
 
@@ -74,11 +77,11 @@ __all__ = ("VISIBLE_DEVICES_ENV", "AscendChipProfile")
 
 logger = logging.getLogger(__name__)
 
-#: Read by the Ascend Docker Runtime: physical IDs, comma-separated (reference ascend.md §8).
+#: Read by the Ascend Docker Runtime: physical IDs, comma-separated (docs/ascend-hardware.md#ascend-docker-runtime).
 VISIBLE_DEVICES_ENV = "ASCEND_VISIBLE_DEVICES"
 
 
-#: ``npu-smi info`` chip ``Health`` values (npu_chip_info.c, reference ascend.md §4) -> healthy?
+#: ``npu-smi info`` chip ``Health`` values (npu_chip_info.c, docs/ascend-hardware.md#npu-smi) -> healthy?
 CHIP_HEALTH: Mapping[str, bool] = {"OK": True, "Warning": True, "Alarm": False, "Critical": False}
 
 
@@ -94,6 +97,8 @@ class AscendChipProfile:
     name: str
     cdi_class = "npu"
     config_types: Mapping[str, type] = {"NpuConfig": NpuConfig}
+    #: ``--profile-option <name>.simulate=never|fallback|always`` (checked before start-up).
+    profile_options: Mapping[str, ProfileOption] = {"simulate": simulate_option()}
     families: frozenset[ChipFamily]
     simulated_model: ChipModel
 
@@ -166,7 +171,7 @@ class AscendChipProfile:
         return tuple(lines)
 
     async def health(self, ctx: ProfileContext, inventory: Inventory) -> Mapping[str, bool | None]:
-        """Chip health from the ``Health`` column of one ``npu-smi info`` (reference ascend.md §4).
+        """Chip health from the ``Health`` column of one ``npu-smi info`` (docs/ascend-hardware.md#npu-smi).
 
         ``OK`` and ``Warning`` are healthy (the chip works; a warning is e.g. a temperature
         threshold), ``Alarm`` and ``Critical`` unhealthy, anything else unknown; a published chip

@@ -2,7 +2,7 @@
 
 The open npu-smi source prints, for the physical ID given with ``-p``, the chip's logic ID, NPU
 ID and chip ID, on every chip type; its lines are ``key:value`` with **no space** after the colon
-(reference ascend.md §5, "Further facts from the open Ascend driver and npu-smi source"), so the
+(docs/ascend-hardware.md#the-ids, "Further facts from the open Ascend driver and npu-smi source"), so the
 ``key : value`` reader of :mod:`.keyvalue` does not apply. The key spellings are not documented;
 the usual variants are accepted (``Chip Logic ID`` / ``Logic ID``, ``NPU ID`` / ``Card ID``,
 ``Chip ID``, ``Chip Phy-ID`` / ``Phy ID`` / ``Physical ID``), matched without case, spaces or

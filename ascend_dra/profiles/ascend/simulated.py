@@ -1,7 +1,7 @@
 """The simulated discovery tier: chips of a catalogue model, for nodes (and laptops) without NPUs.
 
-The seed design's last tier ("generate simulated devices from the node name and the device
-count"). The profiles use it only when asked (profile option ``simulate``), because a real
+The last tier of the discovery chain (docs/ascend-discovery.md): devices generated from the node
+name and the device count. The profiles use it only when asked (profile option ``simulate``), because a real
 node whose npu-smi is broken must not advertise invented NPUs to the scheduler.
 UUIDs have the VDie shape (five 8-hex groups) and are derived from the node name, the model
 and the index, so they are stable across restarts and differ between nodes.
@@ -16,7 +16,7 @@ from ascend_dra.profiles.ascend.chips import ChipModel, memory_kind
 
 __all__ = ("SIMULATED_DRIVER_VERSION", "simulated_chips", "simulated_uuid")
 
-#: Driver version reported by simulated chips (the Lab 18 driver, reference ascend.md §0).
+#: Driver version reported by simulated chips (the Lab 18 driver, docs/ascend-hardware.md#sources).
 SIMULATED_DRIVER_VERSION = "25.5.1"
 
 

@@ -3,11 +3,11 @@
 :mod:`.topo` (re-exported here).
 
 Column widths and header spacing differ between driver versions, so box tables are read by
-header names and ``|`` separators, never by offsets (reference ascend.md §4.2). Memory is in
+header names and ``|`` separators, never by offsets (docs/ascend-hardware.md#npu-smi-output-format). Memory is in
 **MiB** (npu-smi labels it ``MB``); template memory in **GiB** (``mem_size >> 10``).
 A header or value we do not know raises :class:`NpuSmiParseError` naming the command and the
 line, so a newer layout is reported instead of being misread.
-Samples: ``tests/fixtures/npu-smi/`` (copied from the shared ``reference/npu-smi/``).
+Samples: ``tests/fixtures/npu-smi/`` (real outputs; provenance in its ``SOURCES.md``).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class InfoChip:
 
     :ivar npu_id: ``NPU`` column (the card ID that ``-i`` takes; not an index, e.g. 4, 215, 32768).
     :ivar chip_id: ``Chip`` column (chip index inside the NPU).
-    :ivar device: the ``Device`` column on 310/310P (the logic ID **[U]**, reference ascend.md §5), else None.
+    :ivar device: the ``Device`` column on 310/310P (the logic ID **[U]**, docs/ascend-hardware.md#the-ids), else None.
     :ivar phy_id: the ``Phy-ID`` column on 910_93 (the physical ID), else None.
     :ivar bus_id: PCI address as printed (``0000:C1:00.0``), None when ``NA``.
     :ivar memory_used_mib, memory_total_mib: ``Memory-Usage(MB)`` (DDR).
@@ -430,7 +430,7 @@ def parse_template_info(text: str, *, command: str = "npu-smi info -t template-i
 @attrs.frozen
 class Vnpu:
     """One hard vNPU. ``container_id`` ``000000000000`` / ``status`` 0 = created, not bound;
-    ``ffffffffffff`` / 1 = in use (reference ascend.md §3)."""
+    ``ffffffffffff`` / 1 = in use (docs/ascend-hardware.md#hard-vnpu-templates)."""
 
     vnpu_id: int
     vgroup_id: int

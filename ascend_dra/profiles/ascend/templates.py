@@ -1,23 +1,29 @@
 """The hard-vNPU template catalogue: what each chip model can be cut into, and what a cut costs.
 
-Facts (shared reference ascend.md):
+Facts (docs/ascend-hardware.md):
 
-* §3.1: the seven 310P3 templates with every engine count (``310P3_info_-t_template-info_drv22.0.4.txt``).
-* §3.2: 910A templates ``vir02``/``vir04``/``vir08``/``vir16`` (AI cores = the number); HAMi's memory
+* docs/ascend-hardware.md#310p-templates: the seven 310P3 templates with every engine count
+(``310P3_info_-t_template-info_drv22.0.4.txt``).
+* docs/ascend-hardware.md#910-templates: 910A templates ``vir02``/``vir04``/``vir08``/``vir16`` (AI cores = the
+number); HAMi's memory
   values are ``32768 MiB x n / 30``, so here ``32768 x n / <AI cores of the chip>`` (30 or 32)
   **[derived]**; their AICPU and engine counts are in no source.
-* §3.3: 910B/A2/A3 templates; 910B4 rows with engines (``910B4_A2-inference_info_-t_template-info.txt``);
+* docs/ascend-hardware.md#910b-and-a3-templates: 910B/A2/A3 templates; 910B4 rows with engines
+(``910B4_A2-inference_info_-t_template-info.txt``);
   ``vir10_3c_32g`` engines derived from the 910B4-1 ``info-vnpu`` sample; ``vir05_1c_16g``,
   ``vir03_1c_8g``, ``vir06_1c_16g``, ``vir12_3c_32g`` engines unknown. Chip assignment from HAMi's
-  device-config (§3.4). **910B4-1 has its own templates** (64 GB: ``vir05_1c_16g``, ``vir10_3c_32g``),
+  device-config (docs/ascend-hardware.md#910b-and-a3-templates). **910B4-1 has its own templates** (64 GB:
+  ``vir05_1c_16g``, ``vir10_3c_32g``),
   never 910B4's.
-* §2: per-chip AI cores, AICPUs, memory, engines; 910B4/910B4-1 engine totals from the ``info-vnpu``
+* docs/ascend-hardware.md#compute-and-memory: per-chip AI cores, AICPUs, memory, engines; 910B4/910B4-1 engine totals
+from the ``info-vnpu``
   samples (VPC 9, VENC 0, VDEC 2, JPEGD 24, JPEGE 4); max 7 vNPUs on a 310P, 15/16 on a 910A.
-* §3: vNPU IDs are ``physicalID x 16 + 100 + k``, k <= 7 on inference chips (310P), <= 15 on training
+* docs/ascend-hardware.md#hard-vnpu-templates: vNPU IDs are ``physicalID x 16 + 100 + k``, k <= 7 on inference chips
+(310P), <= 15 on training
   chips (mind-cluster ``dcmi_api.go``).
 
 When the node answers ``npu-smi info -t template-info`` its templates replace these tables (the
-reference says to prefer the node's own list, §3.4).
+reference says to prefer the node's own list, docs/ascend-hardware.md#910b-and-a3-templates).
 
 Units: memory in **MiB** everywhere here (template-info prints GiB, ``mem_size >> 10``).
 """
@@ -43,9 +49,9 @@ __all__ = (
     "vnpu_id",
 )
 
-#: Media (DVPP) engines, in the column order of ``template-info`` (reference ascend.md §4.1).
+#: Media (DVPP) engines, in the column order of ``template-info`` (docs/ascend-hardware.md#npu-smi-commands).
 ENGINES = ("vpc", "venc", "jpegd", "pngd", "vdec", "jpege")
-#: vNPU IDs start here (reference ascend.md §3: ``physicalID x 16 + 100 + k``).
+#: vNPU IDs start here (docs/ascend-hardware.md#hard-vnpu-templates: ``physicalID x 16 + 100 + k``).
 VNPU_ID_BASE = 100
 VNPU_ID_STRIDE = 16
 
@@ -96,7 +102,7 @@ def _t(name: str, aicore: int, memory_gib: int, aicpu: int | None, *engines: int
                         dict(zip(ENGINES, engines, strict=True)) if engines else None)
 
 
-# 310P3 (reference §3.1): Name AICORE Memory AICPU VPC VENC JPEGD / PNGD VDEC JPEGE.
+# 310P3 (docs/ascend-hardware.md#310p-templates): Name AICORE Memory AICPU VPC VENC JPEGD / PNGD VDEC JPEGE.
 _310P3 = (
     _t("vir01", 1, 3, 1, 1, 0, 2, 0, 1, 1),
     _t("vir02", 2, 6, 2, 3, 1, 4, 0, 3, 2),
@@ -106,19 +112,19 @@ _310P3 = (
     _t("vir04_3c_ndvpp", 4, 12, 3, 0, 0, 0, 0, 0, 0),
     _t("vir04_4c_dvpp", 4, 12, 4, 12, 3, 16, 0, 12, 8),
 )
-# 910B4, 32 GB (reference §3.3, 910B4_A2-inference_info_-t_template-info.txt).
+# 910B4, 32 GB (docs/ascend-hardware.md#910b-and-a3-templates, 910B4_A2-inference_info_-t_template-info.txt).
 _910B4 = (
     _t("vir10_3c_16g", 10, 16, 3, 4, 0, 12, 0, 1, 2),
     _t("vir10_4c_16g_m", 10, 16, 4, 9, 0, 24, 0, 2, 4),
     _t("vir10_3c_16g_nm", 10, 16, 3, 0, 0, 0, 0, 0, 0),
     _t("vir05_1c_8g", 5, 8, 1, 2, 0, 6, 0, 0, 1),
 )
-# 910B3, 910B4-1, 910C/A3 inference (reference §3.3, §3.4): vir05_1c_16g engines unknown.
+# 910B3, 910B4-1, 910C/A3 inference (docs/ascend-hardware.md#910b-and-a3-templates): vir05_1c_16g engines unknown.
 _64G_INFERENCE = (
     _t("vir05_1c_16g", 5, 16, 1),
     _t("vir10_3c_32g", 10, 32, 3, 4, 0, 12, 0, 1, 2),
 )
-# 910B1/910B2, A3 training (reference §3.3); vir03_1c_8g only on the 24-core 910B2.
+# 910B1/910B2, A3 training (docs/ascend-hardware.md#910b-and-a3-templates); vir03_1c_8g only on the 24-core 910B2.
 _910B2 = (_t("vir03_1c_8g", 3, 8, 1), _t("vir06_1c_16g", 6, 16, 1), _t("vir12_3c_32g", 12, 32, 3))
 _910B4_ENGINES = {"vpc": 9, "venc": 0, "jpegd": 24, "pngd": 0, "vdec": 2, "jpege": 4}
 
@@ -146,7 +152,7 @@ def resources_of(model: str | None, aicore_count: int | None = None) -> ChipReso
     """The catalogue entry for a chip model, or None when the model has no hard-vNPU templates.
 
     :param aicore_count: ``Aicore Count`` the node reports; a 910A with 32 AI cores gets templates
-        sized for 32 (two ``vir16`` fit, reference ascend.md §3.2).
+        sized for 32 (two ``vir16`` fit, docs/ascend-hardware.md#910-templates).
     """
     if model == "910A" and aicore_count in (30, 32):
         return _910a(aicore_count)

@@ -1,6 +1,7 @@
 """``npu-smi info -t topo``: the link matrix between NPUs (and NICs), parsed.
 
-Layouts (reference ascend.md §4.1 and §5 "Further facts from the open Ascend driver and npu-smi
+Layouts (docs/ascend-hardware.md#npu-smi-commands, docs/ascend-hardware.md#the-ids "Further facts from the open Ascend
+driver and npu-smi
 source"):
 
 * rows and columns labelled ``NPU<k>``, where k is the **NPU (card) ID** (npu-smi fills them from
@@ -27,7 +28,7 @@ from ascend_dra.profiles.ascend.errors import NpuSmiParseError
 
 __all__ = ("LABEL_NPU", "LABEL_PHYSICAL", "LINK_KINDS", "Topology", "parse_topo")
 
-#: Link kinds printed by ``-t topo`` (its legend, and the npu-smi source; reference ascend.md §4.1).
+#: Link kinds printed by ``-t topo`` (its legend, and the npu-smi source; docs/ascend-hardware.md#npu-smi-commands).
 LINK_KINDS = frozenset({"X", "HCCS", "HCCS_SW", "SIO", "PIX", "PXB", "PHB", "SYS", "NA"})
 #: ``Topology.label_kind``: labels are NPU (card) IDs (``NPU<k>``) ...
 LABEL_NPU = "npu"

@@ -1,9 +1,10 @@
 """The Ascend driver's ``version.info``: which driver release is installed.
 
-Source: reference ascend.md §7 (``/usr/local/Ascend/driver/version.info`` holds ``Version=25.5.1``
-etc.) and §9 (HAMivNPUCore needs **driver >= 25.5**; Lab 18 ran 25.5.1). The file is ``key=value``
+Source: docs/ascend-hardware.md#driver-paths (``/usr/local/Ascend/driver/version.info`` holds ``Version=25.5.1``
+etc.) and docs/ascend-hardware.md#device-share-mode (HAMivNPUCore needs **driver >= 25.5**; Lab 18 ran 25.5.1). The
+file is ``key=value``
 lines; ``Version`` names the release, ``package_version`` repeats it on the drivers we know of
-**[U: only ``Version`` is in the shared references]**. Releases are not semver: ``25.5.1``,
+**[U: only ``Version`` is in the sources of docs/ascend-hardware.md]**. Releases are not semver: ``25.5.1``,
 ``23.0.rc3``, ``24.1.rc1.b030``; only the leading ``major.minor`` is compared.
 """
 

@@ -1,12 +1,14 @@
 """The ``HAMivNPUCore`` profile: one Ascend chip shared by many claims, each with its own quota.
 
-The soft split of Project-HAMi's hami-vnpu-core (reference ascend.md §9-§11; the seed lab; the
+The soft split of Project-HAMi's hami-vnpu-core (docs/ascend-hardware.md#device-share-mode,
+docs/ascend-hardware.md#the-hami-ascend-dra-driver; Lab 18; the
 vNPU-core integration source): every chip in device-share mode is published once, named
 ``npu-<logicID>-<chipID>`` with ``allowMultipleAllocations: true``; the scheduler books each claim's
 share of its consumable capacities (KEP-5075, one ``shareID`` per allocation); Prepare turns the
 share into the limiter's env (:mod:`.vnpu_core_quota`) and mounts hami-vnpu-core into the container.
 
-**Attributes** (HAMi-DRA's CEL reads them unchanged, §11.2): ``type: HAMivNPUCore``, ``uuid`` (the
+**Attributes** (HAMi-DRA's CEL reads them unchanged, docs/ascend-hardware.md#peer-attributes): ``type: HAMivNPUCore``,
+``uuid`` (the
 chip's VDie ID from ``npu-smi info -t board -i N -c C``; omitted, never invented, when unknown),
 ``productName`` and ``model`` (the chip name, ``310P3``), ``physicalID``, ``index`` (logic ID),
 ``brand: Huawei``, plus the common Ascend attributes of :mod:`.attributes`.
@@ -18,13 +20,15 @@ does not name; see docs/hami-vnpu-core.md for the trade-off):
   default **1/64 of the chip** (``336Mi`` on a 310P3), not the whole chip as the peer does, so a
   claim that asks only for cores leaves the memory to others;
 * ``cores`` = ``100`` (percent); range 1..100, step 1; default **1** (the limiter's own default
-  priority, §10.1), so a memory-only claim does not take all compute;
-* ``containers`` = ``64``, the limiter's registry size (``MAX_MANAGERS``, §10.4); every allocation
+  priority, docs/ascend-hardware.md#vnpu-core-environment), so a memory-only claim does not take all compute;
+* ``containers`` = ``64``, the limiter's registry size (``MAX_MANAGERS``, docs/ascend-hardware.md#vnpu-core-limiter);
+every allocation
   consumes exactly 1 (valid values: 1), so the scheduler never places a 65th share on a chip.
   All containers that use one claim share its local dir, so the limiter counts them as one.
 
 **Container edits** per allocated device: env of its request (same on every device of it); device
-nodes ``/dev/davinci<physicalID>`` plus the shared nodes found at discovery; the mounts of §10.3:
+nodes ``/dev/davinci<physicalID>`` plus the shared nodes found at discovery; the mounts of
+docs/ascend-hardware.md#vnpu-core-container-edits:
 ``/etc/ascend_install.info``, the driver's ``lib64/driver`` and ``version.info`` (ro), the assets
 dir at ``/hami-vnpu-core`` (ro), its ``ld.so.preload`` onto ``/etc/ld.so.preload`` (ro), the shared
 region at ``/hami-shared-region`` and the claim's local dir at ``/hami-vnpu-shmem`` (rw, nosuid,
@@ -62,6 +66,7 @@ from ascend_dra.profiles.ascend.vnpu_core_host import (
     CONTAINER_LOCAL_DIR,
     CONTAINER_SHARED_REGION,
     CONTAINER_VNPU_CORE_DIR,
+    OPTIONS,
     VnpuCoreHost,
 )
 from ascend_dra.profiles.ascend.vnpu_core_prereq import judge, probe_host
@@ -85,7 +90,8 @@ __all__ = ("MAX_CONTAINERS", "PROFILE_NAME", "VnpuCoreConfig", "VnpuCoreProfile"
 logger = logging.getLogger(__name__)
 
 PROFILE_NAME = "HAMivNPUCore"
-#: hami-vnpu-core manages at most this many containers per chip (``MAX_MANAGERS``, §10.4).
+#: hami-vnpu-core manages at most this many containers per chip (``MAX_MANAGERS``,
+#: docs/ascend-hardware.md#vnpu-core-limiter).
 MAX_CONTAINERS = 64
 _RW = ("rw", "nosuid", "nodev", "bind")
 _RO = ("ro", "nosuid", "nodev", "bind")
@@ -98,7 +104,8 @@ class VnpuCoreConfig:
     """Opaque config ``kind: VnpuCoreConfig`` (apiVersion ``<driver-name>/v1alpha1``).
 
     :ivar mount_tools: ``mountTools``: also mount ``/usr/local/dcmi`` and ``/usr/local/bin/npu-smi``
-        read-only when the node has them. Default false, as the peer driver (§10.3: npu-smi is
+        read-only when the node has them. Default false, as the peer driver
+        (docs/ascend-hardware.md#vnpu-core-container-edits: npu-smi is
         deliberately not mounted; inside the container it shows the quota as the memory total).
     """
 
@@ -125,6 +132,7 @@ class VnpuCoreProfile(AscendChipProfile):
     config_types: Mapping[str, type] = {"VnpuCoreConfig": VnpuCoreConfig}
     families = frozenset(ChipFamily)
     simulated_model = MODELS["310P3"]
+    profile_options = OPTIONS
 
     def __init__(self) -> None:
         super().__init__()
@@ -331,7 +339,7 @@ def _component(value: str, what: str) -> str:
 
 def _make_dirs(claim_dir: str, requests: Sequence[str]) -> None:
     # chmod after mkdir: the daemon's umask must not narrow the mode hami-vnpu-core needs (0777,
-    # reference ascend.md §10.2: containers may run as any user).
+    # docs/ascend-hardware.md#vnpu-core-host-layout: containers may run as any user).
     os.makedirs(claim_dir, exist_ok=True)
     os.chmod(claim_dir, 0o755)
     for request in requests:

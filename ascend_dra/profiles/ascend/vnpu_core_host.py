@@ -1,10 +1,10 @@
 """Host paths of the HAMivNPUCore soft split, from profile options, and the mounts they give a container.
 
-Layout (reference ascend.md §10.2, the peer chart's init container): ``/usr/local/hami-vnpu-core``
+Layout (docs/ascend-hardware.md#vnpu-core-host-layout, the peer chart's init container): ``/usr/local/hami-vnpu-core``
 holds ``libvnpu.so`` and ``ld.so.preload`` (which preloads ``/hami-vnpu-core/libvnpu.so``, the
 container path of that directory); its ``containers/<claimUID>/`` are the per-claim local dirs
 (mode **0777**); ``/usr/local/hami-shared-region`` (``mkdir -m 0777``) holds the per-chip global
-registries. The driver paths are those of §7.
+registries. The driver paths are those of docs/ascend-hardware.md#driver-paths.
 
 Profile options (``--profile-option HAMivNPUCore.KEY=VALUE``; every value an absolute host path):
 
@@ -30,20 +30,24 @@ from pathlib import PurePosixPath
 
 import attrs
 
+from ascend_dra.profiles.options import ProfileOption, absolute_path, simulate_option
+
 __all__ = (
     "CONTAINER_LOCAL_DIR",
     "CONTAINER_SHARED_REGION",
     "CONTAINER_VNPU_CORE_DIR",
+    "OPTIONS",
     "OPTION_KEYS",
     "VnpuCoreHost",
 )
 
 #: Where the assets directory appears in the container (``ld.so.preload`` names
-#: ``/hami-vnpu-core/libvnpu.so``; reference ascend.md §10.3).
+#: ``/hami-vnpu-core/libvnpu.so``; docs/ascend-hardware.md#vnpu-core-container-edits).
 CONTAINER_VNPU_CORE_DIR = "/hami-vnpu-core"
-#: Where the shared region appears (``NPU_GLOBAL_SHM_PATH`` lives here, §10.1).
+#: Where the shared region appears (``NPU_GLOBAL_SHM_PATH`` lives here, docs/ascend-hardware.md#vnpu-core-environment).
 CONTAINER_SHARED_REGION = "/hami-shared-region"
-#: Where the per-claim local dir appears (``NPU_LOCAL_SHM_PATH`` lives here, §10.1).
+#: Where the per-claim local dir appears (``NPU_LOCAL_SHM_PATH`` lives here,
+#: docs/ascend-hardware.md#vnpu-core-environment).
 CONTAINER_LOCAL_DIR = "/hami-vnpu-shmem"
 
 _DEFAULTS = {
@@ -54,6 +58,13 @@ _DEFAULTS = {
 }
 #: Every option key this profile reads (``<profile>.<key>``).
 OPTION_KEYS = ("hostRoot", *_DEFAULTS, "simulate")
+#: The declarations checked before start-up (:mod:`ascend_dra.profiles.options`).
+OPTIONS: Mapping[str, ProfileOption] = {
+    "hostRoot": ProfileOption("prefix of every default path (a lab's fake host root)", check=absolute_path),
+    **{key: ProfileOption(f"host path, default /{default} under hostRoot", check=absolute_path)
+       for key, default in _DEFAULTS.items()},
+    "simulate": simulate_option(),
+}
 
 
 @attrs.frozen
@@ -108,12 +119,13 @@ class VnpuCoreHost:
 
     @property
     def version_info(self) -> str:
-        """``<driverDir>/version.info`` (the driver release, reference ascend.md §7)."""
+        """``<driverDir>/version.info`` (the driver release, docs/ascend-hardware.md#driver-paths)."""
         return f"{self.driver_dir}/version.info"
 
     @property
     def driver_libs(self) -> str:
-        """``<driverDir>/lib64/driver`` (libascend_hal and friends, mounted read-only, §10.3)."""
+        """``<driverDir>/lib64/driver`` (libascend_hal and friends, mounted read-only,
+        docs/ascend-hardware.md#vnpu-core-container-edits)."""
         return f"{self.driver_dir}/lib64/driver"
 
     def claim_dir(self, claim_uid: str) -> str:

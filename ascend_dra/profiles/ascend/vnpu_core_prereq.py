@@ -1,13 +1,15 @@
 """Which chips the HAMivNPUCore profile may offer, and why each other chip is not offered.
 
-Prerequisites (reference ascend.md §9; Lab 18 "前置条件"; the integration source "前提条件"):
+Prerequisites (docs/ascend-hardware.md#device-share-mode; Lab 18 "前置条件"; the integration source "前提条件"):
 
 * the chip is in **device-share** mode (``npu-smi info -t device-share`` says ``True`` for its
   NPU ID and chip ID). The profile never switches it on: that is ``npu-smi set -t device-share``,
-  a prompt about security risks that the operator answers (§4.1, §9);
+  a prompt about security risks that the operator answers (docs/ascend-hardware.md#npu-smi-commands,
+  docs/ascend-hardware.md#device-share-mode);
 * the driver is **25.5 or newer** (``version.info``, :mod:`.versioninfo`);
 * the host has the hami-vnpu-core assets: ``libvnpu.so`` and ``ld.so.preload`` in the assets
-  directory, and the shared region directory (§10.2; the peer chart's init container puts them there);
+  directory, and the shared region directory (docs/ascend-hardware.md#vnpu-core-host-layout; the peer chart's init
+  container puts them there);
 * the chip's memory size is known (the ``memory`` capacity is exactly what npu-smi reports).
 
 The soft split is documented for **aarch64** hosts only (Lab 18: "HAMivNPUCore 软切分仅支持 ARM");
@@ -28,7 +30,7 @@ from ascend_dra.profiles.ascend.vnpu_core_host import VnpuCoreHost
 
 __all__ = ("MIN_DRIVER", "SUPPORTED_MACHINES", "HostFacts", "Verdict", "judge", "probe_host")
 
-#: Oldest driver release with the soft split (reference ascend.md §9: "Ascend driver ≥ 25.5").
+#: Oldest driver release with the soft split (docs/ascend-hardware.md#device-share-mode: "Ascend driver ≥ 25.5").
 MIN_DRIVER = DriverRelease(25, 5, "25.5")
 #: ``platform.machine()`` values the soft split is documented for (Lab 18).
 SUPPORTED_MACHINES = frozenset({"aarch64", "arm64"})

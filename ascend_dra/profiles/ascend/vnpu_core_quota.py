@@ -5,7 +5,7 @@ device with ``allowMultipleAllocations``, ``consumedCapacity`` = what the claim 
 to the request policy's step, or the policy's default for a capacity it did not ask for. So
 ``memory`` is bytes (a Quantity; ``8Gi`` for HAMi's ``-memory: 8192``) and ``cores`` percent.
 
-Env of the limiter (reference ascend.md §10.1):
+Env of the limiter (docs/ascend-hardware.md#vnpu-core-environment):
 
 * ``NPU_MEM_QUOTA`` -- **MiB**, ``floor(bytes / 2**20)`` (the peer's integer division). With a
   ``1Mi`` step the scheduler only books whole MiB, so flooring never gives the container more

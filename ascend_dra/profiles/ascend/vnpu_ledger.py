@@ -6,10 +6,10 @@ One JSON file per vNPU under ``<ProfileContext.state_dir>/hard-vNPU/``, written 
 of ownership the crash repair needs: the checkpoint learns of a vNPU only after
 ``prepare_side_effects`` returns, so a kill -9 between the create and that record leaves a vNPU
 that only the ledger knows. A vNPU that no ledger entry names was not made by us and is never
-destroyed (DESIGN §6; issue 11).
+destroyed (docs/architecture.md#durable-state; issue 11).
 
 An entry names the chip by NPU ID and chip ID (what npu-smi's ``-i``/``-c`` take, reference
-ascend.md §5), the vNPU ID, the template, the claim and device it was made for, and the boot id
+docs/ascend-hardware.md#the-ids), the vNPU ID, the template, the claim and device it was made for, and the boot id
 (vNPUs do not survive a reboot, so an entry of an earlier boot proves nothing about a vNPU that
 exists now).
 """

@@ -1,6 +1,7 @@
 """Creating, destroying and repairing hard vNPUs through npu-smi, with the ledger as proof of ownership.
 
-Commands (reference ascend.md §4.1; NPU ID and chip ID, never the logic ID, §5):
+Commands (docs/ascend-hardware.md#npu-smi-commands; NPU ID and chip ID, never the logic ID,
+docs/ascend-hardware.md#the-ids):
 
 * ``npu-smi set -t create-vnpu -i <NPU ID> -c <chip ID> -f <template> -v <vNPU ID>``
   (``Status : OK`` / ``Message : Create vnpu success``, ``910B4*_info-vnpu_*`` part 3);

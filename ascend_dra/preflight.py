@@ -1,0 +1,134 @@
+"""Checks ``ascend-dra run`` makes before it logs anything or binds a socket, so that a configuration
+or permission error stops start-up with one line naming the flag and what to do.
+
+In order: the profiles named by ``--profiles`` are loaded (an unknown name, or every one broken, is an
+error); the profile options are checked against what the loaded profiles declare
+(:func:`ascend_dra.profiles.options.option_problems`); the directories the daemon writes are created
+(the plugin and registration dirs, the CDI dir); the boot id is read. The daemon then repeats the
+loading with logging on, and does the rest.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from ascend_dra.settings import Settings
+
+#: Longest unix socket path Linux takes (``sun_path`` is 108 bytes with the terminating NUL).
+MAX_SOCKET_PATH = 107
+
+__all__ = ("MAX_SOCKET_PATH", "PreflightError", "check_paths", "check_profiles", "preflight")
+
+
+class PreflightError(Exception):
+    """Start-up cannot go on; ``str(exc)`` is the one line to print (flag, problem, what to do)."""
+
+
+def check_profiles(profiles: tuple[str, ...], options: Mapping[str, Mapping[str, str]]) -> None:
+    """Load ``profiles`` quietly and check ``options`` against their declarations.
+
+    :param options: source (``--profile-option``, ``PROFILE_OPTIONS``) -> key -> value.
+    A loaded profile with a ``preflight(options)`` method is asked whether it can start (the gpu
+    profile: is pynvml installed); what it raises is reported.
+
+    :raises PreflightError: an uninstalled profile name, no profile loadable, bad options, or a
+        profile's preflight refusal (all of them, ``; ``-joined).
+    """
+    from ascend_dra.profiles.options import option_problems
+    from ascend_dra.profiles.registry import load_profiles
+
+    entries = load_profiles(list(profiles), log=False)
+    unknown = [e for e in entries if e.error is not None and not e.target]
+    if unknown:
+        raise PreflightError(f"--profiles {','.join(profiles)}: {unknown[0].error.reason if unknown[0].error else ''}")
+    loaded = {e.name: e.profile for e in entries if e.profile is not None}
+    if not loaded:
+        reasons = "; ".join(f"{e.name}: {e.error.reason}" for e in entries if e.error is not None)
+        raise PreflightError(f"--profiles {','.join(profiles)}: no profile could be loaded ({reasons})")
+    problems = [p for source, given in options.items() for p in option_problems(given, loaded, source=source)]
+    if problems:
+        raise PreflightError("; ".join(problems))
+    merged = {k: v for given in options.values() for k, v in given.items()}
+    for name, profile in loaded.items():
+        hook = getattr(profile, "preflight", None)
+        if callable(hook):
+            try:
+                hook(merged)
+            except Exception as exc:  # a profile's own readiness check: its message is the line
+                problems.append(str(exc) or f"profile {name}: {type(exc).__name__}")
+    if problems:
+        raise PreflightError("; ".join(problems))
+
+
+def _advice(flag: str, standalone: bool) -> str:
+    if standalone:
+        return "pass a --standalone DIR this user can write"
+    if flag == "--cdi-root":
+        return ("run as root (the container runtime reads CDI specs from a root-owned directory), or pass "
+                "--cdi-root DIR")
+    return ("run as root (the kubelet's directories belong to root), or pass --kubelet-root-dir DIR, "
+            "or --standalone DIR for a local run")
+
+
+def _make_dir(path: Path, mode: int, flag: str, standalone: bool, *, writable: bool = True) -> None:
+    """Create ``path``; with ``writable``, also check a file can be made in it."""
+    try:
+        path.mkdir(mode=mode, parents=True, exist_ok=True)
+        if not path.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(path))
+        if writable:
+            probe = path / ".ascend-dra-write-check"
+            probe.touch()
+            probe.unlink()
+    except PermissionError as exc:
+        where = f" (at {exc.filename})" if exc.filename and str(exc.filename) != str(path) else ""
+        raise PreflightError(f"{flag} {path}: permission denied{where}; {_advice(flag, standalone)}") from None
+    except OSError as exc:
+        raise PreflightError(f"{flag} {path}: cannot create or write it: {exc.strerror or exc}") from None
+
+
+def check_paths(settings: Settings) -> None:
+    """Check the socket paths' length, create the directories the daemon writes and read the boot id.
+
+    :raises PreflightError: a directory that cannot be created or written (permission denied says
+        to run as root or which flag picks another directory), a boot id file that is missing,
+        unreadable or empty.
+    """
+    standalone = settings.standalone is not None
+    flag_plugins = "--standalone" if standalone else "--kubelet-plugins-directory-path (or --kubelet-root-dir)"
+    flag_registrar = "--standalone" if standalone else "--kubelet-registrar-directory-path (or --kubelet-root-dir)"
+    assert settings.registrar_dir is not None
+    for socket, flag in ((settings.dra_socket, flag_plugins), (settings.registration_socket, flag_registrar)):
+        if len(os.fsencode(socket)) > MAX_SOCKET_PATH:
+            raise PreflightError(f"{flag}: the socket path {socket} is {len(os.fsencode(socket))} bytes, over the "
+                                 f"{MAX_SOCKET_PATH}-byte unix socket limit; use a shorter directory")
+    _make_dir(settings.plugin_dir, 0o750, flag_plugins, standalone)
+    _make_dir(settings.registrar_dir, 0o750, flag_registrar, standalone)
+    # An existing read-only CDI dir is not refused: the daemon serves and reports each spec it cannot
+    # write or remove on its claim (docs/durable-state.md), so only its creation is checked here.
+    _make_dir(settings.cdi_root, 0o755, "--standalone" if standalone else "--cdi-root", standalone, writable=False)
+    path = settings.boot_id_file
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        raise PreflightError(f"--boot-id-file {path} does not exist (the kernel's is "
+                             "/proc/sys/kernel/random/boot_id)") from None
+    except PermissionError:
+        raise PreflightError(f"--boot-id-file {path}: permission denied; run as root or pass a readable "
+                             "--boot-id-file") from None
+    except OSError as exc:
+        raise PreflightError(f"--boot-id-file {path}: cannot be read: {exc.strerror or exc}") from None
+    if not text:
+        raise PreflightError(f"--boot-id-file {path} is empty")
+
+
+def preflight(settings: Settings, options: Mapping[str, Mapping[str, str]]) -> None:
+    """:func:`check_profiles` then :func:`check_paths`.
+
+    :raises PreflightError: the first problem found.
+    """
+    check_profiles(settings.profiles, options)
+    check_paths(settings)
