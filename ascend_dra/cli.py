@@ -249,6 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                   "or from the API server with --kubeconfig")
     _flag(call, "--kubeconfig", "KUBECONFIG", None,
           "cluster mode: read the claim's uid from the API server with this kubeconfig (unless --uid)")
+    _flag(call, "--rolling-update-id", "ROLLING_UPDATE_ID", None,
+          "the daemon's --rolling-update-id: its sockets carry it (inside the chart's pod the env is set)")
 
     discover = sub.add_parser("discover", help="show what this node has, as a table or as ResourceSlices",
                               description="Run the profiles' discovery once and print the inventory: a table "

@@ -53,6 +53,10 @@ def _paths(args: argparse.Namespace) -> tuple[Path, Path]:
         from ascend_dra.cli import kubelet_dirs
 
         registrar, plugins = kubelet_dirs(args)
+    if getattr(args, "rolling_update_id", None):
+        from ascend_dra.settings import rolling_update_sockets
+
+        return rolling_update_sockets(registrar, plugins / args.driver_name, args.driver_name, args.rolling_update_id)
     return registrar / f"{args.driver_name}-reg.sock", plugins / args.driver_name / "dra.sock"
 
 

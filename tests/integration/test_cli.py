@@ -246,3 +246,22 @@ def test_a_configuration_the_kubelet_would_reject_is_refused_at_start_up_in_one_
     assert line.endswith("bytes long; the kubelet accepts only endpoints shorter than 108 bytes (a unix socket "
                          "limit): use a shorter --kubelet-plugins-directory-path or --kubelet-root-dir")
     assert not (short_tmp / "kubelet").exists() and not long_root.exists()  # refused before creating anything
+
+
+def test_call_reaches_a_rolling_update_instance_by_its_id(short_tmp):
+    """A rolling-update instance's sockets carry its id: without --rolling-update-id (env
+    ROLLING_UPDATE_ID, set in the chart's pod) `call` looked for the plain names and found nothing."""
+    d = DaemonProcess(short_tmp / "ru", rolling_update_id="pod-7").start()
+    try:
+        claim = write_claim(d.root, claim_object("ru-claim", results=[("npu", "npu-1-0")]))
+        plain = cli("call", "--standalone", str(d.root), "register")
+        assert plain.returncode != 0
+        health = cli("call", "--standalone", str(d.root), "register", env={"ROLLING_UPDATE_ID": "pod-7"})
+        assert health.returncode == 0, health.stderr
+        prepare = cli("call", "--standalone", str(d.root), "--rolling-update-id", "pod-7", "prepare",
+                      "default/ru-claim")
+        assert prepare.returncode == 0, prepare.stderr
+        assert json.loads(prepare.stdout.partition("--- CDI spec ")[0])["claims"][claim["metadata"]["uid"]][
+            "devices"][0]["deviceName"] == "npu-1-0"
+    finally:
+        d.stop()

@@ -1,0 +1,84 @@
+"""The chart's probes, run as the kubelet runs them, against a daemon started with the chart's env.
+
+The DaemonSet ``helm template`` renders gives the container's env (ports, driver, profiles, log
+settings) and its startup, liveness and readiness probes. A daemon is started in cluster mode with
+that env (the host paths replaced by the test's directories, the pod UID by a fresh id), and each
+probe is performed the way the kubelet does: a ``grpc`` probe is ``grpc.health.v1.Health/Check``
+with the probe's ``service`` (empty when unset) on the pod's address, an ``httpGet`` probe a plain
+GET whose 2xx/3xx status passes.
+"""
+
+from __future__ import annotations
+
+import socket
+import urllib.error
+import urllib.request
+import uuid
+from typing import Any
+
+import grpc
+import pytest
+
+from tests.cluster.chart import by_kind, render
+from tests.cluster.test_publish import wait_until
+from tests.integration.daemon import DaemonProcess, Kubelet
+from tests.kubelet_pb.grpc.health.v1 import health_pb2, health_pb2_grpc
+from tests.kubelet_pb.pluginregistration import api_pb2 as reg_pb2
+
+pytestmark = pytest.mark.cluster
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def probe_passes(probe: dict[str, Any]) -> bool:
+    """Run one rendered probe against 127.0.0.1 as the kubelet would; True when it passes."""
+    if "grpc" in probe:
+        with grpc.insecure_channel(f"127.0.0.1:{probe['grpc']['port']}") as channel:
+            try:
+                reply = health_pb2_grpc.HealthStub(channel).Check(
+                    health_pb2.HealthCheckRequest(service=probe["grpc"].get("service", "")), timeout=2)
+            except grpc.RpcError:
+                return False
+            return reply.status == health_pb2.HealthCheckResponse.SERVING
+    get = probe["httpGet"]
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{get['port']}{get['path']}", timeout=2) as reply:
+            return 200 <= reply.status < 400
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+@pytest.mark.parametrize("metrics", [True, False], ids=["readiness-on-http", "readiness-on-grpc"])
+def test_the_rendered_probes_pass_on_a_running_daemon_and_readiness_waits_for_registration(cp, short_tmp,
+                                                                                          metrics):
+    health_port, metrics_port = free_port(), free_port() if metrics else 0
+    [ds] = by_kind(render("ascend-dra", "fake-values.yaml", set_values=(
+        f"daemon.healthcheckPort={health_port}", f"daemon.metricsPort={metrics_port}")), "DaemonSet")
+    [container] = ds["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    env.pop("CDI_ROOT")  # host paths: the test's directories instead (DaemonProcess passes them as flags)
+    env.pop("KUBELET_ROOT_DIR")
+    uid = uuid.uuid4().hex[:12]  # ROLLING_UPDATE_ID is the pod UID (valueFrom); short: the test dir is long
+    assert {e["name"] for e in container["env"] if "valueFrom" in e} == {"NODE_NAME", "ROLLING_UPDATE_ID"}
+    d = DaemonProcess(short_tmp / "node", node=cp.node_name, kubeconfig=cp.kubeconfig, rolling_update_id=uid,
+                      fake_devices=int(env.pop("FAKE_DEVICES", "4")), profiles=env.pop("PROFILES"))
+    d.start(extra_env=env)
+    k = Kubelet(d)
+    try:
+        startup, liveness, readiness = (container[p] for p in ("startupProbe", "livenessProbe", "readinessProbe"))
+        assert ("httpGet" in readiness) == metrics
+        wait_until(lambda: probe_passes(startup), "the startup probe passes", within=30)
+        assert probe_passes(liveness)
+        assert not probe_passes(readiness)  # the kubelet has not registered us yet
+        info = k.get_info()
+        k.registration.NotifyRegistrationStatus(reg_pb2.RegistrationStatus(plugin_registered=True), timeout=5)
+        assert info.name == env["DRIVER_NAME"]
+        wait_until(lambda: probe_passes(readiness), "the readiness probe passes after registration", within=15)
+    finally:
+        k.close()
+        d.stop()
+    assert not probe_passes(liveness)  # stopped: the kubelet would restart the container
