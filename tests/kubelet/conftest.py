@@ -126,7 +126,7 @@ def node(kubelet_cp: ControlPlane, node_tmp: Path) -> Iterator[Node]:
 @pytest.fixture(scope="module")
 def daemon(node: Node, kubelet_cp: ControlPlane) -> Iterator[DaemonProcess]:
     """Our daemon, fake profile, 4 devices, its sockets in the kubelet's root dir, health every 0.2 s.
-    Module scope: one driver name registers once, and the seed lab's module runs its own profile."""
+    Module scope: one driver name registers once, and Lab 18's module runs its own profile."""
     d = DaemonProcess(node.kubelet_root, node=node.node_name, kubeconfig=kubelet_cp.kubeconfig,
                       extra_args=("--health-interval", "0.2")).start()
     try:

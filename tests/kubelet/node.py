@@ -54,7 +54,7 @@ from tests.kubelet import images
 
 RUNC = "/usr/sbin/runc"
 CNI_BIN = "/usr/lib/cni"
-#: containerd runtime handlers, all runc: the default, and ``ascend`` (RuntimeClass of the seed lab).
+#: containerd runtime handlers, all runc: the default, and ``ascend`` (RuntimeClass of Lab 18, docs/ascend-hardware.md).
 RUNTIME_HANDLERS = ("runc", "ascend")
 #: What the kubelet's setupKernelTunables wants (pkg/kubelet/cm/container_manager_linux.go).
 #: Host dirs the kubelet or containerd write to whatever their config says (see the module docstring),
@@ -263,7 +263,7 @@ class Node:
     def _start_containerd(self) -> None:
         c = self.workdir / "ctrd"
         q = repr  # TOML literal strings: our paths hold no quotes or backslashes
-        # "ascend": the handler of RuntimeClass ascend, which the seed lab's pods name (the Ascend Docker
+        # "ascend": the handler of RuntimeClass ascend, which Lab 18's pods name (the Ascend Docker
         # Runtime there); here plain runc: the device edits come from our CDI specs alone.
         runtimes = "".join(f"""    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.{name}]
       runtime_type = "io.containerd.runc.v2"
