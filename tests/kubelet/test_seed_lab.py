@@ -1,7 +1,7 @@
-"""Lab 18 (the HAMi DRA lab, docs/ascend-hardware.md) end to end on a real node: HAMi-syntax pods →
-our webhook → ResourceClaims → the real scheduler → the real kubelet → our Prepare (HAMivNPUCore on the simulated lab node) → containerd → the
-container's env shows ``NPU_MEM_QUOTA`` and ``NPU_PRIORITY``; the third pod on the same chip stays
-Pending; deleting the first lets the third start.
+"""Lab 18 (the HAMi DRA lab, docs/ascend-hardware.md) end to end on a real node: HAMi-syntax pods → our
+webhook → ResourceClaims → the real scheduler → the real kubelet → our Prepare (HAMivNPUCore on the
+simulated lab node) → containerd → the container's env shows ``NPU_MEM_QUOTA`` and ``NPU_PRIORITY``; the
+third pod on the same chip stays Pending; deleting the first lets the third start.
 
 The lab's pod (``tests.cluster.test_webhook.LAB_POD``) is used as written except what this node
 needs: our busybox image instead of vllm-ascend (no registry), a command printing the env, host
