@@ -221,6 +221,26 @@ def test_deleting_the_pod_removes_its_claim_also_with_the_webhook_stopped(cp, ho
         hook.use(mode)
 
 
+def test_with_the_webhook_down_only_pods_asking_for_huawei_resources_are_refused(cp, hook):
+    """The pod webhook fails closed (a HAMi pod stored unconverted could never run), so without its
+    matchConditions a webhook that was down, or had no certificate yet, refused every pod created in
+    every selected namespace."""
+    ns = hook.namespace()
+    hook.stop()
+    try:
+        plain = {"metadata": {"name": "plain"}, "spec": {"containers": [
+            {"name": "c", "image": "x", "resources": {"limits": {"cpu": "1"}}}]}}
+        status, reply = cp.api("POST", f"/api/v1/namespaces/{ns}/pods", plain)
+        assert status == 201, reply
+        hami = {"metadata": {"name": "hami"}, "spec": {
+            "initContainers": [{"name": "i", "image": "x", "resources": {"limits": {"huawei.com/Ascend310P": "1"}}}],
+            "containers": [{"name": "c", "image": "x"}]}}
+        status, reply = cp.api("POST", f"/api/v1/namespaces/{ns}/pods", hami)
+        assert status >= 500 and "pods.hami.ascend.project-hami.io" in reply["message"], reply
+    finally:
+        hook.use("claim")
+
+
 def test_dry_run_creates_nothing_and_still_returns_the_converted_pod(cp, hook):
     hook.use("claim")
     ns = hook.namespace()
