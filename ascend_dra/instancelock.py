@@ -74,11 +74,17 @@ def remove_dead_instances(plugin_dir: Path, sockets_of: Callable[[str], Sequence
         try:
             if not try_lock(fd):
                 continue  # alive
+            try:
+                if os.fstat(fd).st_ino != lock.lstat().st_ino:
+                    continue  # it stopped meanwhile: its file was removed (and maybe made anew)
+            except FileNotFoundError:
+                continue
             for path in sockets_of(uid):
                 with contextlib.suppress(FileNotFoundError):
                     if stat.S_ISSOCK(path.lstat().st_mode):
                         path.unlink()
-            lock.unlink()
+            with contextlib.suppress(FileNotFoundError):  # another starting instance removed it first
+                lock.unlink()
             dead.append(uid)
             log.warning("removed the sockets of an instance that died without stopping",
                         extra={"rolling_update_id": uid})

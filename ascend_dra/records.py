@@ -66,7 +66,9 @@ class ClaimRecords:
         self._snapshot_fd: int | None = None  # the snapshot last read or written (shared mode)
         self._stale = False  # the table may hold changes that are not on disk (shared mode)
         self._holders = 0  # tasks of this process inside exclusive() (shared mode)
-        self._held_since = 0.0
+        self._streak_since = 0.0  # when the current streak of holds began (see _enter)
+        self._released_at = float("-inf")  # when this process last released the lock
+        self._yield_until = 0.0  # no hold of ours before this (the other instance's turn)
         self._acquiring = anyio.Lock()
         self._released = anyio.Event()
         self.syncs = {"tail": 0, "reload": 0}  # how often the other instance's writes were read
@@ -112,20 +114,27 @@ class ClaimRecords:
 
     async def _enter(self) -> None:
         """Join this process's hold of the checkpoint lock, or take it (and read the other
-        instances' writes) when nobody here holds it. A hold admits new tasks for
-        :data:`SHARED_TURN_S`; after that they wait until it ends and pause once, so that the other
-        instance's polling finds the lock free."""
+        instances' writes) when nobody here holds it.
+
+        Fairness to the other instance, which polls the lock every 1 to 20 ms
+        (:data:`~ascend_dra.sharedlock.POLL_MAX_S`): holds that follow each other closer than one
+        poll form a *streak*; a streak admits new operations for :data:`SHARED_TURN_S`, and when it
+        ends, nobody here takes the lock again for two polls, so a waiting instance gets it.
+        """
         while True:
-            if self._holders and time.monotonic() - self._held_since < SHARED_TURN_S:
+            now = time.monotonic()
+            if self._holders and now - self._streak_since < SHARED_TURN_S:
                 self._holders += 1  # the lock is ours and the table current: group commit as unshared
                 return
             if self._holders:
                 await self._released.wait()
-                await anyio.sleep(POLL_MAX_S)
+                continue
+            if now < self._yield_until:
+                await anyio.sleep(self._yield_until - now)
                 continue
             async with self._acquiring:
-                if self._holders:
-                    continue  # another task of ours took it meanwhile: join it (or wait) above
+                if self._holders or time.monotonic() < self._yield_until:
+                    continue  # another task of ours took it, or gave it up, meanwhile: see above
                 await self._lock.acquire()
                 try:
                     if self._loaded:
@@ -133,7 +142,9 @@ class ClaimRecords:
                 except BaseException:
                     self._lock.release()
                     raise
-                self._held_since = time.monotonic()
+                now = time.monotonic()
+                if now - self._released_at > POLL_MAX_S:
+                    self._streak_since = now  # the other instance had a chance since the last hold
                 self._released = anyio.Event()
                 self._holders = 1
                 return
@@ -146,6 +157,9 @@ class ClaimRecords:
         if self._holders == 0:
             self._stale = self._stale or self.table.has_dirty
             self._lock.release()
+            self._released_at = now = time.monotonic()
+            if now - self._streak_since >= SHARED_TURN_S:
+                self._yield_until = now + 2 * POLL_MAX_S  # the streak's turn is over: let the other in
             self._released.set()
 
     async def _sync(self) -> None:
