@@ -75,12 +75,13 @@ def collection_path(cp: Any, obj: dict[str, Any]) -> str:
     return f"{base}/{resource['name']}"
 
 
-def api_as(cp: Any, token: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+def api_as(cp: Any, token: str, method: str, path: str, body: Any = None,
+           content_type: str = "application/json") -> tuple[int, Any]:
     """One request to ``cp``'s API server with ``token`` instead of the admin's."""
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(cp.server + path, data=data, method=method,
                                  headers={"Authorization": f"Bearer {token}", "Accept": "application/json",
-                                          "Content-Type": "application/json"})
+                                          "Content-Type": content_type})
     ctx = ssl.create_default_context(cafile=str(cp.ca_file))
     ctx.check_hostname = False  # the serving certificate is for the apiserver's names, we dial 127.0.0.1
     try:

@@ -218,6 +218,47 @@ def test_the_daemon_runs_on_the_service_account_token_alone(installed, short_tmp
     assert "forbidden" not in log.lower() and "403" not in log, log[-3000:]
 
 
+def test_the_plugin_may_write_only_its_own_status_devices_of_its_own_nodes_claims(policy_active, short_tmp):
+    """RBAC lets the plugin patch any claim's status; the policy keeps a stolen token from removing
+    consumers, changing the allocation, touching other drivers' entries or other nodes' claims."""
+    plane, token = policy_active.plane, policy_active.node_token
+    daemon = DaemonProcess(short_tmp / "node", node=plane.node_name, kubeconfig=plane.kubeconfig, fake_devices=2,
+                           extra_args=("--claim-status=false",)).start()  # publishes the devices, writes nothing
+    pod = claim_and_pod(plane, "kubectl")
+    try:
+        claim = wait_until(lambda: (c := pod_claim(plane, "default", pod)) and c.get("status", {}).get("reservedFor")
+                           and c, "allocated and reserved", within=30)
+        path = f"/apis/{R}/v1/namespaces/default/resourceclaims/{claim['metadata']['name']}/status"
+        [result] = claim["status"]["allocation"]["devices"]["results"]
+        ours = {"driver": DRIVER, "pool": result["pool"], "device": result["device"]}
+
+        def put_as_plugin(change) -> tuple[int, Any]:
+            """A merge patch of the whole status as the plugin (it may patch, not update)."""
+            current = ok(plane, "GET", path.removesuffix("/status"))
+            change(current["status"])
+            return api_as(plane, token, "PATCH", path, {"status": current["status"]},
+                          content_type="application/merge-patch+json")
+
+        wait_until(lambda: put_as_plugin(lambda st: st.update(reservedFor=[]))[0] == 403, "the policy enforced",
+                   within=20)
+        status, reply = put_as_plugin(lambda st: st.update(devices=[ours]))
+        assert status == 200, reply["message"]  # its own entry: allowed
+        status, reply = put_as_plugin(lambda st: st.update(reservedFor=[]))
+        assert status == 403 and "allocation or reservedFor" in reply["message"], reply["message"]
+        status, reply = put_as_plugin(lambda st: st["allocation"]["devices"].update(config=[]) or st[
+            "allocation"]["devices"]["results"][0].update(adminAccess=True))
+        assert status in (403, 422), reply  # immutable for everyone (422) or ours to refuse (403)
+        # Another driver's entry: refused either way (the API server's own check that an entry names an
+        # allocated device comes first here; the policy's rule covers claims that hold both drivers').
+        status, reply = put_as_plugin(lambda st: st.update(devices=[ours, {**ours, "driver": "gpu.example.com"}]))
+        assert status in (403, 422), reply["message"]
+        assert ok(plane, "GET", path.removesuffix("/status"))["status"]["reservedFor"] == claim["status"][
+            "reservedFor"]
+    finally:
+        delete_claim_and_pod(plane, pod)
+        daemon.stop()
+
+
 def _unschedulable(plane: ControlPlane, pod: str) -> bool:
     conditions = ok(plane, "GET", f"/api/v1/namespaces/default/pods/{pod}").get("status", {}).get("conditions") or []
     return any(c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable" for c in conditions)
