@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 from grpclib import GRPCError, Status
 from grpclib.client import Channel
+from grpclib.exceptions import StreamTerminatedError
 from grpclib.server import Server
 
 from ascend_dra.kubelet._gen.grpc.health.v1 import (
@@ -86,7 +87,7 @@ class SocketProbe:
             channel = Channel(path=str(path))
             try:
                 await rpc(channel)
-            except (TimeoutError, OSError, GRPCError) as exc:
+            except (TimeoutError, OSError, GRPCError, StreamTerminatedError) as exc:  # reset mid-call too
                 found.append(f"{what} {path} does not answer ({type(exc).__name__}: {exc})")
             finally:
                 channel.close()

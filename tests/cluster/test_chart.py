@@ -93,9 +93,17 @@ def test_probes_point_at_the_ports_the_container_is_told_to_serve(value_set):
 
 
 def test_without_the_health_service_there_is_no_probe_and_no_port():
-    container = _plugin(render("ns", set_values=("daemon.healthcheckPort=0", "daemon.metricsPort=0")))
+    container = _plugin(render("ns", set_values=("daemon.healthcheckPort=0", "daemon.metricsPort=0",
+                                                 "daemon.rollingUpdate=false")))
     assert _env(container)["HEALTHCHECK_PORT"] == "0"
     assert not {"startupProbe", "livenessProbe", "readinessProbe", "ports"} & container.keys()
+
+
+def test_a_surge_without_a_readiness_probe_is_refused_at_render():
+    """Without readiness the surge would retire the old pod before the kubelet registered the new one."""
+    with pytest.raises(AssertionError) as failed:  # chart.helm() asserts helm's exit code, with its stderr
+        render("ns", set_values=("daemon.healthcheckPort=0", "daemon.metricsPort=0"))
+    assert "daemon.rollingUpdate needs a readiness probe" in str(failed.value)
 
 
 def test_rolling_update_uses_max_surge_and_the_pod_uid_and_can_be_turned_off():

@@ -132,6 +132,16 @@ def test_the_plugin_writes_its_own_nodes_slices_and_no_other(policy_active, vers
     ok(plane, "DELETE", f"{_slices(version)}/{other['metadata']['name']}")
 
 
+def test_the_plugin_writes_no_slice_of_another_driver_even_on_its_own_node(policy_active):
+    """Another driver's slice on the plugin's node would draw that driver's claims to devices we
+    serve under its name."""
+    plane, token = policy_active.plane, policy_active.node_token
+    foreign = _slice("v1", plane.node_name)
+    foreign["spec"]["driver"] = "gpu.example.com"
+    status, reply = api_as(plane, token, "POST", f"{_slices('v1')}?dryRun=All", foreign)
+    assert status == 403 and 'not of "gpu.example.com"' in reply["message"], reply
+
+
 def test_a_token_that_names_no_node_writes_no_slice(policy_active):
     plane = policy_active.plane
     status, reply = api_as(plane, policy_active.plain_token, "POST", _slices("v1"), _slice("v1", plane.node_name))
