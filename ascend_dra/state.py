@@ -366,8 +366,12 @@ class DeviceState(RecoveryMixin):
                                "device was removed or its driver unloaded")
 
     def _prepared_devices(self, record: ClaimRecord) -> list[PreparedDevice]:
+        """The answer for ``record``: each device's own CDI id first, also in records an older
+        release wrote with the claim's ``common`` id first (see planning.py)."""
+        common = f"={naming.COMMON_DEVICE}"
         return [
-            PreparedDevice((d.request.split("/", 1)[0],), d.pool, d.device, d.cdi_device_ids, d.share_id)
+            PreparedDevice((d.request.split("/", 1)[0],), d.pool, d.device,
+                           tuple(sorted(d.cdi_device_ids, key=lambda i: i.endswith(common))), d.share_id)
             for d in record.devices
         ]
 

@@ -456,3 +456,23 @@ async def test_replay_in_the_same_boot_rewrites_a_lost_spec_without_side_effects
     assert isinstance((await state.prepare([ref(obj)]))[uid], list)
     assert spec_path.is_file()
     assert len(profile.calls) == 1
+
+
+async def test_a_record_an_older_release_wrote_with_common_first_is_answered_own_id_first(tmp_path):
+    """Releases before the kubelet tier answered `common` first; the kubelet names a device by its first
+    id (KEP-4680), so two devices of one claim collided in the pod status. A replay reorders."""
+    state = await make_state(tmp_path, {"fake": FakeProfile()})
+    obj = write_claim(tmp_path, claim_object("old", results=[("npu", "npu-0-0"), ("npu", "npu-1-0")]))
+    uid = obj["metadata"]["uid"]
+    await state.prepare([ref(obj)])
+    record = state.prepared_claims[uid]
+    old_order = tuple(attrs.evolve(d, cdi_device_ids=tuple(reversed(d.cdi_device_ids))) for d in record.devices)
+    state.store.table[uid] = attrs.evolve(record, devices=old_order)
+    await state.store.save(compact=True)
+    await state.close()
+    assert [d.cdi_device_ids[0] for d in on_disk(tmp_path).claims[uid].devices] == [f"{FAKE_KIND}=common"] * 2
+
+    restarted = await make_state(tmp_path, {"fake": FakeProfile()})
+    [first, second] = (await restarted.prepare([ref(obj)]))[uid]
+    assert first.cdi_device_ids == (f"{FAKE_KIND}={uid}-npu-0-0", f"{FAKE_KIND}=common")
+    assert second.cdi_device_ids == (f"{FAKE_KIND}={uid}-npu-1-0", f"{FAKE_KIND}=common")
