@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import gc
 import logging
 import os
 from collections.abc import Iterator, Mapping
@@ -324,6 +325,11 @@ class Daemon:
     async def _serve(self, *, task_status: TaskStatus[None]) -> None:
         s = self.settings
         assert self.state is not None
+        # Everything start-up made (the imported modules above all: kubernetes-asyncio's models are
+        # hundreds of thousands of objects) lives as long as the process; left in the collected
+        # generations, each full collection walks them all on the loop.
+        gc.collect()
+        gc.freeze()
         health = health_services(self.health, resend_s=s.health_interval) if s.health_service else []
         advertised = supported_services(HEALTH_SERVICES if s.health_service else ())
         writer, status = None, None
