@@ -10,7 +10,6 @@ GET whose 2xx/3xx status passes.
 
 from __future__ import annotations
 
-import socket
 import urllib.error
 import urllib.request
 import uuid
@@ -20,18 +19,13 @@ import grpc
 import pytest
 
 from tests.cluster.chart import by_kind, render
+from tests.cluster.controlplane import free_port
 from tests.cluster.test_publish import wait_until
 from tests.integration.daemon import DaemonProcess, Kubelet
 from tests.kubelet_pb.grpc.health.v1 import health_pb2, health_pb2_grpc
 from tests.kubelet_pb.pluginregistration import api_pb2 as reg_pb2
 
 pytestmark = pytest.mark.cluster
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def probe_passes(probe: dict[str, Any]) -> bool:
