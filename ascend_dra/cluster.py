@@ -15,7 +15,7 @@ someone else deleted (the kubelet wipes a node's slices when it starts) come bac
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
@@ -136,6 +136,10 @@ KEEPALIVE_S = 60.0
 #: 17 MiB of the daemon's RSS; 16 serve thousands of GETs a second (one takes ~1.4 ms), more than
 #: the API server answers one node.
 MAX_CONNECTIONS = 16
+
+#: Seconds between looks, while a newer instance publishes (a rolling update), at whether it still
+#: runs: if its rollout fails and it exits, this instance's slices are kept current again soon.
+STANDBY_POLL_S = 2.0
 
 
 async def _keep_connections(api: Any, cfg: Any) -> None:
@@ -280,13 +284,18 @@ def _key(spec: Mapping[str, Any]) -> tuple[str, ...]:
 class ApiPublisher:
     """Keeps the node's pool in the API server equal to the inventory.
 
+    :param newer_instance: during a rolling update (instancelock.py), returns the id of a newer
+        live instance of the driver on this node, or None; while there is one, this publisher
+        writes nothing (the newer one publishes) and looks again every :data:`STANDBY_POLL_S`.
     :ivar generation: the pool generation last written.
     :ivar last_error: the last reconcile error (None after a successful sync), for health reporting.
     :ivar syncs: how many reconciles wrote something.
+    :ivar standing_by_for: the newer instance's id while this one stands by, else None.
     """
 
     def __init__(self, kubeconfig: str | None, *, driver_name: str, node_name: str,
-                 resync_interval: float = 60.0, api: KubeApi | None = None) -> None:
+                 resync_interval: float = 60.0, api: KubeApi | None = None,
+                 newer_instance: Callable[[], str | None] | None = None) -> None:
         self.kubeconfig = kubeconfig
         self.driver_name = driver_name
         self.node_name = node_name
@@ -294,6 +303,8 @@ class ApiPublisher:
         self.generation = 0
         self.last_error: Exception | None = None
         self.syncs = 0
+        self.standing_by_for: str | None = None
+        self._newer_instance = newer_instance
         self._inventory = Inventory()
         self._wake = anyio.Event()
         #: Set once the first publish attempt ended, written or not (the daemon binds the
@@ -332,13 +343,28 @@ class ApiPublisher:
                 tg.start_soon(self._watch)
                 while True:
                     self._wake = anyio.Event()
-                    await self._sync_with_retry()
-                    with anyio.move_on_after(self.resync_interval):
+                    if self._stand_by():
+                        self.first_attempt.set()
+                    else:
+                        await self._sync_with_retry()
+                    with anyio.move_on_after(STANDBY_POLL_S if self.standing_by_for else self.resync_interval):
                         await self._wake.wait()
         finally:
             if self._owns_api:
                 with anyio.CancelScope(shield=True):
                     await api.client.close()
+
+    def _stand_by(self) -> bool:
+        """Whether a newer instance publishes now (logged when that changes)."""
+        newer = self._newer_instance() if self._newer_instance is not None else None
+        if newer != self.standing_by_for:
+            if newer is not None:
+                log.info("a newer instance of the driver runs on this node and publishes its ResourceSlices; "
+                         "this one stands by", extra={"newer_rolling_update_id": newer})
+            else:
+                log.info("no newer instance runs any more; publishing ResourceSlices again")
+            self.standing_by_for = newer
+        return newer is not None
 
     async def _sync_with_retry(self) -> None:
         async for attempt in AsyncRetrying(

@@ -12,6 +12,11 @@ them, and they for it) and ``daemon-<UID>.lock`` exclusively (two instances give
 would take each other's sockets; the second waits). The kernel drops a lock when its holder
 exits, even by kill -9.
 
+Each exclusive holder writes its pid and the time it took the lock (``CLOCK_BOOTTIME``, ns: one
+clock for every container of the node) into the file. While several instances overlap, only the
+one that started last publishes ResourceSlices (:func:`newer_live_instance`): two releases whose
+inventories differ would otherwise rewrite each other's slices without end.
+
 An instance that stops removes its sockets and its ``daemon-<UID>.lock``. One that was killed
 leaves both, and no other instance may remove another's sockets blindly: at start-up an instance
 takes each other ``daemon-<UID>.lock`` it finds, and only if nobody holds it (its owner is dead)
@@ -25,12 +30,13 @@ import contextlib
 import logging
 import os
 import stat
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 
 from ascend_dra.sharedlock import acquire, try_lock
 
-__all__ = ("LOCK_FILE", "hold_instance_lock", "remove_dead_instances")
+__all__ = ("LOCK_FILE", "hold_instance_lock", "newer_live_instance", "remove_dead_instances")
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +55,7 @@ async def _hold(path: Path, *, shared: bool, poll_s: float, pid_file: bool) -> A
             log.info("took over the plugin directory", extra={"lock": str(path)})
         if pid_file:  # only an exclusive holder writes: shared holders would overwrite each other
             os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            os.pwrite(fd, f"{os.getpid()}\n{time.clock_gettime_ns(time.CLOCK_BOOTTIME)}\n".encode(), 0)
         yield fd
     finally:
         os.close(fd)  # releases the lock
@@ -91,6 +97,50 @@ def remove_dead_instances(plugin_dir: Path, sockets_of: Callable[[str], Sequence
         finally:
             os.close(fd)
     return dead
+
+
+def _started(fd: int) -> int | None:
+    """The start stamp an exclusive holder wrote (second line), or None."""
+    lines = os.pread(fd, 64, 0).split(b"\n")
+    try:
+        return int(lines[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def newer_live_instance(plugin_dir: Path, own: str) -> str | None:
+    """The rolling-update id of a live instance that took its lock after ``own`` did, or None
+    (blocking; a few small files). Such an instance is the one the DaemonSet is rolling to: it
+    publishes the node's ResourceSlices while ``own`` stands by. Ties go to the larger id.
+    """
+    try:
+        fd = os.open(plugin_dir / f"daemon-{own}.lock", os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        mine = _started(fd)
+    finally:
+        os.close(fd)
+    if mine is None:
+        return None
+    for lock in sorted(plugin_dir.glob("daemon-*.lock")):
+        uid = lock.name.removeprefix("daemon-").removesuffix(".lock")
+        if uid == own:
+            continue
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue
+        try:
+            theirs = _started(fd)
+            if theirs is None or (theirs, uid) < (mine, own):
+                continue
+            if try_lock(fd):  # nobody holds it: that instance is dead (closing the fd lets go)
+                continue
+            return uid
+        finally:
+            os.close(fd)
+    return None
 
 
 @contextlib.asynccontextmanager

@@ -1,0 +1,52 @@
+"""ResourceSlices during a rolling update (``--rolling-update-id``): two instances of different
+inventories serve the node at once; only the one that started last publishes, so the two never
+rewrite each other's slices, and the older one takes over again when the newer one goes away."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.cluster.test_publish import our_slices, wait_until
+from tests.integration.daemon import DaemonProcess
+
+pytestmark = pytest.mark.cluster
+
+
+def _devices(cp) -> tuple[int, int] | None:
+    """(devices, pool generation) of our one slice, or None."""
+    slices = our_slices(cp, cp.node_name)
+    if len(slices) != 1:
+        return None
+    return len(slices[0]["spec"]["devices"]), slices[0]["spec"]["pool"]["generation"]
+
+
+def test_only_the_newest_instance_publishes_and_the_older_one_resumes_when_it_stops(cp, short_tmp):
+    """Before: each instance's write woke the other's watch, which wrote its own inventory back;
+    the pool generation rose without end while the scheduler saw devices come and go."""
+    root = short_tmp / "node"
+
+    def instance(uid: str, devices: int) -> DaemonProcess:
+        return DaemonProcess(root, node=cp.node_name, kubeconfig=cp.kubeconfig, fake_devices=devices,
+                             rolling_update_id=uid)
+
+    old = instance("pod-old", 2).start()
+    new = None
+    try:
+        wait_until(lambda: (_devices(cp) or (0,))[0] == 2, "the old instance published", within=20)
+        new = instance("pod-new", 3).start()
+        _, generation = wait_until(lambda: (d := _devices(cp)) and d[0] == 3 and d, "the new instance published",
+                                   within=20)
+        time.sleep(3)  # long enough for many rounds of a fight (each takes a watch event and a PUT)
+        assert _devices(cp) == (3, generation), "the instances rewrote each other's slices"
+        wait_until(lambda: "this one stands by" in old.log_text(), "the old instance stood by", within=5)
+        assert "stands by" not in new.log_text()
+
+        new.stop()
+        wait_until(lambda: (_devices(cp) or (0,))[0] == 2, "the old instance published again", within=10)
+        assert "publishing ResourceSlices again" in old.log_text()
+    finally:
+        if new is not None:
+            new.stop()
+        old.stop()
