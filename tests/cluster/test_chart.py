@@ -185,8 +185,16 @@ def test_the_webhook_certificate_modes():
     assert vwc["webhooks"][0]["clientConfig"]["caBundle"] == "Q0E="
     assert "annotations" not in vwc["metadata"] and not by_kind(secret, "Certificate")
     managed = render("ns", "certmanager-values.yaml")
-    [cert] = by_kind(managed, "Certificate")
+    ca, cert = sorted(by_kind(managed, "Certificate"), key=lambda c: not c["spec"].get("isCA"))
     assert cert["spec"]["secretName"] == "ascend-dra-webhook-tls"
     assert cert["spec"]["dnsNames"][0] == "ascend-dra-webhook.ns.svc"
+    # The leaf comes from the release's CA, so the trusted bundle survives the leaf's renewals.
+    issuers = {i["metadata"]["name"]: i["spec"] for i in by_kind(managed, "Issuer")}
+    assert issuers[cert["spec"]["issuerRef"]["name"]] == {"ca": {"secretName": ca["spec"]["secretName"]}}
+    assert issuers[ca["spec"]["issuerRef"]["name"]] == {"selfSigned": {}}
+    own_issuer = render("ns", "certmanager-values.yaml", set_values=("webhook.certificate.issuerRef.name=corp",
+                                                                     "webhook.certificate.issuerRef.kind=ClusterIssuer"))
+    [cert] = by_kind(own_issuer, "Certificate")
+    assert cert["spec"]["issuerRef"] == {"name": "corp", "kind": "ClusterIssuer"} and not by_kind(own_issuer, "Issuer")
     [mwc] = by_kind(managed, "MutatingWebhookConfiguration")
     assert mwc["metadata"]["annotations"] == {"cert-manager.io/inject-ca-from": "ns/ascend-dra-webhook"}
