@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import socket
 import stat
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -40,6 +41,24 @@ def _prepare_path(path: Path) -> None:
         raise FileExistsError(f"{path} exists and is not a socket; refusing to replace it")
 
 
+def _bound_0600(path: Path) -> socket.socket:
+    """A unix stream socket bound at ``path``, its file created mode 0600 (never briefly wider).
+
+    Linux gives the new file the socket inode's mode less the umask (``unix_bind``), so the mode is
+    set on the socket before the bind: the process-wide umask, which worker threads writing files
+    at the same moment would also get, is left alone.
+    """
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        os.fchmod(listener.fileno(), 0o600)
+        listener.bind(os.fspath(path))
+        listener.setblocking(False)
+    except BaseException:
+        listener.close()
+        raise
+    return listener
+
+
 @contextlib.asynccontextmanager
 async def serve_unix(handlers: Sequence[Any], path: Path) -> AsyncIterator[CorkedServer]:
     """Serve grpclib ``handlers`` on a unix socket at ``path`` until the context exits.
@@ -51,14 +70,17 @@ async def serve_unix(handlers: Sequence[Any], path: Path) -> AsyncIterator[Corke
     server = CorkedServer(list(handlers))
     ours: int | None = None
     try:
-        old_umask = os.umask(0o177)  # the socket is created 0600 atomically, never briefly wider
+        listener = _bound_0600(path)
         try:
-            # asyncio binds, then yields once before it returns the server: cancelled there (a stop
-            # signal), it would leave a listening socket that nobody closes and a file nobody removes.
+            # asyncio yields once before it returns the server: cancelled there (a stop signal), it
+            # would leave a listening socket that nobody closes and a file nobody removes.
             with anyio.CancelScope(shield=True):
-                await server.start(path=os.fspath(path))
-        finally:
-            os.umask(old_umask)
+                await server.start(sock=listener)
+        except BaseException:
+            listener.close()
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            raise
         ours = os.stat(path).st_ino  # no await since the bind: nothing can have replaced it
         yield server
     finally:

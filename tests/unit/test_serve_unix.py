@@ -38,3 +38,24 @@ async def test_a_socket_is_removed_on_exit_but_never_a_successors(short_tmp):
             path.unlink()
             successor.bind(str(path))  # another server took the name meanwhile
         assert path.is_socket()  # ours went away, the successor's stays
+
+
+async def test_the_socket_is_created_0600_without_touching_the_process_umask(short_tmp, monkeypatch):
+    """The umask is process-wide: setting it around the bind (as before) also narrowed every file a
+    worker thread created meanwhile (a CDI spec the runtime must read, a vNPU-core dir)."""
+    import os
+    import stat
+
+    calls: list[int] = []
+    real_umask = os.umask
+    monkeypatch.setattr(os, "umask", lambda mask: calls.append(mask) or real_umask(mask))
+    previous = real_umask(0)  # the widest umask: the mode must come from the socket itself
+    try:
+        path = short_tmp / "reg.sock"
+        async with serve_unix([RegistrationServer("d.example.com", "/x")], path):
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600
+            with socket.socket(socket.AF_UNIX) as client:
+                client.connect(str(path))  # it listens
+    finally:
+        real_umask(previous)
+    assert calls == []
