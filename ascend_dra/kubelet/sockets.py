@@ -79,7 +79,7 @@ async def serve_unix(handlers: Sequence[Any], path: Path) -> AsyncIterator[Corke
         except BaseException:
             listener.close()
             with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+                os.unlink(path)  # ours: bound just above, no other instance can have replaced it
             raise
         ours = os.stat(path).st_ino  # no await since the bind: nothing can have replaced it
         yield server
