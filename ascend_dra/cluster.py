@@ -15,9 +15,10 @@ someone else deleted (the kubelet wipes a node's slices when it starts) come bac
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
+import aiohttp
 import anyio
 import orjson
 from anyio.abc import TaskStatus
@@ -136,6 +137,9 @@ KEEPALIVE_S = 60.0
 #: 17 MiB of the daemon's RSS; 16 serve thousands of GETs a second (one takes ~1.4 ms), more than
 #: the API server answers one node.
 MAX_CONNECTIONS = 16
+
+#: Seconds one watch of our slices lasts before the API server ends it and it is begun again.
+WATCH_S = 300
 
 #: Seconds between looks, while a newer instance publishes (a rolling update), at whether it still
 #: runs: if its rollout fails and it exits, this instance's slices are kept current again soon.
@@ -471,23 +475,54 @@ class ApiPublisher:
                 raise
 
     async def _watch(self) -> None:
-        """Wake the reconcile loop on every change to our slices (someone deleting them, say)."""
-        from kubernetes_asyncio import client, watch
+        """Wake the reconcile loop on every change to our slices (someone deleting them, say).
 
+        A plain watch request (``?watch=true``) on the shared client, each event line parsed with
+        orjson for its ``type`` only. kubernetes-asyncio's ``Watch`` built an ``ApiClient`` of its
+        own each time the watch began (loading the system CA bundle on the loop: 55 ms) and turned
+        every event, our own writes included, into model objects.
+        """
         assert self._api is not None
-        api = client.ResourceV1Api(self._api.client)
         selector = f"spec.driver={self.driver_name},spec.nodeName={self.node_name}"
+        query = [("fieldSelector", selector), ("watch", "true"), ("timeoutSeconds", str(WATCH_S))]
+        # The server ends the watch after WATCH_S; a connection silent for longer is dead.
+        timeout = aiohttp.ClientTimeout(sock_connect=30, sock_read=WATCH_S + 30)
         while True:
             try:
-                async with watch.Watch() as w:
-                    async for event in w.stream(api.list_resource_slice, field_selector=selector,
-                                                timeout_seconds=300):
-                        if event["type"] in ("DELETED", "MODIFIED", "ADDED"):
+                response = await self._api.client.call_api(
+                    f"{RESOURCE_V1}/resourceslices", "GET", query_params=query,
+                    header_params={"Accept": "application/json"}, auth_settings=["BearerToken"],
+                    _preload_content=False, _request_timeout=timeout)
+                try:
+                    if response.status != 200:
+                        raise ApiError(response.status, (await response.text())[:200])
+                    async for event in _lines(response.content):
+                        if orjson.loads(event).get("type") in ("DELETED", "MODIFIED", "ADDED"):
                             self._wake.set()
+                finally:
+                    response.release()
+                self._wake.set()  # the watch ended (its timeout): look once, as events may be missed
             except Exception as exc:  # the API server went away: back off, then watch again
                 log.debug("slice watch ended", extra={"error": str(exc)})
                 self._wake.set()
                 await anyio.sleep(1.0)
+
+
+async def _lines(stream: Any) -> AsyncIterator[bytes]:
+    """The non-empty lines of an aiohttp response body. Not ``readline``: it refuses a line over
+    128 KiB, and one watch event of a full ResourceSlice can be longer."""
+    buffer = bytearray()
+    async for chunk in stream.iter_any():
+        searched = len(buffer)  # the bytes before hold no newline: look in the new ones only
+        buffer += chunk
+        while (end := buffer.find(b"\n", searched)) != -1:
+            line = bytes(buffer[:end])
+            del buffer[:end + 1]
+            searched = 0
+            if line.strip():
+                yield line
+    if buffer.strip():
+        yield bytes(buffer)
 
 
 def _match(existing: list[dict[str, Any]], desired: list[dict[str, Any]]

@@ -1,0 +1,69 @@
+"""The publisher's watch of our ResourceSlices (cluster.py ``ApiPublisher._watch``), in-process
+against the real API server: it wakes the reconcile loop on a change, even for a watch event longer
+than aiohttp's 128 KiB line limit, and it makes no API client of its own (kubernetes-asyncio's
+``Watch`` did, loading the system CA bundle on the event loop: 55 ms each time the watch began)."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from ascend_dra import cluster
+from tests.cluster.test_publish import RES, ok
+from tests.integration.daemon import DRIVER
+
+pytestmark = [pytest.mark.cluster, pytest.mark.anyio]
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+def _large_slice(node: str) -> dict:
+    """One slice of 128 devices with 31 long string attributes each: a watch event of ~500 KiB."""
+    attributes = {f"attr{a}": {"string": "x" * 64} for a in range(31)}
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-watch-test"},
+            "spec": {"driver": DRIVER, "nodeName": node, "pool": {"name": node, "generation": 1,
+                                                                  "resourceSliceCount": 1},
+                     "devices": [{"name": f"d{i}", "attributes": attributes} for i in range(128)]}}
+
+
+async def test_the_watch_wakes_on_a_large_event_and_makes_no_client_of_its_own(cp, monkeypatch):
+    from kubernetes_asyncio.client import ApiClient
+
+    api = await cluster.connect_api(str(cp.kubeconfig))
+    made: list[object] = []
+    real_init = ApiClient.__init__
+    monkeypatch.setattr(ApiClient, "__init__", lambda self, *a, **k: made.append(self) or real_init(self, *a, **k))
+    publisher = cluster.ApiPublisher(str(cp.kubeconfig), driver_name=DRIVER, node_name=cp.node_name, api=api)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(publisher._watch)
+            await anyio.sleep(1)  # the watch is established (an event before it would be missed)
+            publisher._wake = anyio.Event()
+            await anyio.to_thread.run_sync(ok, cp, "POST", f"{RES}/resourceslices", _large_slice(cp.node_name))
+            with anyio.fail_after(10):
+                await publisher._wake.wait()
+            tg.cancel_scope.cancel()
+    finally:
+        await api.client.close()
+    assert made == []
+
+
+class _Chunks:
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+
+    async def iter_any(self):
+        for chunk in self.chunks:
+            yield chunk
+
+
+async def test_event_lines_are_split_wherever_the_chunks_end():
+    big = b'{"type":"MODIFIED","object":"' + b"y" * 300_000 + b'"}'
+    body = b'{"type":"ADDED"}\n\n' + big + b"\n" + b'{"type":"DELETED"}'
+    chunks = [body[i:i + 7000] for i in range(0, len(body), 7000)]
+    assert [line async for line in cluster._lines(_Chunks(chunks))] == [b'{"type":"ADDED"}', big, b'{"type":"DELETED"}']
+    assert [line async for line in cluster._lines(_Chunks([b"a\nb", b"c\n", b"\n"]))] == [b"a", b"bc"]
