@@ -131,13 +131,17 @@ def tmpfs_cdi_dir(cdi_dir: Path) -> Path | None:
 class Node:
     """A daemon (standalone or cluster mode) and a source of allocated claims for it."""
 
-    def __init__(self, mode: str, root: Path, devices: int, cp=None) -> None:
+    def __init__(self, mode: str, root: Path, devices: int, cp=None, loopwatch: Path | None = None) -> None:
         self.mode, self.cp, self.devices = mode, cp, devices
         self.metrics_port = free_port()
         args = ["--metrics-port", str(self.metrics_port), "--metrics-address", "127.0.0.1"]
         node = cp.node_name if cp is not None else NODE
         self.node = node
-        self.daemon = DaemonProcess(root / "node", node=node, fake_devices=devices, extra_args=args,
+        env = {}
+        if loopwatch is not None:  # bench/loopwatch/sitecustomize.py: what held the loop
+            env = {"PYTHONPATH": os.pathsep.join([str(ROOT / "bench" / "loopwatch"), os.environ.get("PYTHONPATH", "")]),
+                   "ASCEND_DRA_LOOPWATCH": str(loopwatch)}
+        self.daemon = DaemonProcess(root / "node", node=node, fake_devices=devices, extra_args=args, env=env,
                                     kubeconfig=cp.kubeconfig if cp is not None else None)
         self.cdi_tmpfs = tmpfs_cdi_dir(self.daemon.cdi_dir)
 
@@ -163,7 +167,9 @@ def bench_mode(mode: str, args, cp=None) -> tuple[list[tuple], dict]:
     root = Path(tempfile.mkdtemp(prefix="adm-", dir="/tmp"))
     held_counts = [0, 128] if args.quick else [0, 128, 1024]
     most = max(held_counts)
-    node = Node(mode, root, devices=most + args.batch + 1, cp=cp)  # held claims, then one batch's devices
+    loopwatch = Path(args.loopwatch).with_suffix(f".{mode}.json") if args.loopwatch else None
+    node = Node(mode, root, devices=most + args.batch + 1, cp=cp,  # held claims, then one batch's devices
+                loopwatch=loopwatch)
     rows: list[tuple] = []
     extra: dict = {}
     try:
@@ -226,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--floor-rounds", type=int, default=500)
     parser.add_argument("--quick", action="store_true", help="0 and 128 held, batches of 64")
     parser.add_argument("--startup-runs", type=int, default=3)
+    parser.add_argument("--loopwatch", metavar="PATH", help="record the daemon's longest event-loop callbacks and "
+                        "the stacks inside them to PATH.<mode>.json (bench/loopwatch; slows the daemon a little)")
     args = parser.parse_args(argv)
     if args.quick:
         args.batch, args.floor_rounds, args.startup_runs = 64, 200, 1
