@@ -52,6 +52,42 @@ async def test_the_watch_wakes_on_a_large_event_and_makes_no_client_of_its_own(c
     assert made == []
 
 
+async def test_our_own_writes_cause_no_further_reconcile_and_a_foreign_change_does(cp):
+    """Each write of ours came back as watch events that woke a full reconcile (a LIST of every
+    slice and a compare of every device: ~20 ms of the loop for 1,000 devices)."""
+    from ascend_dra.model import Device, Inventory
+    from tests.cluster.test_publish import delete_our_slices, our_slices
+
+    api = await cluster.connect_api(str(cp.kubeconfig))
+    publisher = cluster.ApiPublisher(str(cp.kubeconfig), driver_name=DRIVER, node_name=cp.node_name, api=api,
+                                     resync_interval=3600)
+    syncs: list[bool] = []
+    real_sync = publisher.sync
+
+    async def counted() -> bool:
+        syncs.append(await real_sync())
+        return syncs[-1]
+
+    publisher.sync = counted
+    inventory = Inventory(devices=tuple(Device(f"npu-{i}") for i in range(3)), source="test")
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(publisher.run, inventory)
+            with anyio.fail_after(10):
+                await publisher.first_attempt.wait()
+            await anyio.sleep(3)  # the events of our own write have long arrived
+            assert syncs == [True]
+            await anyio.to_thread.run_sync(delete_our_slices, cp, cp.node_name)  # someone else's change
+            for _ in range(100):
+                if len(syncs) >= 2 and await anyio.to_thread.run_sync(our_slices, cp, cp.node_name):
+                    break
+                await anyio.sleep(0.1)
+            assert syncs[1:] == [True]  # put back at once, and then left alone
+            tg.cancel_scope.cancel()
+    finally:
+        await api.client.close()
+
+
 class _Chunks:
     def __init__(self, chunks: list[bytes]) -> None:
         self.chunks = chunks
