@@ -25,6 +25,7 @@ dependencies.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import os
 import re
@@ -34,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -128,6 +130,35 @@ def tmpfs_cdi_dir(cdi_dir: Path) -> Path | None:
     return target
 
 
+class GetInfoProbe:
+    """Calls GetInfo on the registration socket every 20 ms from a thread of its own (its own
+    channel, as the kubelet's plugin watcher has), recording each answer's latency in ms."""
+
+    def __init__(self, daemon: DaemonProcess, into: list[float]) -> None:
+        self.kubelet, self.into = Kubelet(daemon), into
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.wait(0.02):
+            started = time.perf_counter()
+            try:
+                self.kubelet.get_info()  # deadline 1 s, as the kubelet's
+            except Exception:  # the deadline missed (or the daemon gone): shown as inf
+                self.into.append(float("inf"))
+                continue
+            self.into.append((time.perf_counter() - started) * 1000)
+
+    def __enter__(self) -> GetInfoProbe:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.kubelet.close()
+
+
 class Node:
     """A daemon (standalone or cluster mode) and a source of allocated claims for it."""
 
@@ -202,13 +233,15 @@ def bench_mode(mode: str, args, cp=None) -> tuple[list[tuple], dict]:
         rpc = {c: run_calls(range(args.floor_rounds if c == 1 else args.floor_rounds * 2), empty_call, c)
                for c in (1, 16, 64)}
         held: list[dict] = []
+        getinfo_ms: list[float] = []  # GetInfo answers while 64 calls are in flight (the kubelet allows 1 s)
         for count in held_counts:
             extra_claims = node.claims(count - len(held), len(held))
             run_calls(extra_claims, prepare, 16)
             held += extra_claims
             for c in (1, 16, 64):
                 batch = node.claims(args.batch, most)
-                p, u = run_calls(batch, prepare, c), run_calls(batch, unprepare, c)
+                with GetInfoProbe(node.daemon, getinfo_ms) if c == 64 else contextlib.nullcontext():
+                    p, u = run_calls(batch, prepare, c), run_calls(batch, unprepare, c)
                 floor_p = rpc[c].p50_ms + write.p50_ms + (get.p50_ms if get else 0)
                 floor_u = rpc[c].p50_ms + write.p50_ms
                 rows.append((mode, count, c, "prepare", p, floor_p))
@@ -216,6 +249,7 @@ def bench_mode(mode: str, args, cp=None) -> tuple[list[tuple], dict]:
         extra["floors"] = {"RPC p50 ms (1/16/64)": "/".join(f"{rpc[c].p50_ms:.2f}" for c in (1, 16, 64)),
                            "write p50 ms": f"{write.p50_ms:.2f}",
                            **({"GET p50 ms": f"{get.p50_ms:.2f}"} if get else {})}
+        extra["getinfo"] = getinfo_ms
         extra["stall"] = scrape_stall(node.metrics_port)
         extra["rss after"] = rss_mib(node.daemon.proc.pid)
         k.close()
@@ -278,6 +312,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{mode:<11} longest event-loop stall while serving, the CPU wait taken out (loopstall.py): "
               f"{extra['stall'] * 1000:.1f} ms (floor, the same monitor in a bare asyncio process: "
               f"{loop_floor[0] * 1000:.1f} ms; its lateness with the CPU wait: {loop_floor[1] * 1000:.1f} ms)")
+        if extra["getinfo"]:
+            gi = sorted(extra["getinfo"])
+            print(f"{mode:<11} GetInfo while 64 calls are in flight: p50 {statistics.median(gi):.1f} ms, max "
+                  f"{gi[-1]:.1f} ms over {len(gi)} calls (the kubelet's deadline: 1000 ms)")
         print(f"{mode:<11} RSS idle {extra['rss idle']:.1f} MiB, after all phases {extra['rss after']:.1f} MiB "
               f"(floor, import only: {floor_rss:.1f} MiB; ratios {extra['rss idle'] / floor_rss:.2f}, "
               f"{extra['rss after'] / floor_rss:.2f})")
