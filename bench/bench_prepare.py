@@ -264,7 +264,8 @@ def print_table(figures: dict[str, Stats], args: argparse.Namespace) -> None:
         print(f"{name:<34}{stats.p50_ms:>9.3f}{stats.p99_ms:>9.3f}{stats.per_s:>10.0f}{ratios}")
     print("\np50/RPC: p50 over the empty-RPC p50 at the same concurrency; p50/fsync: p50 over one atomic durable "
           "replace; /s vs RPC: claims/s over empty RPCs/s at the same concurrency.\nEach call carries one claim, so "
-          "calls/s = claims/s. A Prepare does three atomic replaces (checkpoint, CDI spec, checkpoint).")
+          "calls/s = claims/s. A fake-profile Prepare does one journal append (fdatasync) and writes its CDI spec "
+          "without fsync (docs/durable-state.md).")
 
 
 if __name__ == "__main__":
