@@ -3,7 +3,7 @@
 kubernetes-asyncio is imported here only, and this module only when the daemon runs in cluster
 mode, after the kubelet sockets are up (its import costs ~0.4 s and ~60 MB, docs/architecture.md#import-cost).
 Objects travel as plain ``resource.k8s.io/v1`` JSON dicts (the same shapes as standalone mode),
-through ``ApiClient.call_api``; the typed API is used only for the watch.
+through ``ApiClient.call_api``, the watch included; no typed API object is made.
 
 Publishing follows the Go helper's ResourceSlice controller (docs/architecture.md#resourceslice-publishing): one
 pool named after the node, owner reference to the Node, ``generateName`` ``<node>-<driver>-``;
@@ -15,6 +15,7 @@ someone else deleted (the kubelet wipes a node's slices when it starts) come bac
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
@@ -140,6 +141,9 @@ MAX_CONNECTIONS = 16
 
 #: Seconds one watch of our slices lasts before the API server ends it and it is begun again.
 WATCH_S = 300
+
+#: The longest pause before a watch that failed, or ended at once, is begun again.
+WATCH_BACKOFF_MAX_S = 30.0
 
 #: Seconds between looks, while a newer instance publishes (a rolling update), at whether it still
 #: runs: if its rollout fails and it exits, this instance's slices are kept current again soon.
@@ -289,8 +293,10 @@ class ApiPublisher:
     """Keeps the node's pool in the API server equal to the inventory.
 
     :param newer_instance: during a rolling update (instancelock.py), returns the id of a newer
-        live instance of the driver on this node, or None; while there is one, this publisher
-        writes nothing (the newer one publishes) and looks again every :data:`STANDBY_POLL_S`.
+        live instance of the driver on this node that publishes, or None; while there is one, this
+        publisher writes nothing and looks again every :data:`STANDBY_POLL_S`.
+    :param published: called after each reconcile that succeeded (slices written or found
+        current): a rolling-update instance records it for the older ones (instancelock.py).
     :ivar generation: the pool generation last written.
     :ivar last_error: the last reconcile error (None after a successful sync), for health reporting.
     :ivar syncs: how many reconciles wrote something.
@@ -299,7 +305,8 @@ class ApiPublisher:
 
     def __init__(self, kubeconfig: str | None, *, driver_name: str, node_name: str,
                  resync_interval: float = 60.0, api: KubeApi | None = None,
-                 newer_instance: Callable[[], str | None] | None = None) -> None:
+                 newer_instance: Callable[[], str | None] | None = None,
+                 published: Callable[[], None] | None = None) -> None:
         self.kubeconfig = kubeconfig
         self.driver_name = driver_name
         self.node_name = node_name
@@ -309,6 +316,7 @@ class ApiPublisher:
         self.syncs = 0
         self.standing_by_for: str | None = None
         self._newer_instance = newer_instance
+        self._published = published
         self._inventory = Inventory()
         self._wake = anyio.Event()
         #: Set once the first publish attempt ended, written or not (the daemon binds the
@@ -323,7 +331,7 @@ class ApiPublisher:
         # need no reconcile (each took a LIST and a compare of every device).
         self._own_versions: set[tuple[str, str]] = set()
         self._syncing = False
-        self._held_events: list[dict[str, Any]] = []
+        self._held_events: list[tuple[str, str | None, str | None]] = []  # (type, name, resourceVersion)
         # ((inventory, generation, node uid), slices, their sorted contents) of the last build.
         self._built: tuple[tuple[Any, int, str], list[dict[str, Any]], list[bytes]] | None = None
 
@@ -364,7 +372,7 @@ class ApiPublisher:
                             self._syncing = False
                         # Events that came while the write's answers were still on their way:
                         # now it is known which of them our write caused.
-                        if any(not self._is_own_write(event) for event in self._held_events):
+                        if any(not self._is_own_write(*event) for event in self._held_events):
                             self._wake.set()
                         self._held_events.clear()
                     with anyio.move_on_after(STANDBY_POLL_S if self.standing_by_for else self.resync_interval):
@@ -397,6 +405,8 @@ class ApiPublisher:
                 try:
                     await self.sync()
                     self.last_error = None
+                    if self._published is not None:
+                        self._published()
                 except ApiError as exc:
                     self.last_error = exc
                     log.warning("publishing ResourceSlices failed; retrying", extra={"error": str(exc)})
@@ -448,6 +458,8 @@ class ApiPublisher:
         if up_to_date:
             self.generation = current
             return False
+        if self._stand_by():  # a newer instance came up while this reconcile ran (or retried)
+            return False
         generation = current + 1
         self._built = None  # the objects are changed below and sent
         for obj in desired:
@@ -493,12 +505,9 @@ class ApiPublisher:
             self._built = (key, desired, sorted(_content(d["spec"]) for d in desired))
         return self._built[1], self._built[2]
 
-    def _is_own_write(self, event: Mapping[str, Any]) -> bool:
+    def _is_own_write(self, kind: str, name: str | None, resource_version: str | None) -> bool:
         """Whether a watch event only reports a slice as our last write left it."""
-        if event.get("type") not in ("ADDED", "MODIFIED"):
-            return False
-        meta = (event.get("object") or {}).get("metadata") or {}
-        return (meta.get("name"), meta.get("resourceVersion")) in self._own_versions
+        return kind in ("ADDED", "MODIFIED") and (name, resource_version) in self._own_versions
 
     async def _delete(self, obj: Mapping[str, Any]) -> None:
         assert self._api is not None
@@ -514,40 +523,63 @@ class ApiPublisher:
     async def _watch(self) -> None:
         """Wake the reconcile loop on every change to our slices (someone deleting them, say).
 
-        A plain watch request (``?watch=true``) on the shared client, each event line parsed with
-        orjson for its ``type`` only. kubernetes-asyncio's ``Watch`` built an ``ApiClient`` of its
-        own each time the watch began (loading the system CA bundle on the loop: 55 ms) and turned
-        every event, our own writes included, into model objects.
+        A plain watch request (``?watch=true``) on the shared client, each event parsed with
+        orjson; only its type, name and resourceVersion are kept. kubernetes-asyncio's ``Watch``
+        built an ``ApiClient`` of its own each time the watch began (loading the system CA bundle on
+        the loop: 55 ms) and turned every event, our own writes included, into model objects.
+        A watch that fails or ends at once is begun again after a pause that doubles up to
+        :data:`WATCH_BACKOFF_MAX_S`; a refusal (4xx) is logged as a warning.
         """
         assert self._api is not None
         selector = f"spec.driver={self.driver_name},spec.nodeName={self.node_name}"
         query = [("fieldSelector", selector), ("watch", "true"), ("timeoutSeconds", str(WATCH_S))]
         # The server ends the watch after WATCH_S; a connection silent for longer is dead.
-        timeout = aiohttp.ClientTimeout(sock_connect=30, sock_read=WATCH_S + 30)
+        limits = aiohttp.ClientTimeout(sock_connect=30, sock_read=WATCH_S + 30)
+        pause = 1.0
         while True:
+            began = time.monotonic()
             try:
-                response = await self._api.client.call_api(
-                    f"{RESOURCE_V1}/resourceslices", "GET", query_params=query,
-                    header_params={"Accept": "application/json"}, auth_settings=["BearerToken"],
-                    _preload_content=False, _request_timeout=timeout)
-                try:
-                    if response.status != 200:
-                        raise ApiError(response.status, (await response.text())[:200])
-                    async for line in _lines(response.content):
-                        event = orjson.loads(line)
-                        if event.get("type") not in ("DELETED", "MODIFIED", "ADDED") or self._is_own_write(event):
-                            continue
-                        if self._syncing and event["type"] != "DELETED":
-                            self._held_events.append(event)  # perhaps of the write under way
-                        else:
-                            self._wake.set()
-                finally:
-                    response.release()
-                self._wake.set()  # the watch ended (its timeout): look once, as events may be missed
-            except Exception as exc:  # the API server went away: back off, then watch again
-                log.debug("slice watch ended", extra={"error": str(exc)})
+                await self._watch_once(query, limits)
+                self._wake.set()  # the watch ended (its timeout): look once, events may be missed
+            except Exception as exc:  # the API server went away or refused: back off, then watch again
+                refused = isinstance(exc, ApiError) and 400 <= exc.status < 500 and exc.status != 410  # 410: expired
+                (log.warning if refused else log.debug)("the watch of our ResourceSlices failed", extra={
+                    "error": str(exc)})
                 self._wake.set()
-                await anyio.sleep(1.0)
+            if time.monotonic() - began > 10:
+                pause = 1.0
+                continue
+            await anyio.sleep(pause)
+            pause = min(pause * 2, WATCH_BACKOFF_MAX_S)
+
+    async def _watch_once(self, query: list[tuple[str, str]], limits: aiohttp.ClientTimeout) -> None:
+        """One watch request, until the server ends it. :raises ApiError: it was refused."""
+        assert self._api is not None
+        response = await self._api.client.call_api(
+            f"{RESOURCE_V1}/resourceslices", "GET", query_params=query,
+            header_params={"Accept": "application/json"}, auth_settings=["BearerToken"],
+            _preload_content=False, _request_timeout=limits)
+        try:
+            if response.status != 200:
+                raise ApiError(response.status, (await response.text())[:300])
+            async for line in _lines(response.content):
+                event = orjson.loads(line)
+                kind = event.get("type")
+                if kind == "ERROR":  # e.g. the watch expired: a Status object; watch again
+                    raise ApiError(int((event.get("object") or {}).get("code") or 0),
+                                   str((event.get("object") or {}).get("message")))
+                if kind not in ("DELETED", "MODIFIED", "ADDED"):
+                    continue
+                meta = (event.get("object") or {}).get("metadata") or {}
+                key = (kind, meta.get("name"), meta.get("resourceVersion"))
+                if self._is_own_write(*key):
+                    continue
+                if self._syncing and kind != "DELETED":
+                    self._held_events.append(key)  # perhaps of the write under way
+                else:
+                    self._wake.set()
+        finally:
+            response.release()
 
 
 async def _lines(stream: Any) -> AsyncIterator[bytes]:

@@ -32,7 +32,7 @@ from ascend_dra.cdi.store import CdiStore
 from ascend_dra.checkpoint import CheckpointCorrupt, read_boot_id
 from ascend_dra.claims import ClaimSource, StandaloneClaimSource
 from ascend_dra.hotplug import watch_device_nodes
-from ascend_dra.instancelock import hold_instance_lock, newer_live_instance
+from ascend_dra.instancelock import hold_instance_lock, mark_published, newer_live_instance
 from ascend_dra.kubelet import dra
 from ascend_dra.kubelet.grpc_health import HealthThread, SocketProbe
 from ascend_dra.kubelet.health import HEALTH_SERVICES, HealthFeed, health_services
@@ -204,12 +204,13 @@ class Daemon:
         from ascend_dra.cluster import ApiPublisher
 
         s = self.settings
-        newer = None
+        newer = published = None
         if s.rolling_update_id is not None:  # only the newest instance publishes (instancelock.py)
             uid = s.rolling_update_id
             newer = lambda: newer_live_instance(s.plugin_dir, uid)  # noqa: E731
+            published = lambda: mark_published(s.plugin_dir, uid)  # noqa: E731
         return ApiPublisher(s.kubeconfig, driver_name=s.driver_name, node_name=s.node_name, api=self.api,
-                            newer_instance=newer)
+                            newer_instance=newer, published=published)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Run until cancelled. ``task_status.started()`` fires once the kubelet may register us."""

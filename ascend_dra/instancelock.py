@@ -13,9 +13,10 @@ would take each other's sockets; the second waits). The kernel drops a lock when
 exits, even by kill -9.
 
 Each exclusive holder writes its pid and the time it took the lock (``CLOCK_BOOTTIME``, ns: one
-clock for every container of the node) into the file. While several instances overlap, only the
-one that started last publishes ResourceSlices (:func:`newer_live_instance`): two releases whose
-inventories differ would otherwise rewrite each other's slices without end.
+clock for every container of the node) into the file, and a publisher the time of its last
+successful publish (:func:`mark_published`). While several instances overlap, only the one that
+started last publishes ResourceSlices, as long as it does (:func:`newer_live_instance`): two
+releases whose inventories differ would otherwise rewrite each other's slices without end.
 
 An instance that stops removes its sockets and its ``daemon-<UID>.lock``. One that was killed
 leaves both, and no other instance may remove another's sockets blindly: at start-up an instance
@@ -36,7 +37,8 @@ from pathlib import Path
 
 from ascend_dra.sharedlock import acquire, try_lock
 
-__all__ = ("LOCK_FILE", "hold_instance_lock", "newer_live_instance", "remove_dead_instances")
+__all__ = ("LOCK_FILE", "PUBLISHING_FRESH_S", "hold_instance_lock", "mark_published", "newer_live_instance",
+           "remove_dead_instances")
 
 log = logging.getLogger(__name__)
 
@@ -45,20 +47,37 @@ LOCK_FILE = "daemon.lock"
 
 @contextlib.asynccontextmanager
 async def _hold(path: Path, *, shared: bool, poll_s: float, pid_file: bool) -> AsyncIterator[int]:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            if not try_lock(fd, shared=shared):
+                holder = os.pread(fd, 32, 0).decode(errors="replace").split("\n")[0].strip() or "unknown"
+                log.warning("another ascend-dra instance holds the plugin directory; waiting for it to stop",
+                            extra={"lock": str(path), "holder_pid": holder})
+                await acquire(fd, shared=shared, poll_max_s=poll_s)
+                log.info("took over the plugin directory", extra={"lock": str(path)})
+            if _same_file(fd, path):
+                break
+        except BaseException:
+            os.close(fd)
+            raise
+        # Removed (remove_dead_instances) or replaced between our open and our lock: a lock on
+        # that inode would hide us from every other instance. Lock what is at the path now.
+        os.close(fd)
     try:
-        if not try_lock(fd, shared=shared):
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            log.warning("another ascend-dra instance holds the plugin directory; waiting for it to stop",
-                        extra={"lock": str(path), "holder_pid": holder})
-            await acquire(fd, shared=shared, poll_max_s=poll_s)
-            log.info("took over the plugin directory", extra={"lock": str(path)})
         if pid_file:  # only an exclusive holder writes: shared holders would overwrite each other
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n{time.clock_gettime_ns(time.CLOCK_BOOTTIME)}\n".encode(), 0)
         yield fd
     finally:
         os.close(fd)  # releases the lock
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        return os.fstat(fd).st_ino == os.stat(path).st_ino
+    except FileNotFoundError:
+        return False
 
 
 def remove_dead_instances(plugin_dir: Path, sockets_of: Callable[[str], Sequence[Path]], own: str) -> list[str]:
@@ -99,30 +118,63 @@ def remove_dead_instances(plugin_dir: Path, sockets_of: Callable[[str], Sequence
     return dead
 
 
-def _started(fd: int) -> int | None:
-    """The start stamp an exclusive holder wrote (second line), or None."""
-    lines = os.pread(fd, 64, 0).split(b"\n")
+#: Seconds after its start or its last successful publish during which a newer instance counts as
+#: publishing: an older one stands by meanwhile. A publisher that is current syncs every 60 s
+#: (``ApiPublisher.resync_interval``); a newer instance alive but failing to write (an RBAC or a
+#: schema error of its release) for longer no longer keeps the older one from publishing.
+PUBLISHING_FRESH_S = 150.0
+
+
+def _stamps(fd: int) -> tuple[int | None, int | None]:
+    """(started, last published) stamps an exclusive holder wrote (lines 2 and 3), None where absent."""
+    lines = os.pread(fd, 96, 0).split(b"\n")
+
+    def field(i: int) -> int | None:
+        try:
+            return int(lines[i])
+        except (IndexError, ValueError):
+            return None
+
+    return field(1), field(2)
+
+
+def mark_published(plugin_dir: Path, own: str) -> None:
+    """Record in ``daemon-<own>.lock`` that this instance published (or found its slices current)
+    just now (blocking; one small write). :func:`newer_live_instance` of older instances reads it."""
+    path = plugin_dir / f"daemon-{own}.lock"
     try:
-        return int(lines[1])
-    except (IndexError, ValueError):
-        return None
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    try:
+        lines = os.pread(fd, 96, 0).split(b"\n")
+        if len(lines) >= 3:  # pid and start stamp written
+            head = lines[0] + b"\n" + lines[1] + b"\n"
+            # Fixed width, written in place: a reader never sees a shorter or truncated number.
+            os.pwrite(fd, f"{time.clock_gettime_ns(time.CLOCK_BOOTTIME):020d}\n".encode(), len(head))
+    finally:
+        os.close(fd)
 
 
 def newer_live_instance(plugin_dir: Path, own: str) -> str | None:
-    """The rolling-update id of a live instance that took its lock after ``own`` did, or None
-    (blocking; a few small files). Such an instance is the one the DaemonSet is rolling to: it
-    publishes the node's ResourceSlices while ``own`` stands by. Ties go to the larger id.
+    """The rolling-update id of a live instance that publishes in this one's stead, or None
+    (blocking; a few small files). That is one that took its lock after ``own`` did (the one the
+    DaemonSet is rolling to; ties go to the larger id) and started or published within
+    :data:`PUBLISHING_FRESH_S`, or a live one whose file has no start stamp (a release from before
+    this rule, which always publishes: two publishers with different inventories would rewrite
+    each other's slices without end).
     """
     try:
         fd = os.open(plugin_dir / f"daemon-{own}.lock", os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
     try:
-        mine = _started(fd)
+        mine, _ = _stamps(fd)
     finally:
         os.close(fd)
     if mine is None:
         return None
+    now = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
     for lock in sorted(plugin_dir.glob("daemon-*.lock")):
         uid = lock.name.removeprefix("daemon-").removesuffix(".lock")
         if uid == own:
@@ -132,9 +184,12 @@ def newer_live_instance(plugin_dir: Path, own: str) -> str | None:
         except FileNotFoundError:
             continue
         try:
-            theirs = _started(fd)
-            if theirs is None or (theirs, uid) < (mine, own):
-                continue
+            started, published = _stamps(fd)
+            if started is not None:
+                if (started, uid) < (mine, own):
+                    continue
+                if now - max(started, published or 0) > PUBLISHING_FRESH_S * 1e9:
+                    continue  # alive or not, it has not published for too long
             if try_lock(fd):  # nobody holds it: that instance is dead (closing the fd lets go)
                 continue
             return uid

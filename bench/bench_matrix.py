@@ -170,7 +170,8 @@ class Node:
         self.node = node
         env = {}
         if loopwatch is not None:  # bench/loopwatch/sitecustomize.py: what held the loop
-            env = {"PYTHONPATH": os.pathsep.join([str(ROOT / "bench" / "loopwatch"), os.environ.get("PYTHONPATH", "")]),
+            paths = [str(ROOT / "bench" / "loopwatch"), *filter(None, [os.environ.get("PYTHONPATH")])]
+            env = {"PYTHONPATH": os.pathsep.join(paths),
                    "ASCEND_DRA_LOOPWATCH": str(loopwatch)}
         self.daemon = DaemonProcess(root / "node", node=node, fake_devices=devices, extra_args=args, env=env,
                                     kubeconfig=cp.kubeconfig if cp is not None else None)

@@ -41,8 +41,9 @@ def _prepare_path(path: Path) -> None:
         raise FileExistsError(f"{path} exists and is not a socket; refusing to replace it")
 
 
-def _bound_0600(path: Path) -> socket.socket:
-    """A unix stream socket bound at ``path``, its file created mode 0600 (never briefly wider).
+def _bound_0600(path: Path) -> tuple[socket.socket, int]:
+    """A unix stream socket bound at ``path``, its file created mode 0600 (never briefly wider),
+    and the file's inode number (taken at once: nothing can have replaced it yet).
 
     Linux gives the new file the socket inode's mode less the umask (``unix_bind``), so the mode is
     set on the socket before the bind: the process-wide umask, which worker threads writing files
@@ -52,11 +53,12 @@ def _bound_0600(path: Path) -> socket.socket:
     try:
         os.fchmod(listener.fileno(), 0o600)
         listener.bind(os.fspath(path))
+        inode = os.stat(path).st_ino
         listener.setblocking(False)
     except BaseException:
         listener.close()
         raise
-    return listener
+    return listener, inode
 
 
 @contextlib.asynccontextmanager
@@ -70,7 +72,7 @@ async def serve_unix(handlers: Sequence[Any], path: Path) -> AsyncIterator[Corke
     server = CorkedServer(list(handlers))
     ours: int | None = None
     try:
-        listener = _bound_0600(path)
+        listener, ours = _bound_0600(path)  # from here on the file is ours to remove (below)
         try:
             # asyncio yields once before it returns the server: cancelled there (a stop signal), it
             # would leave a listening socket that nobody closes and a file nobody removes.
@@ -78,10 +80,7 @@ async def serve_unix(handlers: Sequence[Any], path: Path) -> AsyncIterator[Corke
                 await server.start(sock=listener)
         except BaseException:
             listener.close()
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)  # ours: bound just above, no other instance can have replaced it
             raise
-        ours = os.stat(path).st_ino  # no await since the bind: nothing can have replaced it
         yield server
     finally:
         # Runs while the daemon is being cancelled: shield it, but bound it (docs/architecture.md#conventions).

@@ -7,7 +7,8 @@ run``) loads this module unchanged.
 
 How: every asyncio callback runs through ``asyncio.events.Handle._run`` (ready callbacks, timers,
 socket readiness, task steps). The wrapper times each one; a sampler thread looks every
-millisecond and, while one callback has run longer than ``ASCEND_DRA_LOOPWATCH_MS`` (default 5),
+millisecond and, while one callback of the main thread's loop (the daemon's; its health checker
+runs a loop of its own, not watched) has run longer than ``ASCEND_DRA_LOOPWATCH_MS`` (default 5),
 records the loop thread's stack (``sys._current_frames``). The loop's lateness that
 ``loopstall.py`` reports is the sum of every callback run in one turn; this separates one long
 callback (a blocking step, ours to split) from many short ones queued behind each other (load).
@@ -57,9 +58,13 @@ def _install(report: str) -> None:
     running: dict[str, object] = {}  # "since", "thread", "handle" of the callback now running
     edges = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05)
 
+    main = threading.main_thread().ident  # the daemon's loop; the health checker runs one of its own
+
     def timed_run(self):
+        if threading.get_ident() != main:
+            return original(self)
         started, cpu_started = time.perf_counter(), time.thread_time()
-        running.update(since=started, thread=threading.get_ident(), handle=self)
+        running.update(since=started, thread=main, handle=self)
         try:
             return original(self)
         finally:

@@ -82,6 +82,7 @@ async def test_our_own_writes_cause_no_further_reconcile_and_a_foreign_change_do
                 if len(syncs) >= 2 and await anyio.to_thread.run_sync(our_slices, cp, cp.node_name):
                     break
                 await anyio.sleep(0.1)
+            await anyio.sleep(2)  # the events of putting them back have arrived too
             assert syncs[1:] == [True]  # put back at once, and then left alone
             tg.cancel_scope.cancel()
     finally:

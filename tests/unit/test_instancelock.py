@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 
 from ascend_dra import instancelock
 
@@ -37,10 +38,11 @@ def test_a_dead_instance_loses_its_sockets_and_its_lock_file(tmp_path):
     assert not path.exists() and not lock.exists()
 
 
-def _holder(path, started_ns: int, *, alive: bool) -> int | None:
-    """An instance's lock file with its stamp; held (a live instance) if ``alive``: returns the fd."""
+def _holder(path, started_ns: int | None, *, alive: bool) -> int | None:
+    """An instance's lock file with its stamp (none: a release from before stamps); held (a live
+    instance) if ``alive``: returns the fd."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    os.pwrite(fd, f"{os.getpid()}\n{started_ns}\n".encode(), 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode() + (b"" if started_ns is None else f"{started_ns}\n".encode()), 0)
     if not alive:
         os.close(fd)
         return None
@@ -48,15 +50,20 @@ def _holder(path, started_ns: int, *, alive: bool) -> int | None:
     return fd
 
 
+def _now() -> int:
+    return time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+
+
 def test_only_a_live_instance_that_started_later_makes_this_one_stand_by(tmp_path):
-    held = [_holder(tmp_path / "daemon-me.lock", 200, alive=True),
-            _holder(tmp_path / "daemon-older.lock", 100, alive=True),
-            _holder(tmp_path / "daemon-dead.lock", 300, alive=False)]  # killed: its file stayed
+    now = _now()
+    held = [_holder(tmp_path / "daemon-me.lock", now - 20_000, alive=True),
+            _holder(tmp_path / "daemon-older.lock", now - 30_000, alive=True),
+            _holder(tmp_path / "daemon-dead.lock", now - 10_000, alive=False)]  # killed: its file stayed
     try:
         assert instancelock.newer_live_instance(tmp_path, "me") is None
-        (tmp_path / "daemon-starting.lock").write_text("")  # took its lock, has not written its stamp yet
+        (tmp_path / "daemon-starting.lock").write_text("")  # not locked yet, nothing written yet
         assert instancelock.newer_live_instance(tmp_path, "me") is None
-        held.append(_holder(tmp_path / "daemon-newer.lock", 250, alive=True))
+        held.append(_holder(tmp_path / "daemon-newer.lock", now - 15_000, alive=True))
         assert instancelock.newer_live_instance(tmp_path, "me") == "newer"
         assert instancelock.newer_live_instance(tmp_path, "newer") is None
         assert instancelock.newer_live_instance(tmp_path, "older") in ("me", "newer")
@@ -65,3 +72,57 @@ def test_only_a_live_instance_that_started_later_makes_this_one_stand_by(tmp_pat
             if fd is not None:
                 os.close(fd)
     assert instancelock.newer_live_instance(tmp_path, "me") is None  # every one of them gone
+
+
+def test_a_newer_instance_that_stopped_publishing_no_longer_keeps_this_one_standing_by(tmp_path):
+    """Alive but failing every write (its release lacks an RBAC rule, say): after
+    PUBLISHING_FRESH_S the older instance publishes again, until the newer one succeeds again."""
+    fresh_s = instancelock.PUBLISHING_FRESH_S
+    stale = _now() - int((fresh_s + 60) * 1e9)
+    held = [_holder(tmp_path / "daemon-me.lock", stale - 10**9, alive=True),
+            _holder(tmp_path / "daemon-newer.lock", stale, alive=True)]
+    try:
+        assert instancelock.newer_live_instance(tmp_path, "me") is None  # started long ago, never published
+        instancelock.mark_published(tmp_path, "newer")
+        assert instancelock.newer_live_instance(tmp_path, "me") == "newer"
+        instancelock.mark_published(tmp_path, "newer")  # in place: the file keeps its shape
+        assert (tmp_path / "daemon-newer.lock").read_text().count("\n") == 3
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
+def test_a_live_instance_of_a_release_without_stamps_is_left_to_publish(tmp_path):
+    """An older release always publishes; two publishers of different inventories fight."""
+    held = [_holder(tmp_path / "daemon-me.lock", _now(), alive=True),
+            _holder(tmp_path / "daemon-old-release.lock", None, alive=True)]
+    try:
+        assert instancelock.newer_live_instance(tmp_path, "me") == "old-release"
+    finally:
+        for fd in held:
+            os.close(fd)
+    assert instancelock.newer_live_instance(tmp_path, "me") is None
+
+
+def test_a_lock_file_removed_under_a_starting_instance_is_locked_again_at_its_path(tmp_path, monkeypatch):
+    """Locking a file another instance unlinked (remove_dead_instances) would hide this one."""
+    import anyio
+
+    path = tmp_path / "daemon-x.lock"
+    real_try_lock = instancelock.try_lock
+    removed = []
+
+    def removed_first(fd: int, **kwargs) -> bool:
+        if not removed:
+            removed.append(path)
+            path.unlink()  # another instance found it free and removed it between our open and lock
+        return real_try_lock(fd, **kwargs)
+
+    monkeypatch.setattr(instancelock, "try_lock", removed_first)
+
+    async def main() -> None:
+        async with instancelock._hold(path, shared=False, poll_s=0.01, pid_file=True) as fd:
+            assert os.fstat(fd).st_ino == path.stat().st_ino
+            assert path.read_text().startswith(f"{os.getpid()}\n")
+
+    anyio.run(main)
