@@ -104,11 +104,16 @@ def _flag(
 
 
 def _bool(value: str) -> bool:
+    """true/1/yes/on or false/0/no/off, any case.
+
+    :raises argparse.ArgumentTypeError: anything else (argparse prints its message, not the
+        function's name).
+    """
     if value.lower() in ("true", "1", "yes", "on"):
         return True
     if value.lower() in ("false", "0", "no", "off"):
         return False
-    raise ValueError(f"{value!r} is not true or false")
+    raise argparse.ArgumentTypeError(f"{value!r} is not true or false (true, false, yes, no, on, off, 1, 0)")
 
 
 def _log_level(value: str) -> str:

@@ -76,6 +76,7 @@ def run_args(directory: Path, *extra: str) -> list[str]:
     ([], {"METRICS_PORT": "abc"}, ["METRICS_PORT", "--metrics-port", "an integer"]),
     ([], {"TAINT_UNHEALTHY": "maybe"}, ["TAINT_UNHEALTHY", "true or false"]),
     (["--metrics-port", "abc"], {}, ["--metrics-port", "'abc'"]),
+    (["--claim-status", "maybe"], {}, ["--claim-status", "'maybe' is not true or false (true, false"]),
     (["--profile-option", "fake.bogus=1"], {}, ["fake.bogus", "unknown", "fake takes"]),
     (["--profile-option", "bogus=1"], {}, ["bogus", "unknown"]),
     (["--profile-option", "npu-910.simulate=always"], {}, ["npu-910.simulate", "not loaded", "--profiles fake"]),
