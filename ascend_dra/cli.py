@@ -264,6 +264,11 @@ def build_parser() -> argparse.ArgumentParser:
                                           "Exit code 1 when a profile failed to load or to discover.")
     _node_flags(discover, node_required=False)
     discover.add_argument("--output", "-o", choices=("table", "yaml", "json"), default="table")
+    # Not LOG_LEVEL's twin: the chart's pod sets LOG_LEVEL=info for the daemon, and `discover` run
+    # in it must still print only its table (log lines go to stderr).
+    discover.add_argument("--log-level", type=_log_level, default="warning",
+                          help="log lines on stderr: debug, info, warning or error, as for run (default warning; "
+                               "debug shows each discovery tier's npu-smi calls)")
 
     _webhook_parser(sub)
 
@@ -410,7 +415,7 @@ def _discover(args: argparse.Namespace) -> int:
 
     if code := _preflight(args, None):
         return code
-    setup_logging("warning")  # the tiers' warnings, with their details, go to stderr
+    setup_logging(args.log_level)  # the tiers' warnings, with their details, go to stderr
     text, ok = anyio.run(discover.main, args, profile_options(args))
     print(text, end="")
     return 0 if ok else 1

@@ -265,3 +265,20 @@ def test_call_reaches_a_rolling_update_instance_by_its_id(short_tmp):
             "devices"][0]["deviceName"] == "npu-1-0"
     finally:
         d.stop()
+
+
+def test_discover_log_level_sets_what_goes_to_stderr_and_never_touches_stdout():
+    """It logged at warning, always (found by the new-user trial): nothing said which tier ran or
+    which npu-smi command failed."""
+    args = ("discover", "--profiles", "npu-910", "--profile-option", "npu-910.simulate=fallback",
+            "--fake-devices", "1", "--npu-smi", "/nonexistent/npu-smi")
+    default = cli(*args, env=BASE_ENV)
+    debug = cli(*args, "--log-level", "debug", env=BASE_ENV)
+    quiet = cli(*args, "--log-level", "error", env=BASE_ENV)
+    assert default.returncode == debug.returncode == quiet.returncode == 0, default.stderr
+    assert default.stdout == debug.stdout == quiet.stdout and "simulated" in default.stdout
+    assert "discovery tier failed" in default.stderr and " DEBUG " not in default.stderr
+    assert "running npu-smi" in debug.stderr and "discovery tier used" in debug.stderr
+    assert quiet.stderr == ""
+    bad = cli(*args, "--log-level", "loud", env=BASE_ENV)
+    assert bad.returncode == 2 and "'loud' is not one of debug, info, warning, error" in bad.stderr
