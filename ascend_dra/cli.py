@@ -230,11 +230,13 @@ def build_parser() -> argparse.ArgumentParser:
           "write status.devices of prepared ResourceClaims (cluster mode; KEP-4817)", type=_bool, nargs="?",
           const=True)
     _flag(run, "--metrics-port", "METRICS_PORT", 0, "TCP port for Prometheus /metrics (0: off)", type=int)
-    _flag(run, "--metrics-address", "METRICS_ADDRESS", "0.0.0.0", "address the metrics endpoint listens on")
+    _flag(run, "--metrics-address", "METRICS_ADDRESS", "*", "address the metrics endpoint listens on (*: every "
+          "address, IPv4 and IPv6 where the kernel has it; '::' dual-stack; '0.0.0.0' IPv4 only)")
     _flag(run, "--healthcheck-port", "HEALTHCHECK_PORT", 0,
           "TCP port of the grpc.health.v1.Health service for the kubelet's grpc probes (0: off)", type=int)
-    _flag(run, "--healthcheck-address", "HEALTHCHECK_ADDRESS", "0.0.0.0",
-          "address the health service listens on (a grpc probe connects to the pod IP)")
+    _flag(run, "--healthcheck-address", "HEALTHCHECK_ADDRESS", "*",
+          "address the health service listens on (a grpc probe connects to the pod IP, IPv6 in an IPv6 "
+          "cluster); as --metrics-address")
     _flag(run, "--rolling-update-id", "ROLLING_UPDATE_ID", None,
           "the pod UID: serve under sockets of this instance's own names, beside the old instance during a "
           "rolling update, sharing the checkpoint with it (kubelet >= 1.33); unset: one instance at a time")
@@ -287,7 +289,8 @@ def _webhook_parser(sub: Any) -> None:
                                       "converts HAMi resource syntax (huawei.com/Ascend310P, ...) into ResourceClaims. "
                                       "See docs/webhook.md.")
     _flag(hook, "--port", "WEBHOOK_PORT", 8443, "HTTPS port of the webhook endpoints, /healthz and /readyz", type=int)
-    _flag(hook, "--address", "WEBHOOK_ADDRESS", "0.0.0.0", "address the HTTPS server listens on")
+    _flag(hook, "--address", "WEBHOOK_ADDRESS", "*", "address the HTTPS server listens on (*: every address, IPv4 "
+          "and IPv6 where the kernel has it; '::' dual-stack; '0.0.0.0' IPv4 only)")
     _flag(hook, "--tls-cert-file", "TLS_CERT_FILE", None, "PEM serving certificate (reloaded when it changes)",
           type=Path)
     _flag(hook, "--tls-private-key-file", "TLS_PRIVATE_KEY_FILE", None, "PEM private key of the certificate",
@@ -302,7 +305,7 @@ def _webhook_parser(sub: Any) -> None:
     _flag(hook, "--orphan-grace", "ORPHAN_GRACE", 60.0,
           "seconds a direct claim waits for its pod before it is deleted (claim mode)", type=float)
     _flag(hook, "--metrics-port", "METRICS_PORT", 0, "TCP port for Prometheus /metrics (0: off)", type=int)
-    _flag(hook, "--metrics-address", "METRICS_ADDRESS", "0.0.0.0", "address the metrics endpoint listens on")
+    _flag(hook, "--metrics-address", "METRICS_ADDRESS", "*", "address the metrics endpoint listens on (as --address)")
     _log_flags(hook)
 
 

@@ -45,6 +45,7 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import choose_encoder
 
+from ascend_dra.listen import ALL_ADDRESSES, tcp_listener
 from ascend_dra.model import Inventory
 from ascend_dra.version import version
 
@@ -122,9 +123,9 @@ class Metrics:
         self.prepared.set_function(lambda: float(prepared()))
         self.registration.set_function(lambda: -1.0 if (v := registered()) is None else float(v))
 
-    def serve(self, port: int, address: str = "0.0.0.0", checks: Mapping[str, Check] | None = None) -> int:
+    def serve(self, port: int, address: str = ALL_ADDRESSES, checks: Mapping[str, Check] | None = None) -> int:
         """Serve ``/metrics`` and the ``checks`` (path -> check, e.g. ``/healthz``) from a background
-        thread; any other path is 404. Return the bound port.
+        thread; any other path is 404. Return the bound port. ``address`` as :func:`~ascend_dra.listen.tcp_listener`.
 
         :raises OSError: the port cannot be bound.
         """
@@ -153,7 +154,10 @@ class Metrics:
             def log_message(self, format: str, *args: object) -> None:
                 log.debug("metrics request", extra={"request": format % args})
 
-        server = ThreadingHTTPServer((address, port), Handler)
+        listener = tcp_listener(address, port)
+        server = ThreadingHTTPServer(("", 0), Handler, bind_and_activate=False)
+        server.socket.close()  # the stdlib server makes an IPv4 socket; ours may be IPv6
+        server.socket, server.server_address = listener, listener.getsockname()
         server.daemon_threads = True
         threading.Thread(target=server.serve_forever, name="ascend-dra-metrics", daemon=True).start()
         self._server = server

@@ -117,10 +117,10 @@ class Settings:
     taint_unhealthy: bool = False
     profile_options: Mapping[str, str] = attrs.field(factory=dict)
     metrics_port: int = 0
-    metrics_address: str = "0.0.0.0"
+    metrics_address: str = "*"  # listen.py: every address, IPv4 and IPv6
     rolling_update_id: str | None = None
     healthcheck_port: int = 0
-    healthcheck_address: str = "0.0.0.0"
+    healthcheck_address: str = "*"
     log_level: str = "info"
     log_format: str = "text"
 

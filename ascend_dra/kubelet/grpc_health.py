@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import socket
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
@@ -45,6 +44,7 @@ from ascend_dra.kubelet._gen.grpc.health.v1 import (
 )
 from ascend_dra.kubelet._gen.k8s.io.kubelet.pkg.apis.dra import v1
 from ascend_dra.kubelet._gen.pluginregistration import InfoRequest, RegistrationStub
+from ascend_dra.listen import describe, tcp_listener
 
 __all__ = ("CHECK_TIMEOUT_S", "SERVICES", "HealthService", "HealthThread", "SocketProbe")
 
@@ -183,7 +183,7 @@ class HealthThread:
 
         :raises OSError: the port cannot be bound.
         """
-        sock = socket.create_server((address, port))
+        sock = tcp_listener(address, port)
 
         async def start() -> None:
             server = Server([HealthService(self.probe)])
@@ -195,7 +195,7 @@ class HealthThread:
             sock.close()
             raise
         bound = int(sock.getsockname()[1])
-        log.info("serving grpc.health.v1.Health", extra={"address": address, "port": bound})
+        log.info("serving grpc.health.v1.Health", extra={"address": describe(address), "port": bound})
         return bound
 
     def loop_alive(self, timeout_s: float = 2.0) -> bool:

@@ -30,6 +30,7 @@ import anyio
 from aiohttp import web
 from anyio.abc import TaskStatus
 
+from ascend_dra.listen import tcp_listener
 from ascend_dra.profiles.base import Profile
 from ascend_dra.signals import run_until_signal
 from ascend_dra.webhook import review
@@ -164,7 +165,7 @@ def load_profiles(names: tuple[str, ...]) -> dict[str, Profile]:
     return {entry.name: entry.profile for entry in loaded if entry.profile is not None}
 
 
-def _port(site: web.TCPSite) -> int:
+def _port(site: web.BaseSite) -> int:
     server: Any = site._server  # aiohttp keeps the asyncio server private; its socket holds the bound port
     return int(server.sockets[0].getsockname()[1])
 
@@ -199,15 +200,15 @@ async def serve(settings: WebhookSettings, *, task_status: TaskStatus[dict[str, 
         runner = web.AppRunner(build_app(webhook), access_log=None, handle_signals=False, shutdown_timeout=5)
         await runner.setup()
         runners.append(runner)
-        site = web.TCPSite(runner, settings.address, settings.port, ssl_context=certificate.server_context,
-                           backlog=512)
+        site = web.SockSite(runner, tcp_listener(settings.address, settings.port),
+                            ssl_context=certificate.server_context, backlog=512)
         await site.start()
         ports = {"port": _port(site)}
         if settings.metrics_port is not None:
             metrics_runner = web.AppRunner(_metrics_app(metrics), access_log=None, handle_signals=False)
             await metrics_runner.setup()
             runners.append(metrics_runner)
-            metrics_site = web.TCPSite(metrics_runner, settings.metrics_address, settings.metrics_port)
+            metrics_site = web.SockSite(metrics_runner, tcp_listener(settings.metrics_address, settings.metrics_port))
             await metrics_site.start()
             ports["metrics_port"] = _port(metrics_site)
         async with anyio.create_task_group() as tg:

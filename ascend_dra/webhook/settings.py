@@ -36,13 +36,13 @@ class WebhookSettings:
     tls_cert_file: Path
     tls_private_key_file: Path
     port: int = 8443
-    address: str = "0.0.0.0"
+    address: str = "*"  # listen.py: every address, IPv4 and IPv6
     driver_name: str = "ascend.project-hami.io"
     profiles: tuple[str, ...] = ("npu-910",)
     kubeconfig: str | None = None
     conversion_mode: Mode = attrs.field(default=Mode.TEMPLATE, converter=Mode)
     metrics_port: int | None = None
-    metrics_address: str = "0.0.0.0"
+    metrics_address: str = "*"
     orphan_grace_s: float = 60.0
     log_level: str = "info"
     log_format: str = "text"

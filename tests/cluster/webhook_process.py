@@ -26,7 +26,8 @@ TEST_LABEL = "ascend-dra-webhook-test"
 
 
 class WebhookProcess:
-    """The webhook on 127.0.0.1:``port`` with the test CA's certificate; restartable on the same port."""
+    """The webhook on ``port`` (every address, the default; the tests use 127.0.0.1) with the test CA's
+    certificate; restartable on the same port."""
 
     def __init__(self, workdir: Path, kubeconfig: Path, cert: Path, key: Path, ca: Path, *, mode: str = "claim",
                  profiles: str = "fake,gpu,npu-310P", orphan_grace: float = 15.0, port: int | None = None) -> None:
@@ -42,7 +43,7 @@ class WebhookProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> WebhookProcess:
-        argv = [sys.executable, "-m", "ascend_dra.cli", "webhook", "--address", "127.0.0.1", "--port", str(self.port),
+        argv = [sys.executable, "-m", "ascend_dra.cli", "webhook", "--port", str(self.port),  # default address: *
                 "--tls-cert-file", str(self.cert), "--tls-private-key-file", str(self.key),
                 "--kubeconfig", str(self.kubeconfig), "--conversion-mode", self.mode, "--profiles", self.profiles,
                 "--orphan-grace", str(self.orphan_grace), "--metrics-port", str(self.metrics_port),

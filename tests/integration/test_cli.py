@@ -34,7 +34,7 @@ RUN_FLAGS = {
     "--health-service": ("HEALTH_SERVICE", "True"),
     "--claim-status": ("CLAIM_STATUS", "True"),
     "--metrics-port": ("METRICS_PORT", "0"),
-    "--metrics-address": ("METRICS_ADDRESS", "0.0.0.0"),
+    "--metrics-address": ("METRICS_ADDRESS", "*"),
     "--log-level": ("LOG_LEVEL", "info"),
     "--log-format": ("LOG_FORMAT", "text"),
 }

@@ -162,3 +162,23 @@ def test_a_port_in_use_refuses_start_up_with_one_line_naming_the_flag(short_tmp,
                            f"127.0.0.1:{port}: Address already in use (another process" in line)]
     assert "Traceback" not in d.log_text()
     assert sorted(p.name for p in d.root.rglob("*.sock")) == []
+
+
+def test_by_default_the_probe_and_metrics_ports_answer_on_ipv4_and_ipv6(short_tmp):
+    """An IPv6 single-stack cluster probes the pod's IPv6 address; the default was 0.0.0.0."""
+    from tests.unit.test_listen import _has_ipv6_loopback
+
+    if not _has_ipv6_loopback():
+        pytest.skip("this kernel has no IPv6 loopback")
+    ports = {"health": free_port(), "metrics": free_port()}
+    d = DaemonProcess(short_tmp / "sa", extra_args=["--healthcheck-port", str(ports["health"]),
+                                                    "--metrics-port", str(ports["metrics"])]).start()
+    try:
+        for host in ("127.0.0.1", "[::1]"):
+            with urllib.request.urlopen(f"http://{host}:{ports['metrics']}/healthz", timeout=5) as reply:
+                assert reply.status == 200, host
+            with grpc.insecure_channel(f"{host}:{ports['health']}") as channel:
+                status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5).status
+                assert status == health_pb2.HealthCheckResponse.SERVING, host
+    finally:
+        d.stop()
