@@ -405,7 +405,7 @@ class ApiPublisher:
                 try:
                     await self.sync()
                     self.last_error = None
-                    if self._published is not None:
+                    if self._published is not None and self.standing_by_for is None:  # it wrote or checked
                         self._published()
                 except ApiError as exc:
                     self.last_error = exc

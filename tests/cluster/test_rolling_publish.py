@@ -50,3 +50,37 @@ def test_only_the_newest_instance_publishes_and_the_older_one_resumes_when_it_st
         if new is not None:
             new.stop()
         old.stop()
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_a_newer_instance_seen_just_before_a_write_stops_it_and_is_not_recorded_as_a_publish(cp):
+    """The check before writing (a newer instance may come up while a reconcile retries) must not
+    count as this instance's publish: an older one still would take it for a publishing instance."""
+    import anyio
+
+    from ascend_dra import cluster
+    from ascend_dra.model import Device, Inventory
+    from tests.integration.daemon import DRIVER
+
+    answers = iter([None])  # the loop's look: none; every later look (the one before the write): "newer"
+    published: list[int] = []
+    api = await cluster.connect_api(str(cp.kubeconfig))
+    publisher = cluster.ApiPublisher(str(cp.kubeconfig), driver_name=DRIVER, node_name=cp.node_name, api=api,
+                                     newer_instance=lambda: next(answers, "newer"),
+                                     published=lambda: published.append(1))
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(publisher.run, Inventory(devices=(Device("npu-0"),), source="test"))
+            with anyio.fail_after(10):
+                await publisher.first_attempt.wait()
+            assert publisher.standing_by_for == "newer"
+            tg.cancel_scope.cancel()
+    finally:
+        await api.client.close()
+        await anyio.sleep(0.25)  # TLS connections close a loop turn later
+    assert published == [] and await anyio.to_thread.run_sync(our_slices, cp, cp.node_name) == []
