@@ -215,7 +215,7 @@ class Daemon:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Run until cancelled. ``task_status.started()`` fires once the kubelet may register us."""
         s = self.settings
-        # Blocking work (journal appends, spec removals, profile hooks) runs in at most this many
+        # Blocking work (journal appends, profile hooks) runs in at most this many
         # worker threads (anyio's default: 40). 64 Unprepares in flight had started 40, each with
         # its own malloc arena; the journal is written by one at a time anyway.
         anyio.to_thread.current_default_thread_limiter().total_tokens = WORKER_THREADS

@@ -491,14 +491,14 @@ class DeviceState(RecoveryMixin):
                                "the claim")
         for file in bad.cdi_specs:
             if _is_our_spec_file(file):
-                await anyio.to_thread.run_sync(self.cdi.remove, file)
+                self.cdi.remove(file)  # on the loop, as the writes: see _write_specs
         self._records.drop_unreadable(uid)
         await self._save()
 
     async def _remove_stray_specs(self, uid: str) -> None:
         for profile_name in self.profiles:
             file = naming.claim_spec_file(self.cdi_kind(profile_name), uid)
-            await anyio.to_thread.run_sync(self.cdi.remove, file)
+            self.cdi.remove(file)  # on the loop, as the writes: see _write_specs
 
     async def _rollback(self, record: ClaimRecord) -> None:
         """Undo a claim's node side effects and remove its CDI specs (idempotent)."""
@@ -511,7 +511,7 @@ class DeviceState(RecoveryMixin):
                                record.namespace, record.name)
             await hook(side_effects, ctx)
         for file in record.cdi_specs:
-            await anyio.to_thread.run_sync(self.cdi.remove, file)
+            self.cdi.remove(file)  # on the loop, as the writes: see _write_specs
 
     @contextlib.asynccontextmanager
     async def _lock_claims(self, uids: Iterable[str]) -> AsyncIterator[None]:
