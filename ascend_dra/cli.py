@@ -434,6 +434,10 @@ def _profiles(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ascend-dra`` console script; returns the exit code."""
+    # Until the daemon's own handlers are installed (signals.py), SIGINT ends the process as SIGTERM
+    # does: Python's KeyboardInterrupt in the middle of a C extension's import crashed the
+    # interpreter's teardown (SIGSEGV), where the kernel's default action leaves nothing behind.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     args = build_parser().parse_args(argv)
     if args.command not in ("run", "webhook"):
         # `ascend-dra call ... | head` ends quietly, as any Unix tool does, instead of a BrokenPipeError.
