@@ -39,6 +39,7 @@ class WebhookProcess:
         self.orphan_grace = orphan_grace
         self.port = port or free_port()
         self.metrics_port = free_port()
+        self._rebinds = 0
         self.log = workdir / f"webhook-{mode}.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -48,12 +49,19 @@ class WebhookProcess:
                 "--kubeconfig", str(self.kubeconfig), "--conversion-mode", self.mode, "--profiles", self.profiles,
                 "--orphan-grace", str(self.orphan_grace), "--metrics-port", str(self.metrics_port),
                 "--log-level", "debug"]
+        logged = self.log.stat().st_size if self.log.exists() else 0  # what earlier starts wrote
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
         context = ssl.create_default_context(cafile=str(self.ca))
         while True:
             if self.proc.poll() is not None:
+                if b"Address already in use" in self.log.read_bytes()[logged:] and self._rebinds < 3:
+                    # free_port() released the metrics port before the webhook bound it, and another
+                    # socket took it meanwhile (an outgoing connection's ephemeral port): pick another.
+                    self._rebinds += 1
+                    self.metrics_port = free_port()
+                    return self.start()
                 raise RuntimeError(f"webhook exited with {self.proc.returncode}:\n{self.log_text()[-3000:]}")
             try:
                 with urllib.request.urlopen(f"https://127.0.0.1:{self.port}/readyz", context=context, timeout=2) as r:
