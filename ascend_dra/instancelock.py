@@ -32,7 +32,7 @@ import logging
 import os
 import stat
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 
 from ascend_dra.sharedlock import acquire, try_lock
@@ -88,34 +88,42 @@ def remove_dead_instances(plugin_dir: Path, sockets_of: Callable[[str], Sequence
     :param own: this instance's id (skipped).
     """
     dead = []
+    for uid, lock, fd in _other_instances(plugin_dir, own):
+        if not try_lock(fd):
+            continue  # alive
+        try:
+            if os.fstat(fd).st_ino != lock.lstat().st_ino:
+                continue  # it stopped meanwhile: its file was removed (and maybe made anew)
+        except FileNotFoundError:
+            continue
+        for path in sockets_of(uid):
+            with contextlib.suppress(FileNotFoundError):
+                if stat.S_ISSOCK(path.lstat().st_mode):
+                    path.unlink()
+        with contextlib.suppress(FileNotFoundError):  # another starting instance removed it first
+            lock.unlink()
+        dead.append(uid)
+        log.warning("removed the sockets of an instance that died without stopping",
+                    extra={"rolling_update_id": uid})
+    return dead
+
+
+def _other_instances(plugin_dir: Path, own: str) -> Iterator[tuple[str, Path, int]]:
+    """(rolling-update id, lock file, open read-write fd) of every instance's lock file but
+    ``own``'s, in id order; each fd is closed when the next is taken (a file gone meanwhile is
+    skipped: its instance stopped)."""
     for lock in sorted(plugin_dir.glob("daemon-*.lock")):
         uid = lock.name.removeprefix("daemon-").removesuffix(".lock")
         if uid == own:
             continue
         try:
             fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC)
-        except FileNotFoundError:  # it stopped meanwhile
+        except FileNotFoundError:
             continue
         try:
-            if not try_lock(fd):
-                continue  # alive
-            try:
-                if os.fstat(fd).st_ino != lock.lstat().st_ino:
-                    continue  # it stopped meanwhile: its file was removed (and maybe made anew)
-            except FileNotFoundError:
-                continue
-            for path in sockets_of(uid):
-                with contextlib.suppress(FileNotFoundError):
-                    if stat.S_ISSOCK(path.lstat().st_mode):
-                        path.unlink()
-            with contextlib.suppress(FileNotFoundError):  # another starting instance removed it first
-                lock.unlink()
-            dead.append(uid)
-            log.warning("removed the sockets of an instance that died without stopping",
-                        extra={"rolling_update_id": uid})
+            yield uid, lock, fd
         finally:
             os.close(fd)
-    return dead
 
 
 #: Seconds after its start or its last successful publish during which a newer instance counts as
@@ -175,26 +183,16 @@ def newer_live_instance(plugin_dir: Path, own: str) -> str | None:
     if mine is None:
         return None
     now = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
-    for lock in sorted(plugin_dir.glob("daemon-*.lock")):
-        uid = lock.name.removeprefix("daemon-").removesuffix(".lock")
-        if uid == own:
-            continue
-        try:
-            fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC)
-        except FileNotFoundError:
-            continue
-        try:
-            started, published = _stamps(fd)
-            if started is not None:
-                if (started, uid) < (mine, own):
-                    continue
-                if now - max(started, published or 0) > PUBLISHING_FRESH_S * 1e9:
-                    continue  # alive or not, it has not published for too long
-            if try_lock(fd):  # nobody holds it: that instance is dead (closing the fd lets go)
+    for uid, _, fd in _other_instances(plugin_dir, own):
+        started, published = _stamps(fd)
+        if started is not None:
+            if (started, uid) < (mine, own):
                 continue
-            return uid
-        finally:
-            os.close(fd)
+            if now - max(started, published or 0) > PUBLISHING_FRESH_S * 1e9:
+                continue  # alive or not, it has not published for too long
+        if try_lock(fd):  # nobody holds it: that instance is dead (closing the fd lets go)
+            continue
+        return uid
     return None
 
 
