@@ -65,6 +65,7 @@ async def test_a_newer_instance_seen_just_before_a_write_stops_it_and_is_not_rec
 
     from ascend_dra import cluster
     from ascend_dra.model import Device, Inventory
+    from tests.cluster.test_slice_watch import close_api
     from tests.integration.daemon import DRIVER
 
     answers = iter([None])  # the loop's look: none; every later look (the one before the write): "newer"
@@ -81,6 +82,5 @@ async def test_a_newer_instance_seen_just_before_a_write_stops_it_and_is_not_rec
             assert publisher.standing_by_for == "newer"
             tg.cancel_scope.cancel()
     finally:
-        await api.client.close()
-        await anyio.sleep(0.25)  # TLS connections close a loop turn later
+        await close_api(api)
     assert published == [] and await anyio.to_thread.run_sync(our_slices, cp, cp.node_name) == []

@@ -20,7 +20,7 @@ def anyio_backend():
     return "asyncio"
 
 
-async def _close(api) -> None:
+async def close_api(api) -> None:
     """Close the client, then let its TLS connections finish closing: an SSL transport closes its
     socket a loop turn or more later, and a socket left to the garbage collector is a
     ResourceWarning in whichever test runs next (aiohttp's docs: graceful shutdown)."""
@@ -56,7 +56,7 @@ async def test_the_watch_wakes_on_a_large_event_and_makes_no_client_of_its_own(c
                 await publisher._wake.wait()
             tg.cancel_scope.cancel()
     finally:
-        await _close(api)
+        await close_api(api)
     assert made == []
 
 
@@ -94,7 +94,7 @@ async def test_our_own_writes_cause_no_further_reconcile_and_a_foreign_change_do
             assert syncs[1:] == [True]  # put back at once, and then left alone
             tg.cancel_scope.cancel()
     finally:
-        await _close(api)
+        await close_api(api)
 
 
 class _Chunks:
