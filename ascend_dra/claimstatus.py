@@ -177,7 +177,7 @@ class ClaimStatusWriter:
     claim prepared and unprepared before its status went out needs only the removal), and one claim
     is never written by two workers at once, so each claim's last write is its latest state.
 
-    :param api: the daemon's shared :class:`~ascend_dra.cluster.KubeApi` (its owner closes it).
+    :param api: the daemon's shared :class:`~ascend_dra.apiclient.KubeApi` (its owner closes it).
     :param attempts: tries per write before it is given up (with 0.5 s, 1 s, 2 s, ... between).
     :param workers: claims written concurrently (each write is one API request, sometimes two).
     :param max_pending: claims waiting at most; beyond, a new claim's status is dropped and logged.
@@ -249,7 +249,7 @@ class ClaimStatusWriter:
                     self._wake.set()  # a newer job of this claim waited for this one
 
     async def _write(self, api: Any, job: _Job) -> None:
-        from ascend_dra.cluster import ApiError
+        from ascend_dra.apiclient import ApiError
 
         entries: list[dict] = []
         if job.claim is not None:

@@ -3,7 +3,7 @@
 kubernetes-asyncio is imported here only, and this module only when the daemon runs in cluster
 mode, after the kubelet sockets are up (its import costs ~0.4 s and ~60 MB, docs/architecture.md#import-cost).
 Objects travel as plain ``resource.k8s.io/v1`` JSON dicts (the same shapes as standalone mode),
-through ``ApiClient.call_api``, the watch included; no typed API object is made.
+through the daemon's own requests (apiclient.py), the watch included; no typed API object is made.
 
 Publishing follows the Go helper's ResourceSlice controller (docs/architecture.md#resourceslice-publishing): one
 pool named after the node, owner reference to the Node, ``generateName`` ``<node>-<driver>-``;
@@ -25,23 +25,16 @@ import orjson
 from anyio.abc import TaskStatus
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_random_exponential
 
+from ascend_dra.apiclient import ApiError, KubeApi, connect_api, open_api
 from ascend_dra.claims import ClaimError, check_claim_ref, parse_claim
 from ascend_dra.model import ClaimAllocation, Inventory
 from ascend_dra.slices import build_slices
 
-__all__ = ("ApiClaimSource", "ApiPublisher", "DroppedFieldsError", "KubeApi", "connect_api", "open_api")
+__all__ = ("ApiClaimSource", "ApiPublisher", "DroppedFieldsError")
 
 log = logging.getLogger(__name__)
 
 RESOURCE_V1 = "/apis/resource.k8s.io/v1"
-
-
-class ApiError(Exception):
-    """Raised by :class:`KubeApi` for a non-2xx answer; ``status`` is the HTTP status (0: no answer)."""
-
-    def __init__(self, status: int, message: str) -> None:
-        self.status = status
-        super().__init__(f"HTTP {status}: {message}" if status else message)
 
 
 class DroppedFieldsError(Exception):
@@ -59,86 +52,6 @@ class DroppedFieldsError(Exception):
                          f"gate(s) {', '.join(gates)} on kube-apiserver, kube-scheduler and the kubelet")
 
 
-class KubeApi:
-    """Raw JSON calls on a kubernetes-asyncio ``ApiClient`` (created inside the running loop)."""
-
-    def __init__(self, api_client: Any) -> None:
-        self.client = api_client
-
-    async def call(self, method: str, path: str, *, query: list[tuple[str, str]] | None = None,
-                   body: Any = None, content_type: str = "application/json") -> Any:
-        """One request; ``content_type`` ``application/apply-patch+yaml`` makes a PATCH a server-side apply."""
-        from kubernetes_asyncio.client.exceptions import ApiException
-
-        try:
-            return await self.client.call_api(
-                path, method, query_params=query or [], body=body,
-                header_params={"Accept": "application/json", "Content-Type": content_type},
-                response_types_map={200: "object", 201: "object", 202: "object"},
-                auth_settings=["BearerToken"], _return_http_data_only=True, _request_timeout=30,
-            )
-        except ApiException as exc:
-            raise ApiError(exc.status or 0, _api_message(exc)) from None
-        except (OSError, TimeoutError) as exc:
-            raise ApiError(0, f"{method} {path}: {exc or type(exc).__name__}") from None
-        except Exception as exc:  # aiohttp.ClientError and friends: the server is not answering
-            if type(exc).__module__.startswith("aiohttp"):
-                raise ApiError(0, f"{method} {path}: {exc or type(exc).__name__}") from None
-            raise
-
-
-def _api_message(exc: Any) -> str:
-    try:
-        return str(orjson.loads(exc.body).get("message") or exc.reason)
-    except Exception:
-        return str(exc.reason)
-
-
-async def open_api(kubeconfig: str | None) -> Any:
-    """Return a kubernetes-asyncio ``ApiClient`` for ``kubeconfig`` (a path), or the in-cluster config.
-
-    Must be called inside the running event loop (aiohttp). The caller closes it.
-    """
-    from kubernetes_asyncio import client, config
-
-    cfg = client.Configuration()
-    if kubeconfig:
-        await config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
-    else:
-        config.load_incluster_config(client_configuration=cfg)
-    api = client.ApiClient(cfg)
-    await _keep_connections(api, cfg)
-    return api
-
-
-async def connect_api(kubeconfig: str | None) -> KubeApi:
-    """The daemon's one API client (kubeconfig read, TLS contexts made; no request is sent).
-
-    Built once, before the kubelet sockets are bound (that work takes tens of milliseconds of the
-    loop, which a GetInfo must not wait for), and shared by the claim source, the publisher and the
-    claim-status writer, so a Prepare finds warm pooled connections. The caller closes ``.client``.
-
-    :raises RuntimeError: the kubeconfig or in-cluster configuration cannot be used.
-    """
-    try:
-        return KubeApi(await open_api(kubeconfig))
-    except Exception as exc:  # an unusable kubeconfig: a configuration error, not a crash
-        where = f"the kubeconfig {kubeconfig}" if kubeconfig else "the in-cluster configuration"
-        raise RuntimeError(f"cluster mode cannot use {where}: {exc}") from None
-
-
-#: Seconds an idle API connection stays pooled. aiohttp's default (15 s) made a burst of Prepares
-#: after a quiet spell open new TLS connections (57-75 ms each instead of 30-39 ms warm); the
-#: kube-apiserver closes idle HTTP/1.1 connections after 90 s, so stay under that.
-KEEPALIVE_S = 60.0
-
-
-#: Connections to the API server at most (kubernetes-asyncio's default is 100). Each TLS connection
-#: holds a 256 KiB read buffer (asyncio's SSL protocol): 64 Prepares in flight opened 64 of them,
-#: 17 MiB of the daemon's RSS; 16 serve thousands of GETs a second (one takes ~1.4 ms), more than
-#: the API server answers one node.
-MAX_CONNECTIONS = 16
-
 #: Seconds one watch of our slices lasts before the API server ends it and it is begun again.
 WATCH_S = 300
 
@@ -148,52 +61,6 @@ WATCH_BACKOFF_MAX_S = 30.0
 #: Seconds between looks, while a newer instance publishes (a rolling update), at whether it still
 #: runs: if its rollout fails and it exits, this instance's slices are kept current again soon.
 STANDBY_POLL_S = 2.0
-
-
-async def _keep_connections(api: Any, cfg: Any) -> None:
-    """Give ``api`` an HTTP session whose pooled connections outlive a quiet spell.
-
-    kubernetes-asyncio builds its aiohttp connector with the library default keep-alive; the
-    session is replaced with one configured the same way (TLS from ``cfg``, same pool size and read
-    buffer) but for :data:`KEEPALIVE_S`, and with ``trust_env`` off: with it on, aiohttp looks up
-    ``~/.netrc`` and the proxy variables in a worker thread on every request (two thread hops, 0.65
-    of the 1 ms of client CPU a claim GET cost). The proxy variables are read once here instead
-    (:func:`_env_proxy`); the API server's auth is the bearer token or client certificate, never netrc.
-    """
-    import ssl
-
-    import aiohttp
-
-    context = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
-    if cfg.cert_file:
-        context.load_cert_chain(cfg.cert_file, keyfile=cfg.key_file)
-    if not cfg.verify_ssl:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    if getattr(cfg, "disable_strict_ssl_verification", False):
-        context.verify_flags &= ~ssl.VERIFY_X509_STRICT
-    connector = aiohttp.TCPConnector(limit=min(cfg.connection_pool_maxsize, MAX_CONNECTIONS), ssl=context,
-                                     keepalive_timeout=KEEPALIVE_S)
-    old = api.rest_client.pool_manager
-    api.rest_client.pool_manager = aiohttp.ClientSession(connector=connector, trust_env=False, read_bufsize=2**21)
-    if not api.rest_client.proxy:
-        api.rest_client.proxy = _env_proxy(cfg.host)
-    await old.close()
-
-
-def _env_proxy(url: str) -> str | None:
-    """The proxy ``HTTPS_PROXY``/``HTTP_PROXY`` name for ``url`` unless ``NO_PROXY`` exempts it, or None.
-
-    The same variables ``trust_env`` would have read per request, read once (urllib's rules).
-    """
-    import urllib.parse
-    import urllib.request
-
-    parts = urllib.parse.urlsplit(url)
-    proxy = urllib.request.getproxies().get(parts.scheme or "https")
-    if not proxy or not parts.hostname or urllib.request.proxy_bypass(parts.hostname):
-        return None
-    return proxy
 
 
 class ApiClaimSource:
@@ -555,13 +422,7 @@ class ApiPublisher:
     async def _watch_once(self, query: list[tuple[str, str]], limits: aiohttp.ClientTimeout) -> None:
         """One watch request, until the server ends it. :raises ApiError: it was refused."""
         assert self._api is not None
-        response = await self._api.client.call_api(
-            f"{RESOURCE_V1}/resourceslices", "GET", query_params=query,
-            header_params={"Accept": "application/json"}, auth_settings=["BearerToken"],
-            _preload_content=False, _request_timeout=limits)
-        try:
-            if response.status != 200:
-                raise ApiError(response.status, (await response.text())[:300])
+        async with self._api.stream(f"{RESOURCE_V1}/resourceslices", query=query, limits=limits) as response:
             async for line in _lines(response.content):
                 event = orjson.loads(line)
                 kind = event.get("type")
@@ -578,8 +439,6 @@ class ApiPublisher:
                     self._held_events.append(key)  # perhaps of the write under way
                 else:
                     self._wake.set()
-        finally:
-            response.release()
 
 
 async def _lines(stream: Any) -> AsyncIterator[bytes]:

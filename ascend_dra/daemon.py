@@ -246,7 +246,7 @@ class Daemon:
             import kubernetes_asyncio.client
             import kubernetes_asyncio.watch  # noqa: F401
 
-            from ascend_dra.cluster import connect_api
+            from ascend_dra.apiclient import connect_api
 
             await check_cluster_access(s.kubeconfig)
             self.api = await connect_api(s.kubeconfig)  # one client for claims, slices and status

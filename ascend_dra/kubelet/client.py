@@ -71,7 +71,7 @@ async def _uid_from_api(kubeconfig: str, namespace: str, name: str) -> str:
     from kubernetes_asyncio.client.exceptions import ApiException
     from kubernetes_asyncio.config import ConfigException
 
-    from ascend_dra.cluster import open_api
+    from ascend_dra.apiclient import open_api
 
     ref = f"ResourceClaim {namespace}/{name}"
     try:

@@ -12,8 +12,8 @@ import random
 import anyio
 import pytest
 
+from ascend_dra.apiclient import KubeApi, open_api
 from ascend_dra.claimstatus import ClaimStatusWriter, PreparedClaim
-from ascend_dra.cluster import KubeApi, open_api
 from ascend_dra.model import PreparedDevice
 from tests.cluster.test_k8s_versions import claim_and_pod, claim_of, delete_claim_and_pod, our_status
 from tests.cluster.test_publish import apply_examples, our_slices, wait_until

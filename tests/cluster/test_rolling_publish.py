@@ -63,14 +63,14 @@ async def test_a_newer_instance_seen_just_before_a_write_stops_it_and_is_not_rec
     count as this instance's publish: an older one still would take it for a publishing instance."""
     import anyio
 
-    from ascend_dra import cluster
+    from ascend_dra import apiclient, cluster
     from ascend_dra.model import Device, Inventory
     from tests.cluster.test_slice_watch import close_api
     from tests.integration.daemon import DRIVER
 
     answers = iter([None])  # the loop's look: none; every later look (the one before the write): "newer"
     published: list[int] = []
-    api = await cluster.connect_api(str(cp.kubeconfig))
+    api = await apiclient.connect_api(str(cp.kubeconfig))
     publisher = cluster.ApiPublisher(str(cp.kubeconfig), driver_name=DRIVER, node_name=cp.node_name, api=api,
                                      newer_instance=lambda: next(answers, "newer"),
                                      published=lambda: published.append(1))

@@ -1,14 +1,15 @@
-"""The publisher's watch of our ResourceSlices (cluster.py ``ApiPublisher._watch``), in-process
-against the real API server: it wakes the reconcile loop on a change, even for a watch event longer
-than aiohttp's 128 KiB line limit, and it makes no API client of its own (kubernetes-asyncio's
-``Watch`` did, loading the system CA bundle on the event loop: 55 ms each time the watch began)."""
+"""The publisher's watch of our ResourceSlices (cluster.py ``ApiPublisher._watch`` on apiclient.py
+``KubeApi.stream``), in-process against the real API server: it wakes the reconcile loop on a
+change, even for a watch event longer than aiohttp's 128 KiB line limit, and it makes no API
+client of its own (kubernetes-asyncio's ``Watch`` did, loading the system CA bundle on the event
+loop: 55 ms each time the watch began)."""
 
 from __future__ import annotations
 
 import anyio
 import pytest
 
-from ascend_dra import cluster
+from ascend_dra import apiclient, cluster
 from tests.cluster.test_publish import RES, ok
 from tests.integration.daemon import DRIVER
 
@@ -41,7 +42,7 @@ def _large_slice(node: str) -> dict:
 async def test_the_watch_wakes_on_a_large_event_and_makes_no_client_of_its_own(cp, monkeypatch):
     from kubernetes_asyncio.client import ApiClient
 
-    api = await cluster.connect_api(str(cp.kubeconfig))
+    api = await apiclient.connect_api(str(cp.kubeconfig))
     made: list[object] = []
     real_init = ApiClient.__init__
     monkeypatch.setattr(ApiClient, "__init__", lambda self, *a, **k: made.append(self) or real_init(self, *a, **k))
@@ -66,7 +67,7 @@ async def test_our_own_writes_cause_no_further_reconcile_and_a_foreign_change_do
     from ascend_dra.model import Device, Inventory
     from tests.cluster.test_publish import delete_our_slices, our_slices
 
-    api = await cluster.connect_api(str(cp.kubeconfig))
+    api = await apiclient.connect_api(str(cp.kubeconfig))
     publisher = cluster.ApiPublisher(str(cp.kubeconfig), driver_name=DRIVER, node_name=cp.node_name, api=api,
                                      resync_interval=3600)
     syncs: list[bool] = []

@@ -1,0 +1,119 @@
+"""The daemon's own requests to the API server (apiclient.py ``KubeApi``), in-process against the real
+API server: answers and refusals, a bearer token refreshed by kubernetes-asyncio's hook (how an
+in-cluster token is rotated), our User-Agent, and no detour through ``ApiClient.call_api``."""
+
+from __future__ import annotations
+
+import uuid
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from ascend_dra import apiclient
+from tests.claimfiles import claim_object, create_in_api
+from tests.cluster.test_slice_watch import close_api
+
+pytestmark = [pytest.mark.cluster, pytest.mark.anyio]
+
+RES = "/apis/resource.k8s.io/v1"
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+async def test_answers_refusals_and_unreachable_servers(cp, monkeypatch):
+    from kubernetes_asyncio.client import ApiClient
+
+    claim = create_in_api(cp, claim_object(f"api-{uuid.uuid4().hex[:8]}", node=cp.node_name,
+                                           results=[("npu", "npu-0-0")]))
+    path = f"{RES}/namespaces/{claim['metadata']['namespace']}/resourceclaims/{claim['metadata']['name']}"
+    api = await apiclient.connect_api(str(cp.kubeconfig))
+    detours: list[str] = []
+    monkeypatch.setattr(ApiClient, "call_api", lambda self, *a, **k: detours.append(a[0]))
+    try:
+        got = await api.call("GET", path)
+        assert got["metadata"]["uid"] == claim["metadata"]["uid"]
+        with pytest.raises(apiclient.ApiError) as missing:
+            await api.call("GET", path + "-gone")
+        assert missing.value.status == 404
+        assert "not found" in str(missing.value)  # the Status object's message, not just the reason
+        with pytest.raises(apiclient.ApiError) as invalid:  # a body is sent, and its refusal explained
+            await api.call("PATCH", path + "/status", query=[("fieldManager", "t")],
+                           content_type="application/merge-patch+json",
+                           body={"status": {"devices": [{"driver": "x"}]}})
+        assert invalid.value.status == 422 and "pool" in str(invalid.value)
+    finally:
+        await close_api(api)
+    assert detours == []
+
+
+async def test_a_server_that_does_not_answer_is_status_0():
+    from kubernetes_asyncio import client
+
+    api = apiclient.KubeApi(client.ApiClient(client.Configuration(host="http://127.0.0.1:1")))  # refused
+    try:
+        with pytest.raises(apiclient.ApiError) as refused:
+            await api.call("GET", f"{RES}/resourceslices")
+    finally:
+        await api.client.close()
+    assert refused.value.status == 0 and str(refused.value).startswith(f"GET {RES}/resourceslices: ")
+
+
+async def test_the_bearer_token_is_asked_for_on_every_request_so_a_rotated_one_is_used(cp):
+    api = await apiclient.connect_api(str(cp.kubeconfig))
+    cfg = api.client.configuration
+    real = cfg.api_key["BearerToken"]
+    try:
+        cfg.api_key["BearerToken"] = "expired-token"
+        with pytest.raises(apiclient.ApiError) as refused:
+            await api.call("GET", f"{RES}/resourceslices")
+        assert refused.value.status in (401, 403)  # refused, or served as system:anonymous
+        refreshed: list[int] = []
+
+        def refresh(config) -> None:  # kubernetes-asyncio's hook, as load_incluster_config installs one
+            refreshed.append(1)
+            config.api_key["BearerToken"] = real
+
+        cfg.refresh_api_key_hook = refresh
+        assert "items" in await api.call("GET", f"{RES}/resourceslices")
+        assert refreshed
+    finally:
+        await close_api(api)
+
+
+async def test_requests_carry_our_user_agent():
+    """A local HTTP server stands in for the API server: it records what a request carries."""
+    from aiohttp import web
+    from kubernetes_asyncio import client
+
+    seen: list[dict] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append({"ua": request.headers.get("User-Agent"), "auth": request.headers.get("Authorization"),
+                     "type": request.headers.get("Content-Type"), "body": await request.read()})
+        return web.json_response({"kind": "Status", "code": 200})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    cfg = client.Configuration(host=f"http://127.0.0.1:{port}")
+    cfg.api_key = {"BearerToken": "t0k"}
+    cfg.api_key_prefix = {"BearerToken": "Bearer"}
+    api = apiclient.KubeApi(client.ApiClient(cfg))
+    try:
+        await api.call("PATCH", "/x", body={"a": 1}, content_type="application/apply-patch+yaml")
+        await api.call("GET", "/y", query=[("fieldSelector", "a=b,c=d")])
+    finally:
+        await api.client.close()
+        await runner.cleanup()
+        await anyio.lowlevel.checkpoint()
+    assert seen[0] == {"ua": apiclient.USER_AGENT, "auth": "Bearer t0k", "type": "application/apply-patch+yaml",
+                       "body": b'{"a":1}'}
+    assert seen[1]["ua"].startswith("ascend-dra/") and seen[1]["body"] == b""
