@@ -27,8 +27,8 @@ def anyio_backend():
 async def test_answers_refusals_and_unreachable_servers(cp, monkeypatch):
     from kubernetes_asyncio.client import ApiClient
 
-    claim = create_in_api(cp, claim_object(f"api-{uuid.uuid4().hex[:8]}", node=cp.node_name,
-                                           results=[("npu", "npu-0-0")]))
+    claim = create_in_api(cp, claim_object(f"api-{uuid.uuid4().hex[:8]}", node=cp.node_name,  # no such device:
+                                           results=[("npu", "npu-apiclient-0")]))  # it takes none from a test
     path = f"{RES}/namespaces/{claim['metadata']['namespace']}/resourceclaims/{claim['metadata']['name']}"
     api = await apiclient.connect_api(str(cp.kubeconfig))
     detours: list[str] = []
@@ -47,6 +47,7 @@ async def test_answers_refusals_and_unreachable_servers(cp, monkeypatch):
         assert invalid.value.status == 422 and "pool" in str(invalid.value)
     finally:
         await close_api(api)
+        cp.api("DELETE", path)
     assert detours == []
 
 
