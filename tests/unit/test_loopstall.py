@@ -28,15 +28,40 @@ async def watch(monitor: LoopStallMonitor, body) -> None:
         tg.cancel_scope.cancel()
 
 
-async def test_a_callback_that_holds_the_loop_is_a_stall():
+async def work(seconds: float) -> None:
+    """Keep the loop busy about half the time, in 1 ms callbacks, as a stream of RPCs does."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        burst = time.monotonic() + 0.001
+        while time.monotonic() < burst:
+            pass
+        await anyio.sleep(0.001)
+
+
+async def test_a_callback_that_holds_the_loop_while_it_works_is_a_stall_in_full():
     monitor = LoopStallMonitor()
 
     async def block() -> None:
+        await work(0.1)
         time.sleep(0.08)  # noqa: ASYNC251 (on purpose: what an import or a big encode on the loop does)
         await anyio.sleep(0.02)
 
     await watch(monitor, block)
     assert monitor.longest["starting"] >= 0.07
+
+
+async def test_an_idle_loop_is_looked_at_rarely_and_a_working_one_often():
+    """A 5 ms timer woke an idle daemon 200 times a second (3.5 % of a CPU)."""
+    monitor = LoopStallMonitor(period=0.005, idle_period=0.25)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(monitor.run)
+        await anyio.sleep(1.0)
+        idle_looks = monitor.looks
+        await work(0.5)
+        busy_looks = monitor.looks - idle_looks
+        tg.cancel_scope.cancel()
+    assert idle_looks <= 12  # 5, 10, 20, ... 250 ms apart: 8 in the first second
+    assert busy_looks >= 40  # every 5 ms or so while it works
 
 
 HOG = """
