@@ -8,6 +8,7 @@ scheduler allocated from the daemon's published slices.
 from __future__ import annotations
 
 import random
+import time
 
 import anyio
 import pytest
@@ -28,9 +29,11 @@ class Recording(KubeApi):
     def __init__(self, client) -> None:
         super().__init__(client)
         self.calls: list[tuple[str, str]] = []
+        self.sent_at: list[float] = []  # time.monotonic() of each request
 
     async def call(self, method, path, **kwargs):
         self.calls.append((method, path))
+        self.sent_at.append(time.monotonic())
         return await super().call(method, path, **kwargs)
 
 
@@ -117,7 +120,7 @@ async def test_entries_a_merge_patch_wrote_are_removed_too(cp, start_daemon, api
 
 async def test_each_claim_ends_in_its_last_state_whatever_the_interleaving(cp, start_daemon, api):
     claims = allocated_claims(cp, start_daemon, 6)
-    writer = ClaimStatusWriter(api, DRIVER, workers=4)
+    writer = ClaimStatusWriter(api, DRIVER, workers=4, quiet_s=0, max_delay_s=0)  # no lull: writes overlap
     rng = random.Random(4817)
     last: dict[str, bool] = {}
     try:
@@ -140,6 +143,59 @@ async def test_each_claim_ends_in_its_last_state_whatever_the_interleaving(cp, s
         assert writer.failed == 0
         for name, has_entries in last.items():
             assert bool(our_status(claim_of(cp, "default", name))) == has_entries, name
+    finally:
+        for claim in claims:
+            delete_claim_and_pod(cp, claim["metadata"]["name"])
+
+
+async def stream_of_jobs(writer: ClaimStatusWriter, claims: list[dict], seconds: float) -> float:
+    """Queue a claim's status every 5 ms for ``seconds``, as a node busy preparing does; its end time."""
+    end = time.monotonic() + seconds
+    i = 0
+    while time.monotonic() < end:
+        writer.prepared(prepared(claims[i % len(claims)]))
+        i += 1
+        await anyio.sleep(0.005)
+    return time.monotonic()
+
+
+async def test_statuses_wait_for_a_lull_in_the_prepares_then_all_go_out(cp, start_daemon, api):
+    claims = allocated_claims(cp, start_daemon, 4)
+    writer = ClaimStatusWriter(api, DRIVER, quiet_s=0.05, max_delay_s=1.0)
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(writer.run)
+            ended = await stream_of_jobs(writer, claims, 0.5)
+            assert api.calls == []  # nothing competed with the Prepares
+            with anyio.fail_after(30):
+                while writer.applied < len(claims):  # noqa: ASYNC110 (polls a counter)
+                    await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
+        assert min(api.sent_at) >= ended + 0.04  # after the lull
+        assert len(api.calls) == len(claims)  # one apply per claim, however many jobs it had
+        for claim in claims:
+            assert our_status(claim_of(cp, "default", claim["metadata"]["name"]))
+    finally:
+        for claim in claims:
+            delete_claim_and_pod(cp, claim["metadata"]["name"])
+
+
+async def test_a_stream_without_a_lull_still_writes_within_the_longest_delay(cp, start_daemon, api):
+    claims = allocated_claims(cp, start_daemon, 2)
+    writer = ClaimStatusWriter(api, DRIVER, quiet_s=0.05, max_delay_s=0.5)
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(writer.run)
+            began = time.monotonic()
+            ended = await stream_of_jobs(writer, claims, 1.4)
+            with anyio.fail_after(30):
+                while writer._pending or writer._busy:  # noqa: ASYNC110 (polls the queue)
+                    await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
+        during = [t - began for t in api.sent_at if t < ended]
+        assert during and 0.45 <= min(during) <= 0.9  # the oldest job waited about max_delay_s, no longer
+        assert len(during) <= 3 * len(claims)  # in bursts (one a max_delay_s), not after every job
+        assert writer.failed == 0
     finally:
         for claim in claims:
             delete_claim_and_pod(cp, claim["metadata"]["name"])
