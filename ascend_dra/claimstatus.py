@@ -285,10 +285,26 @@ class ClaimStatusWriter:
             except Exception:  # a bug here must not take the daemon's task group down
                 self.failed += 1
                 log.exception("writing the claim's status.devices raised", extra={"claim_uid": job.uid})
+            except BaseException:  # cancelled (the daemon stops): drain() writes it again, unless newer came
+                self._pending.setdefault(job.uid, job)
+                raise
             finally:
                 self._busy.discard(job.uid)
                 if job.uid in self._pending:
                     self._wake.set()  # a newer job of this claim waited for this one
+
+    async def drain(self) -> None:
+        """Write every pending status now, one claim at a time: at shutdown, after :meth:`run` was
+        cancelled (a write it had begun is pending again), so that the statuses waiting for a lull
+        are not lost. The caller bounds the time (each write retries for up to 3.5 s)."""
+        while self._pending:
+            uid = next(iter(self._pending))
+            job = self._pending.pop(uid)
+            try:
+                await self._write(self.api, job)
+            except Exception:
+                self.failed += 1
+                log.exception("writing the claim's status.devices raised", extra={"claim_uid": uid})
 
     async def _write(self, api: Any, job: _Job) -> None:
         from ascend_dra.apiclient import ApiError

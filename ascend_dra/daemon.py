@@ -138,6 +138,10 @@ WORKER_THREADS = 8
 #: server that is slow or down delays registration by this much, never more).
 FIRST_PUBLISH_WAIT_S = 2.0
 
+#: Seconds a stopping daemon spends, at most, writing the claim statuses that were waiting for a
+#: lull in the Prepares (claimstatus.py); a status not written by then stays unwritten.
+STATUS_DRAIN_S = 2.0
+
 
 @contextlib.contextmanager
 def _port_flag(flag: str, port: int, address: str) -> Iterator[None]:
@@ -344,6 +348,16 @@ class Daemon:
 
             writer = ClaimStatusWriter(self.api, s.driver_name)
             status = StatusHook(writer, self.state, s.cdi_root)
+        try:
+            await self._serve_with(writer, status, health, advertised, task_status=task_status)
+        finally:
+            if writer is not None:  # the statuses still waiting for a lull (the API client is open yet)
+                with anyio.CancelScope(shield=True), anyio.move_on_after(STATUS_DRAIN_S):
+                    await writer.drain()
+
+    async def _serve_with(self, writer: Any, status: Any, health: list, advertised: Any, *,
+                          task_status: TaskStatus[None]) -> None:
+        s = self.settings
         async with (
             serve_unix([*dra.services(self.state, self, status), *health], s.dra_socket),
             anyio.create_task_group() as tg,

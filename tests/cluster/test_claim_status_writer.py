@@ -199,3 +199,26 @@ async def test_a_stream_without_a_lull_still_writes_within_the_longest_delay(cp,
     finally:
         for claim in claims:
             delete_claim_and_pod(cp, claim["metadata"]["name"])
+
+
+def test_a_daemon_stopped_right_after_its_prepares_still_writes_their_statuses(cp, start_daemon):
+    """The statuses wait for a lull (50 ms); a SIGTERM within it must not lose them (drain at shutdown)."""
+    from tests.integration.daemon import Kubelet
+
+    d = start_daemon(fake_devices=2)
+    wait_until(lambda: our_slices(cp, cp.node_name), "published")
+    apply_examples(cp)
+    names = [claim_and_pod(cp, "kubectl") for _ in range(2)]
+    claims = [wait_until(lambda n=n: (c := claim_of(cp, "default", n)).get("status", {}).get("reservedFor") and c,
+                         "allocated and reserved", within=30) for n in names]
+    k = Kubelet(d)
+    try:
+        for claim in claims:
+            assert not k.prepare(claim).claims[claim["metadata"]["uid"]].error
+        assert d.stop() == 0  # at once: the statuses were still waiting for a lull
+        for name in names:
+            assert [e["device"] for e in our_status(claim_of(cp, "default", name))]
+    finally:
+        k.close()
+        for name in names:
+            delete_claim_and_pod(cp, name)
