@@ -11,15 +11,17 @@ kubernetes-asyncio is imported only in cluster mode (docs/architecture.md#import
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlencode
 
+import anyio
 import orjson
 
 from ascend_dra.version import version
 
-__all__ = ("ApiError", "KubeApi", "connect_api", "open_api")
+__all__ = ("ApiError", "KubeApi", "check_cluster_access", "connect_api", "import_client_modules", "open_api")
 
 #: Sent with every request, so the API server's logs and audit name us (and our release).
 USER_AGENT = f"ascend-dra/{version()}"
@@ -55,23 +57,27 @@ class KubeApi:
         :param path: from the API root, e.g. ``/apis/resource.k8s.io/v1/resourceslices``.
         :param body: a JSON-able object, sent as ``content_type``; ``application/apply-patch+yaml``
             makes a PATCH a server-side apply (JSON is YAML).
-        :raises ApiError: a non-2xx answer (its ``status`` and the Status object's ``message``), or
-            no answer at all (status 0: refused, reset, timed out).
+        :raises ApiError: a non-2xx answer (its ``status`` and the Status object's ``message``), an
+            answer that is not JSON, or no answer at all (status 0: refused, reset, timed out, or
+            the bearer token could not be read).
         """
         import aiohttp
 
         data = None if body is None else orjson.dumps(body)
-        request = await self._request(method, path, query, content_type if body is not None else None)
         try:
+            request = await self._request(method, path, query, content_type if body is not None else None)
             async with self.client.rest_client.pool_manager.request(
                     data=data, timeout=self._timeout, **request) as response:
                 raw = await response.read()
                 status, reason = response.status, response.reason
-        except (OSError, TimeoutError, aiohttp.ClientError) as exc:
+        except (OSError, TimeoutError, aiohttp.ClientError) as exc:  # OSError: also the token file unreadable
             raise ApiError(0, f"{method} {path}: {exc or type(exc).__name__}") from None
         if not 200 <= status < 300:
             raise ApiError(status, _status_message(raw, reason))
-        return orjson.loads(raw) if raw else None
+        try:
+            return orjson.loads(raw) if raw else None
+        except orjson.JSONDecodeError:  # not the API server (a proxy's page, say)
+            raise ApiError(status, f"{method} {path}: the answer is not JSON: {raw[:200]!r}") from None
 
     @contextlib.asynccontextmanager
     async def stream(self, path: str, *, query: list[tuple[str, str]], limits: Any) -> AsyncIterator[Any]:
@@ -82,8 +88,8 @@ class KubeApi:
         """
         import aiohttp
 
-        request = await self._request("GET", path, query, None)
         try:
+            request = await self._request("GET", path, query, None)
             async with self.client.rest_client.pool_manager.request(timeout=limits, **request) as response:
                 if response.status != 200:
                     raise ApiError(response.status, _status_message(await response.read(), response.reason))
@@ -94,8 +100,9 @@ class KubeApi:
     async def _request(self, method: str, path: str, query: list[tuple[str, str]] | None,
                        content_type: str | None) -> dict[str, Any]:
         """The keyword arguments of ``ClientSession.request`` but body and timeout: URL, headers
-        (with a fresh bearer token: kubernetes-asyncio refreshes an expiring in-cluster or exec
-        token in ``get_api_key_with_prefix``), and the proxy and TLS server name it was configured with."""
+        (the bearer token asked for anew: ``get_api_key_with_prefix`` runs the configuration's
+        refresh hook, which the in-cluster configuration installs to re-read the rotated token
+        file), and the proxy and TLS server name it was configured with."""
         headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
         if content_type is not None:
             headers["Content-Type"] = content_type
@@ -213,3 +220,34 @@ def _env_proxy(url: str) -> str | None:
     if not proxy or not parts.hostname or urllib.request.proxy_bypass(parts.hostname):
         return None
     return proxy
+
+
+def import_client_modules() -> None:
+    """Import what cluster mode needs before the event loop starts (~0.5 s): on the loop, the
+    import held it for 475 ms in one step, most of it aiohttp making its default TLS contexts
+    (the system CA bundle) at import; and an import on the serving loop would hold GetInfo past the
+    kubelet's 1 s deadline (docs/architecture.md#import-cost)."""
+    import aiohttp  # noqa: F401
+    import kubernetes_asyncio.client
+    import kubernetes_asyncio.config  # noqa: F401
+
+
+SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+
+async def check_cluster_access(kubeconfig: str | None) -> None:
+    """Fail before serving anything when cluster mode has nothing to connect with.
+
+    Cheap checks only, before the client is made (:func:`connect_api`, which reports a kubeconfig
+    that exists but is unusable).
+
+    :raises RuntimeError: no such kubeconfig file, or no in-cluster service account.
+    """
+    if kubeconfig:
+        if not await anyio.Path(kubeconfig).is_file():
+            raise RuntimeError(f"--kubeconfig {kubeconfig} does not exist")
+        return
+    if not (os.environ.get("KUBERNETES_SERVICE_HOST") and await anyio.Path(SERVICE_ACCOUNT_TOKEN).is_file()):
+        raise RuntimeError("cluster mode cannot use the in-cluster configuration (no KUBERNETES_SERVICE_HOST or "
+                           f"no {SERVICE_ACCOUNT_TOKEN}); pass --kubeconfig FILE, run inside a pod with a "
+                           "service account, or use --standalone DIR for a local run")

@@ -171,6 +171,7 @@ class _Job:
     name: str
     uid: str
     claim: PreparedClaim | None  # None: remove our entries
+    queued: float = 0.0  # time.monotonic() when this claim's oldest job not yet taken was queued
 
 
 class ClaimStatusWriter:
@@ -206,8 +207,7 @@ class ClaimStatusWriter:
         self.quiet_s = quiet_s
         self.max_delay_s = max_delay_s
         self._last_put = 0.0  # time.monotonic() of the newest job
-        self._oldest_put: float | None = None  # of the oldest job that came after the last flush began
-        self._flush: set[str] | None = None  # the claims this flush writes: those pending when it began
+        self._flush: set[str] | None = None  # the claims of this flush not yet taken (pending when it began)
         self._pending: dict[str, _Job] = {}  # uid -> its latest job not yet started, oldest first
         self._busy: set[str] = set()  # uids a worker is writing now
         self._wake = anyio.Event()
@@ -229,10 +229,11 @@ class ClaimStatusWriter:
             log.warning("claim status queue full; not writing this claim's status.devices",
                         extra={"claim_uid": job.uid})
             return
-        self._pending[job.uid] = job  # replaces a job of the claim that has not started
         self._last_put = time.monotonic()
-        if self._oldest_put is None:
-            self._oldest_put = self._last_put
+        older = self._pending.get(job.uid)
+        # Replaces a job of the claim that has not started, keeping its place and its wait: the
+        # first pending job is then always the one that waited longest.
+        self._pending[job.uid] = attrs.evolve(job, queued=older.queued if older is not None else self._last_put)
         self._wake.set()
 
     def _wait_s(self) -> float:
@@ -240,13 +241,14 @@ class ClaimStatusWriter:
         if self._flush is not None or not self._pending:
             return 0.0
         now = time.monotonic()
-        oldest = self._oldest_put if self._oldest_put is not None else now
+        oldest = next(iter(self._pending.values())).queued
         wait = min(self._last_put + self.quiet_s, oldest + self.max_delay_s) - now
         if wait > 0:
             return wait
         # What comes during the flush waits for the next lull: under a steady stream of Prepares
-        # the writes then go out in one burst a second, not between every two Prepares.
-        self._flush, self._oldest_put = set(self._pending), None
+        # the writes then go out in one burst a second, not between every two Prepares. A claim
+        # being written is left out: its newer job follows when that write ends (_work wakes).
+        self._flush = {uid for uid in self._pending if uid not in self._busy} or None
         return 0.0
 
     def _next(self) -> _Job | None:
@@ -255,6 +257,10 @@ class ClaimStatusWriter:
             if uid not in self._busy and (self._flush is None or uid in self._flush):
                 del self._pending[uid]
                 self._busy.add(uid)
+                if self._flush is not None:
+                    self._flush.discard(uid)  # a newer job of it waits for the next lull
+                    if not self._flush:
+                        self._flush = None
                 return job
         if self._flush is not None and self._flush.isdisjoint(self._pending):
             self._flush = None  # every claim of it taken; newer jobs wait for their own lull
@@ -274,7 +280,7 @@ class ClaimStatusWriter:
                 continue
             job = self._next()
             if job is None:
-                if self._pending and self._flush is None:
+                if self._flush is None and any(uid not in self._busy for uid in self._pending):
                     continue  # a flush just ended with newer jobs pending: wait for their lull
                 if self._wake.is_set():  # no await since _next(): no job can have come in between
                     self._wake = anyio.Event()

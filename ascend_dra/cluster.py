@@ -1,7 +1,7 @@
 """Cluster mode: claims from the API server and the ResourceSlice reconciler.
 
-kubernetes-asyncio is imported here only, and this module only when the daemon runs in cluster
-mode, after the kubelet sockets are up (its import costs ~0.4 s and ~60 MB, docs/architecture.md#import-cost).
+This module, apiclient.py and kubernetes-asyncio are imported only when the daemon runs in cluster
+mode, before its event loop starts (the import costs ~0.4 s and ~60 MB, docs/architecture.md#import-cost).
 Objects travel as plain ``resource.k8s.io/v1`` JSON dicts (the same shapes as standalone mode),
 through the daemon's own requests (apiclient.py), the watch included; no typed API object is made.
 

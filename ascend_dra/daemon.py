@@ -110,27 +110,6 @@ def merged(inventories: Mapping[str, Inventory], taints: Mapping[str, DeviceTain
     )
 
 
-SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
-
-
-async def check_cluster_access(kubeconfig: str | None) -> None:
-    """Fail before serving anything when cluster mode has nothing to connect with.
-
-    Cheap checks only: kubernetes-asyncio is imported after the sockets are up (its import costs
-    ~0.4 s, docs/architecture.md#import-cost); a kubeconfig that exists but is unusable is reported by the publisher.
-
-    :raises RuntimeError: no such kubeconfig file, or no in-cluster service account.
-    """
-    if kubeconfig:
-        if not await anyio.Path(kubeconfig).is_file():
-            raise RuntimeError(f"--kubeconfig {kubeconfig} does not exist")
-        return
-    if not (os.environ.get("KUBERNETES_SERVICE_HOST") and await anyio.Path(SERVICE_ACCOUNT_TOKEN).is_file()):
-        raise RuntimeError("cluster mode cannot use the in-cluster configuration (no KUBERNETES_SERVICE_HOST or "
-                           f"no {SERVICE_ACCOUNT_TOKEN}); pass --kubeconfig FILE, run inside a pod with a "
-                           "service account, or use --standalone DIR for a local run")
-
-
 #: Worker threads for blocking work, at most (see :meth:`Daemon.run`).
 WORKER_THREADS = 8
 
@@ -245,7 +224,7 @@ class Daemon:
     async def _start_and_serve(self, *, task_status: TaskStatus[None]) -> None:
         s = self.settings
         if s.standalone is None:
-            from ascend_dra.apiclient import connect_api  # its dependencies were imported by main()
+            from ascend_dra.apiclient import check_cluster_access, connect_api  # dependencies: see main()
 
             await check_cluster_access(s.kubeconfig)
             self.api = await connect_api(s.kubeconfig)  # one client for claims, slices and status
@@ -478,21 +457,19 @@ def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
     return found
 
 
-def _import_cluster_modules() -> None:
-    """Import what cluster mode needs before the event loop starts (~0.5 s): on the loop, the
-    import held it for 475 ms in one step, most of it aiohttp making its default TLS contexts
-    (the system CA bundle) at import; and an import on the serving loop would hold GetInfo past the
-    kubelet's 1 s deadline (docs/architecture.md#import-cost)."""
-    import aiohttp  # noqa: F401
-    import kubernetes_asyncio.client
-    import kubernetes_asyncio.config  # noqa: F401
+def _import_cluster_side() -> None:
+    """Import cluster mode's modules and their dependencies before the event loop starts
+    (:func:`~ascend_dra.apiclient.import_client_modules` says why)."""
+    from ascend_dra import apiclient, claimstatus, cluster  # noqa: F401
+
+    apiclient.import_client_modules()
 
 
 def main(settings: Settings) -> int:
     """Run the daemon in the foreground; return the process exit code."""
     setup_logging(settings.log_level, settings.log_format)
     if settings.standalone is None:
-        _import_cluster_modules()
+        _import_cluster_side()
     code = 0
     try:
         anyio.run(_run_until_signal, Daemon(settings), backend="asyncio")

@@ -222,3 +222,96 @@ def test_a_daemon_stopped_right_after_its_prepares_still_writes_their_statuses(c
         k.close()
         for name in names:
             delete_claim_and_pod(cp, name)
+
+
+class Slow(Recording):
+    """The real client, but the first write of each claim named in ``delays`` waits that many seconds first."""
+
+    def __init__(self, client, delays: dict[str, float]) -> None:
+        super().__init__(client)
+        self.delays = dict(delays)
+
+    async def call(self, method, path, **kwargs):
+        name = path.removesuffix("/status").rsplit("/", 1)[-1]
+        if name in self.delays:
+            await anyio.sleep(self.delays.pop(name))
+        return await super().call(method, path, **kwargs)
+
+
+def sent_for(api: Recording, name: str) -> list[float]:
+    return [t for (_, path), t in zip(api.calls, api.sent_at, strict=True) if f"/resourceclaims/{name}/" in path]
+
+
+async def test_a_slow_write_holds_back_no_other_claim(cp, start_daemon):
+    """Two workers; a flush of X, Y and W: X's write hangs 2 s, Y's takes 0.5 s. A newer job of X
+    and claim Z's job come meanwhile. Z goes out after its own lull, once W is taken; the flush used
+    to stay open until X's write ended, because X's newer job was pending under X's name."""
+    x, y, w, z = allocated_claims(cp, start_daemon, 4)
+    name = lambda c: c["metadata"]["name"]  # noqa: E731
+    api = Slow(await open_api(str(cp.kubeconfig)), {name(x): 2.0, name(y): 0.5})
+    writer = ClaimStatusWriter(api, DRIVER, workers=2, quiet_s=0.05, max_delay_s=1.0)
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(writer.run)
+            for claim in (x, y, w):
+                writer.prepared(prepared(claim))
+            await anyio.sleep(0.2)  # the flush began: X's and Y's writes are under way
+            writer.prepared(prepared(x))
+            queued = time.monotonic()
+            writer.prepared(prepared(z))
+            with anyio.fail_after(30):
+                while writer._pending or writer._busy:  # noqa: ASYNC110 (polls the queue)
+                    await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
+        assert sent_for(api, name(z))[0] - queued < 1.0
+        assert len(sent_for(api, name(x))) == 2 and writer.failed == 0
+    finally:
+        await api.client.close()
+        for claim in (x, y, w, z):
+            delete_claim_and_pod(cp, name(claim))
+
+
+async def test_a_job_after_a_quiet_spell_still_waits_for_its_lull(cp, start_daemon, api):
+    """A job replaced during a flush left the writer thinking an old job waited: the first job after
+    the next quiet spell then went out at once, between two Prepares."""
+    a, b, c = allocated_claims(cp, start_daemon, 3)
+    writer = ClaimStatusWriter(api, DRIVER, workers=1, quiet_s=0.1, max_delay_s=1.0)
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(writer.run)
+            writer.prepared(prepared(a))
+            writer.prepared(prepared(b))
+            with anyio.fail_after(10):
+                while not api.calls:  # noqa: ASYNC110 (the flush of A and B has begun)
+                    await anyio.sleep(0.001)
+            writer.prepared(prepared(b))  # B is replaced while the flush writes A
+            await anyio.sleep(1.5)
+            queued = time.monotonic()
+            writer.prepared(prepared(c))
+            with anyio.fail_after(10):
+                while writer._pending or writer._busy:  # noqa: ASYNC110 (polls the queue)
+                    await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
+        assert sent_for(api, c["metadata"]["name"])[0] - queued >= 0.09
+    finally:
+        for claim in (a, b, c):
+            delete_claim_and_pod(cp, claim["metadata"]["name"])
+
+
+async def test_a_write_the_shutdown_cancelled_is_written_by_the_drain(cp, start_daemon):
+    [x] = allocated_claims(cp, start_daemon, 1)
+    api = Slow(await open_api(str(cp.kubeconfig)), {x["metadata"]["name"]: 30.0})
+    writer = ClaimStatusWriter(api, DRIVER, quiet_s=0, max_delay_s=0)
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(writer.run)
+            writer.prepared(prepared(x))
+            await anyio.sleep(0.2)  # its write hangs
+            assert writer._busy == {x["metadata"]["uid"]}
+            tg.cancel_scope.cancel()  # the daemon stops
+        with anyio.fail_after(10):
+            await writer.drain()
+        assert our_status(claim_of(cp, "default", x["metadata"]["name"]))
+    finally:
+        await api.client.close()
+        delete_claim_and_pod(cp, x["metadata"]["name"])
