@@ -62,6 +62,13 @@ async def run_until_idle(writer: ClaimStatusWriter, expected_writes: int) -> Non
         tg.cancel_scope.cancel()
 
 
+async def until_idle(writer: ClaimStatusWriter, seconds: float = 30) -> None:
+    """Return once no job is pending or being written."""
+    with anyio.fail_after(seconds):
+        while writer._pending or writer._busy:  # noqa: ASYNC110 (polls the queue)
+            await anyio.sleep(0.01)
+
+
 @pytest.fixture
 async def api(cp):
     client = Recording(await open_api(str(cp.kubeconfig)))
@@ -136,9 +143,7 @@ async def test_each_claim_ends_in_its_last_state_whatever_the_interleaving(cp, s
                     writer.unprepared(meta["namespace"], meta["name"], meta["uid"])
                     last[meta["name"]] = False
                 await anyio.sleep(rng.random() * 0.01)
-            with anyio.fail_after(30):
-                while writer._pending or writer._busy:  # noqa: ASYNC110 (polls the queue)
-                    await anyio.sleep(0.05)
+            await until_idle(writer)
             tg.cancel_scope.cancel()
         assert writer.failed == 0
         for name, has_entries in last.items():
@@ -188,9 +193,7 @@ async def test_a_stream_without_a_lull_still_writes_within_the_longest_delay(cp,
             await tg.start(writer.run)
             began = time.monotonic()
             ended = await stream_of_jobs(writer, claims, 1.4)
-            with anyio.fail_after(30):
-                while writer._pending or writer._busy:  # noqa: ASYNC110 (polls the queue)
-                    await anyio.sleep(0.01)
+            await until_idle(writer)
             tg.cancel_scope.cancel()
         during = [t - began for t in api.sent_at if t < ended]
         assert during and 0.45 <= min(during) <= 0.9  # the oldest job waited about max_delay_s, no longer
@@ -259,9 +262,7 @@ async def test_a_slow_write_holds_back_no_other_claim(cp, start_daemon):
             writer.prepared(prepared(x))
             queued = time.monotonic()
             writer.prepared(prepared(z))
-            with anyio.fail_after(30):
-                while writer._pending or writer._busy:  # noqa: ASYNC110 (polls the queue)
-                    await anyio.sleep(0.01)
+            await until_idle(writer)
             tg.cancel_scope.cancel()
         assert sent_for(api, name(z))[0] - queued < 1.0
         assert len(sent_for(api, name(x))) == 2 and writer.failed == 0
@@ -288,9 +289,7 @@ async def test_a_job_after_a_quiet_spell_still_waits_for_its_lull(cp, start_daem
             await anyio.sleep(1.5)
             queued = time.monotonic()
             writer.prepared(prepared(c))
-            with anyio.fail_after(10):
-                while writer._pending or writer._busy:  # noqa: ASYNC110 (polls the queue)
-                    await anyio.sleep(0.01)
+            await until_idle(writer)
             tg.cancel_scope.cancel()
         assert sent_for(api, c["metadata"]["name"])[0] - queued >= 0.09
     finally:
