@@ -93,7 +93,8 @@ class DaemonProcess:
         if self.rolling_update_id is not None:
             args += ["--rolling-update-id", self.rolling_update_id]
         self.log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(args, env=env, stdout=self.log, stderr=subprocess.STDOUT, cwd=self.cwd)
+        self.proc = subprocess.Popen(args, env=env, stdout=self.log, stderr=subprocess.STDOUT, cwd=self.cwd,
+                                     preexec_fn=_default_stop_signals)
         if wait:
             self.wait_serving()
         return self
@@ -134,6 +135,15 @@ class DaemonProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             return self.wait_exit()
+
+
+def _default_stop_signals() -> None:
+    """In the child before exec: SIGHUP, SIGINT and SIGTERM take their default action, as a kubelet or
+    containerd starts a container. A test run under ``nohup`` would otherwise hand the daemon an
+    ignored SIGHUP, and a SIGHUP sent before the daemon installs its own handler is then lost (the
+    daemon keeps serving: test_signals.py saw that)."""
+    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 class Kubelet:
