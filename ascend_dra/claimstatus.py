@@ -252,18 +252,20 @@ class ClaimStatusWriter:
         return 0.0
 
     def _next(self) -> _Job | None:
-        """The oldest pending job of this flush's claims that no worker is writing."""
+        """The oldest pending job of this flush's claims, or None outside a flush. A flush's claims
+        are pending and not being written when it begins, and leave it as they are taken, so one
+        is always at hand until the last is taken, which ends the flush."""
+        if self._flush is None:
+            return None
         for uid, job in self._pending.items():
-            if uid not in self._busy and (self._flush is None or uid in self._flush):
+            if uid in self._flush:
                 del self._pending[uid]
                 self._busy.add(uid)
-                if self._flush is not None:
-                    self._flush.discard(uid)  # a newer job of it waits for the next lull
-                    if not self._flush:
-                        self._flush = None
+                self._flush.discard(uid)  # a newer job of it waits for the next lull
+                if not self._flush:
+                    self._flush = None
                 return job
-        if self._flush is not None and self._flush.isdisjoint(self._pending):
-            self._flush = None  # every claim of it taken; newer jobs wait for their own lull
+        self._flush = None  # not reached (see above); were it, the next job would begin a new flush
         return None
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -279,18 +281,13 @@ class ClaimStatusWriter:
                 await anyio.sleep(wait)  # jobs still coming: look again when a lull may have begun
                 continue
             job = self._next()
-            if job is None:
-                if self._flush is None and any(uid not in self._busy for uid in self._pending):
-                    continue  # a flush just ended with newer jobs pending: wait for their lull
+            if job is None:  # nothing pending, or only claims being written (their end wakes us)
                 if self._wake.is_set():  # no await since _next(): no job can have come in between
                     self._wake = anyio.Event()
                 await self._wake.wait()
                 continue
             try:
-                await self._write(self.api, job)
-            except Exception:  # a bug here must not take the daemon's task group down
-                self.failed += 1
-                log.exception("writing the claim's status.devices raised", extra={"claim_uid": job.uid})
+                await self._write_logged(job)
             except BaseException:  # cancelled (the daemon stops): drain() writes it again, unless newer came
                 self._pending.setdefault(job.uid, job)
                 raise
@@ -304,13 +301,16 @@ class ClaimStatusWriter:
         cancelled (a write it had begun is pending again), so that the statuses waiting for a lull
         are not lost. The caller bounds the time (each write retries for up to 3.5 s)."""
         while self._pending:
-            uid = next(iter(self._pending))
-            job = self._pending.pop(uid)
-            try:
-                await self._write(self.api, job)
-            except Exception:
-                self.failed += 1
-                log.exception("writing the claim's status.devices raised", extra={"claim_uid": uid})
+            await self._write_logged(self._pending.pop(next(iter(self._pending))))
+
+    async def _write_logged(self, job: _Job) -> None:
+        """:meth:`_write`, with a bug in it logged and counted, never raised: it must not take the
+        daemon's task group down."""
+        try:
+            await self._write(self.api, job)
+        except Exception:
+            self.failed += 1
+            log.exception("writing the claim's status.devices raised", extra={"claim_uid": job.uid})
 
     async def _write(self, api: Any, job: _Job) -> None:
         from ascend_dra.apiclient import ApiError
