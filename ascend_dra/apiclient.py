@@ -61,19 +61,13 @@ class KubeApi:
             answer that is not JSON, or no answer at all (status 0: refused, reset, timed out, or
             the bearer token could not be read).
         """
-        import aiohttp
-
         data = None if body is None else orjson.dumps(body)
-        try:
-            request = await self._request(method, path, query, content_type if body is not None else None)
-            async with self.client.rest_client.pool_manager.request(
-                    data=data, timeout=self._timeout, **request) as response:
-                raw = await response.read()
-                status, reason = response.status, response.reason
-        except (OSError, TimeoutError, aiohttp.ClientError) as exc:  # OSError: also the token file unreadable
-            raise ApiError(0, f"{method} {path}: {exc or type(exc).__name__}") from None
-        if not 200 <= status < 300:
-            raise ApiError(status, _status_message(raw, reason))
+        async with self._open(method, path, query, content_type if body is not None else None, data,
+                              self._timeout) as response:
+            raw = await response.read()
+            if not 200 <= response.status < 300:
+                raise ApiError(response.status, _status_message(raw, response.reason))
+            status = response.status
         try:
             return orjson.loads(raw) if raw else None
         except orjson.JSONDecodeError:  # not the API server (a proxy's page, say)
@@ -86,16 +80,24 @@ class KubeApi:
         :param limits: an ``aiohttp.ClientTimeout`` (a watch needs a read timeout, not a total one).
         :raises ApiError: a non-2xx answer, or none.
         """
+        async with self._open("GET", path, query, None, None, limits) as response:
+            if response.status != 200:
+                raise ApiError(response.status, _status_message(await response.read(), response.reason))
+            yield response
+
+    @contextlib.asynccontextmanager
+    async def _open(self, method: str, path: str, query: list[tuple[str, str]] | None, content_type: str | None,
+                    data: bytes | None, limits: Any) -> AsyncIterator[Any]:
+        """One request, its response yielded; no answer, while sending or while the caller reads
+        (and the bearer token unreadable), is ``ApiError`` status 0."""
         import aiohttp
 
         try:
-            request = await self._request("GET", path, query, None)
-            async with self.client.rest_client.pool_manager.request(timeout=limits, **request) as response:
-                if response.status != 200:
-                    raise ApiError(response.status, _status_message(await response.read(), response.reason))
+            request = await self._request(method, path, query, content_type)
+            async with self.client.rest_client.pool_manager.request(data=data, timeout=limits, **request) as response:
                 yield response
         except (OSError, TimeoutError, aiohttp.ClientError) as exc:
-            raise ApiError(0, f"GET {path}: {exc or type(exc).__name__}") from None
+            raise ApiError(0, f"{method} {path}: {exc or type(exc).__name__}") from None
 
     async def _request(self, method: str, path: str, query: list[tuple[str, str]] | None,
                        content_type: str | None) -> dict[str, Any]:
