@@ -7,8 +7,10 @@ scheduler allocated from the daemon's published slices.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
+from collections.abc import AsyncIterator
 
 import anyio
 import pytest
@@ -53,13 +55,20 @@ def prepared(claim: dict) -> PreparedClaim:
     return PreparedClaim(meta["namespace"], meta["name"], meta["uid"], (device,), {result["device"]: {"physicalID": 7}})
 
 
-async def run_until_idle(writer: ClaimStatusWriter, expected_writes: int) -> None:
+@contextlib.asynccontextmanager
+async def running(writer: ClaimStatusWriter) -> AsyncIterator[None]:
+    """The writer's workers run inside the block and are cancelled when it ends (as the daemon stops)."""
     async with anyio.create_task_group() as tg:
         await tg.start(writer.run)
+        yield
+        tg.cancel_scope.cancel()
+
+
+async def run_until_idle(writer: ClaimStatusWriter, expected_writes: int) -> None:
+    async with running(writer):
         with anyio.fail_after(30):
             while writer.applied + writer.failed < expected_writes:  # noqa: ASYNC110 (polls counters)
                 await anyio.sleep(0.05)
-        tg.cancel_scope.cancel()
 
 
 async def until_idle(writer: ClaimStatusWriter, seconds: float = 30) -> None:
@@ -131,8 +140,7 @@ async def test_each_claim_ends_in_its_last_state_whatever_the_interleaving(cp, s
     rng = random.Random(4817)
     last: dict[str, bool] = {}
     try:
-        async with anyio.create_task_group() as tg:
-            await tg.start(writer.run)
+        async with running(writer):
             for _ in range(60):  # jobs arrive while earlier ones of the same claim are in flight
                 claim = rng.choice(claims)
                 meta = claim["metadata"]
@@ -144,7 +152,6 @@ async def test_each_claim_ends_in_its_last_state_whatever_the_interleaving(cp, s
                     last[meta["name"]] = False
                 await anyio.sleep(rng.random() * 0.01)
             await until_idle(writer)
-            tg.cancel_scope.cancel()
         assert writer.failed == 0
         for name, has_entries in last.items():
             assert bool(our_status(claim_of(cp, "default", name))) == has_entries, name
@@ -168,14 +175,12 @@ async def test_statuses_wait_for_a_lull_in_the_prepares_then_all_go_out(cp, star
     claims = allocated_claims(cp, start_daemon, 4)
     writer = ClaimStatusWriter(api, DRIVER, quiet_s=0.05, max_delay_s=1.0)
     try:
-        async with anyio.create_task_group() as tg:
-            await tg.start(writer.run)
+        async with running(writer):
             ended = await stream_of_jobs(writer, claims, 0.5)
             assert api.calls == []  # nothing competed with the Prepares
             with anyio.fail_after(30):
                 while writer.applied < len(claims):  # noqa: ASYNC110 (polls a counter)
                     await anyio.sleep(0.01)
-            tg.cancel_scope.cancel()
         assert min(api.sent_at) >= ended + 0.04  # after the lull
         assert len(api.calls) == len(claims)  # one apply per claim, however many jobs it had
         for claim in claims:
@@ -189,12 +194,10 @@ async def test_a_stream_without_a_lull_still_writes_within_the_longest_delay(cp,
     claims = allocated_claims(cp, start_daemon, 2)
     writer = ClaimStatusWriter(api, DRIVER, quiet_s=0.05, max_delay_s=0.5)
     try:
-        async with anyio.create_task_group() as tg:
-            await tg.start(writer.run)
+        async with running(writer):
             began = time.monotonic()
             ended = await stream_of_jobs(writer, claims, 1.4)
             await until_idle(writer)
-            tg.cancel_scope.cancel()
         during = [t - began for t in api.sent_at if t < ended]
         assert during and 0.45 <= min(during) <= 0.9  # the oldest job waited about max_delay_s, no longer
         assert len(during) <= 3 * len(claims)  # in bursts (one a max_delay_s), not after every job
@@ -254,8 +257,7 @@ async def test_a_slow_write_holds_back_no_other_claim(cp, start_daemon):
     api = Slow(await open_api(str(cp.kubeconfig)), {name(x): 2.0, name(y): 0.5})
     writer = ClaimStatusWriter(api, DRIVER, workers=2, quiet_s=0.05, max_delay_s=1.0)
     try:
-        async with anyio.create_task_group() as tg:
-            await tg.start(writer.run)
+        async with running(writer):
             for claim in (x, y, w):
                 writer.prepared(prepared(claim))
             await anyio.sleep(0.2)  # the flush began: X's and Y's writes are under way
@@ -263,7 +265,6 @@ async def test_a_slow_write_holds_back_no_other_claim(cp, start_daemon):
             queued = time.monotonic()
             writer.prepared(prepared(z))
             await until_idle(writer)
-            tg.cancel_scope.cancel()
         assert sent_for(api, name(z))[0] - queued < 1.0
         assert len(sent_for(api, name(x))) == 2 and writer.failed == 0
     finally:
@@ -278,8 +279,7 @@ async def test_a_job_after_a_quiet_spell_still_waits_for_its_lull(cp, start_daem
     a, b, c = allocated_claims(cp, start_daemon, 3)
     writer = ClaimStatusWriter(api, DRIVER, workers=1, quiet_s=0.1, max_delay_s=1.0)
     try:
-        async with anyio.create_task_group() as tg:
-            await tg.start(writer.run)
+        async with running(writer):
             writer.prepared(prepared(a))
             writer.prepared(prepared(b))
             with anyio.fail_after(10):
@@ -290,7 +290,6 @@ async def test_a_job_after_a_quiet_spell_still_waits_for_its_lull(cp, start_daem
             queued = time.monotonic()
             writer.prepared(prepared(c))
             await until_idle(writer)
-            tg.cancel_scope.cancel()
         assert sent_for(api, c["metadata"]["name"])[0] - queued >= 0.09
     finally:
         for claim in (a, b, c):
@@ -302,12 +301,10 @@ async def test_a_write_the_shutdown_cancelled_is_written_by_the_drain(cp, start_
     api = Slow(await open_api(str(cp.kubeconfig)), {x["metadata"]["name"]: 30.0})
     writer = ClaimStatusWriter(api, DRIVER, quiet_s=0, max_delay_s=0)
     try:
-        async with anyio.create_task_group() as tg:
-            await tg.start(writer.run)
+        async with running(writer):  # its end cancels the workers, as a stopping daemon does
             writer.prepared(prepared(x))
             await anyio.sleep(0.2)  # its write hangs
             assert writer._busy == {x["metadata"]["uid"]}
-            tg.cancel_scope.cancel()  # the daemon stops
         with anyio.fail_after(10):
             await writer.drain()
         assert our_status(claim_of(cp, "default", x["metadata"]["name"]))
