@@ -59,14 +59,15 @@ def rss_mib(pid: int) -> float:
     raise RuntimeError("no VmRSS")
 
 
-def our_slices(cp: ControlPlane) -> list:
-    selector = urllib.parse.quote(f"spec.driver={DRIVER},spec.nodeName={cp.node_name}")
+def driver_slices(cp: ControlPlane, driver: str = DRIVER) -> list:
+    """The ResourceSlices of ``driver`` (ours by default) on the control plane's node."""
+    selector = urllib.parse.quote(f"spec.driver={driver},spec.nodeName={cp.node_name}")
     status, body = cp.api("GET", f"/apis/resource.k8s.io/v1/resourceslices?fieldSelector={selector}")
     return body["items"] if status == 200 else []
 
 
-def delete_slices(cp: ControlPlane) -> None:
-    selector = urllib.parse.quote(f"spec.driver={DRIVER},spec.nodeName={cp.node_name}")
+def delete_slices(cp: ControlPlane, driver: str = DRIVER) -> None:
+    selector = urllib.parse.quote(f"spec.driver={driver},spec.nodeName={cp.node_name}")
     cp.api("DELETE", f"/apis/resource.k8s.io/v1/resourceslices?fieldSelector={selector}")
 
 
@@ -107,7 +108,7 @@ def one_start(cp: ControlPlane) -> tuple[float, float, float, float]:
             if socket_s is None and accepts(reg):
                 socket_s = time.perf_counter() - started
                 info_s = get_info_s(reg, started)
-            if socket_s is not None and our_slices(cp):
+            if socket_s is not None and driver_slices(cp):
                 slice_s = time.perf_counter() - started
             time.sleep(0.005)
         if slice_s is None or socket_s is None or info_s is None:

@@ -51,7 +51,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.parse
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -65,7 +64,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_matrix import tmpfs_cdi_dir  # noqa: E402
 from bench_prepare import Stats, run_calls  # noqa: E402
-from bench_startup import rss_mib  # noqa: E402
+from bench_startup import delete_slices, driver_slices, rss_mib  # noqa: E402
 
 from tests.claimfiles import claim_object, create_in_api  # noqa: E402
 from tests.integration.daemon import DaemonProcess, accepts  # noqa: E402
@@ -123,17 +122,6 @@ def claim_requests(cp) -> int:
         if line.startswith("apiserver_request_total{") and 'resource="resourceclaims"' in line:
             total += float(line.rsplit(" ", 1)[1])
     return int(total)
-
-
-def driver_slices(cp, driver: str) -> list:
-    selector = urllib.parse.quote(f"spec.driver={driver},spec.nodeName={cp.node_name}")
-    status, body = cp.api("GET", f"{RES}/resourceslices?fieldSelector={selector}")
-    return body["items"] if status == 200 else []
-
-
-def delete_slices(cp, driver: str) -> None:
-    selector = urllib.parse.quote(f"spec.driver={driver},spec.nodeName={cp.node_name}")
-    cp.api("DELETE", f"{RES}/resourceslices?fieldSelector={selector}")
 
 
 class Driver:
