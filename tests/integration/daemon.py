@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -93,8 +94,7 @@ class DaemonProcess:
         if self.rolling_update_id is not None:
             args += ["--rolling-update-id", self.rolling_update_id]
         self.log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(args, env=env, stdout=self.log, stderr=subprocess.STDOUT, cwd=self.cwd,
-                                     preexec_fn=_default_stop_signals)
+        self.proc = subprocess.Popen(args, env=env, stdout=self.log, stderr=subprocess.STDOUT, cwd=self.cwd)
         if wait:
             self.wait_serving()
         return self
@@ -137,13 +137,20 @@ class DaemonProcess:
             return self.wait_exit()
 
 
-def _default_stop_signals() -> None:
-    """In the child before exec: SIGHUP, SIGINT and SIGTERM take their default action, as a kubelet or
-    containerd starts a container. A test run under ``nohup`` would otherwise hand the daemon an
-    ignored SIGHUP, and a SIGHUP sent before the daemon installs its own handler is then lost (the
-    daemon keeps serving: test_signals.py saw that)."""
-    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_DFL)
+def _no_inherited_sighup_ignore() -> None:
+    """Let the daemons this module starts get SIGHUP at its default action, as a kubelet or
+    containerd starts a container. A test run under ``nohup`` ignores SIGHUP, an ignored signal
+    stays ignored across exec, and a SIGHUP sent before the daemon installs its own handler was
+    then lost (the daemon kept serving: test_signals.py saw that). A handled signal is reset to its
+    default at exec, so this process handles SIGHUP by doing nothing: it still survives a hangup,
+    and no code runs in the child between fork and exec (a ``preexec_fn`` did, and with the test's
+    threads a child deadlocked before its exec)."""
+    if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
+        with contextlib.suppress(ValueError):  # not the main thread: leave it
+            signal.signal(signal.SIGHUP, lambda signum, frame: None)
+
+
+_no_inherited_sighup_ignore()
 
 
 class Kubelet:
