@@ -28,7 +28,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, wait_random_exponen
 from ascend_dra.apiclient import ApiError, KubeApi, connect_api, open_api
 from ascend_dra.claims import ClaimError, check_claim_ref, parse_claim
 from ascend_dra.model import ClaimAllocation, Inventory
-from ascend_dra.slices import build_slices
+from ascend_dra.slices import build_slices_stepwise
 
 __all__ = ("ApiClaimSource", "ApiPublisher", "DroppedFieldsError")
 
@@ -311,7 +311,7 @@ class ApiPublisher:
         owner = await self._node_owner()
         existing = await self.list_slices()
         current = max((s["spec"]["pool"].get("generation", 0) for s in existing), default=0)
-        desired, want = self._desired(current, owner)
+        desired, want = await self._desired(current, owner)
         have = sorted(_content(s["spec"]) for s in existing)
         # What the server stored may differ from what we sent (fields of a disabled gate dropped,
         # values normalized): slices equal to the server's version of our last write are current.
@@ -361,14 +361,16 @@ class ApiPublisher:
             raise DroppedFieldsError(fields, gates)
         return True
 
-    def _desired(self, generation: int, owner: dict[str, str]) -> tuple[list[dict[str, Any]], list[bytes]]:
+    async def _desired(self, generation: int, owner: dict[str, str]) -> tuple[list[dict[str, Any]], list[bytes]]:
         """The slices of the inventory at ``generation`` and their sorted contents, built again
-        only when the inventory or the generation changed (1,000 devices take ~10 ms of the loop)."""
-        key = (self._inventory, generation, owner["uid"])
+        only when the inventory or the generation changed, one slice per loop step
+        (:func:`build_slices_stepwise`)."""
+        inventory = self._inventory  # update() may replace it while the slices are built
+        key = (inventory, generation, owner["uid"])
         built = self._built
-        if built is None or built[0][0] is not self._inventory or built[0][1:] != key[1:]:
-            desired = build_slices(self._inventory, driver_name=self.driver_name, node_name=self.node_name,
-                                   pool_generation=generation, owner=owner)
+        if built is None or built[0][0] is not inventory or built[0][1:] != key[1:]:
+            desired = await build_slices_stepwise(inventory, driver_name=self.driver_name, node_name=self.node_name,
+                                                  pool_generation=generation, owner=owner)
             self._built = (key, desired, sorted(_content(d["spec"]) for d in desired))
         return self._built[1], self._built[2]
 

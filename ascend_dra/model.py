@@ -81,6 +81,7 @@ _BINARY = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
 _DECIMAL = {-9: "n", -6: "u", -3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
 
 
+@functools.lru_cache(maxsize=1024)  # a node publishes the same few values on every device, every build
 def canonical_quantity(quantity: str | int) -> str:
     """Return the form the API server stores a Quantity in, so what we publish reads back unchanged.
 

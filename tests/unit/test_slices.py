@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import anyio
 import pytest
 
 from ascend_dra.model import (
@@ -19,6 +20,7 @@ from ascend_dra.slices import (
     MAX_DEVICES_PER_SLICE,
     MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS,
     build_slices,
+    build_slices_stepwise,
     device_to_api,
     slice_generate_name,
 )
@@ -233,6 +235,47 @@ def test_slices_do_not_share_mutable_parts():
     resource_slices[0]["metadata"]["generateName"] = "changed-"
     assert resource_slices[1]["spec"]["pool"]["generation"] == 1
     assert resource_slices[1]["metadata"]["generateName"] == "node-1-ascend.project-hami.io-"
+
+
+def _inventories() -> list[Inventory]:
+    sets = tuple(CounterSet(f"chip-{i:02d}", {"memory": "64Gi"}) for i in range(10))
+    tainted = Device("x", taints=(DeviceTaint("k", "NoSchedule"),))
+    return [Inventory(), Inventory(devices=devices(1)), Inventory(devices=devices(300)),
+            Inventory(counter_sets=sets), Inventory(devices=(*devices(70), tainted), counter_sets=sets)]
+
+
+@pytest.mark.parametrize("inventory", _inventories(), ids=["empty", "one", "300", "counters-only", "tainted+counters"])
+def test_stepwise_build_gives_the_same_slices(inventory):
+    owner = {"name": NODE, "uid": "u"}
+    expected = build_slices(inventory, driver_name=DRIVER, node_name=NODE, pool_generation=7, owner=owner)
+    got = anyio.run(lambda: build_slices_stepwise(inventory, driver_name=DRIVER, node_name=NODE, pool_generation=7,
+                                                  owner=owner))
+    assert got == expected
+
+
+def test_stepwise_build_lets_the_loop_run_after_every_slice():
+    """Other tasks run between slices: the loop is never held for the whole pool (1,024 devices took 20-55 ms)."""
+    inventory = Inventory(devices=devices(1024))
+    turns = 0  # how often the other task got the loop while the slices were built
+    built: list[dict] = []
+
+    async def main() -> None:
+        nonlocal turns
+        done = anyio.Event()
+
+        async def build() -> None:
+            built.extend(await build_slices_stepwise(inventory, driver_name=DRIVER, node_name=NODE))
+            done.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(build)
+            while not done.is_set():
+                turns += 1
+                await anyio.lowlevel.checkpoint()
+
+    anyio.run(main)
+    assert len(built) == 8
+    assert turns >= 8  # at least one turn of the other task per slice
 
 
 @pytest.mark.parametrize(
