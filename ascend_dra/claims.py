@@ -23,6 +23,7 @@ from ascend_dra.model import AllocatedDevice, ClaimAllocation, OpaqueConfig
 __all__ = (
     "ClaimError",
     "ClaimSource",
+    "PrepareError",
     "StandaloneClaimSource",
     "check_claim_ref",
     "parse_claim",
@@ -35,6 +36,10 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _UID = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
+
+
+class PrepareError(Exception):
+    """Raised for one claim when it cannot be prepared or unprepared; the message goes to the kubelet as is."""
 
 
 class ClaimError(Exception):

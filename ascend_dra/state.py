@@ -40,7 +40,7 @@ from ascend_dra.cdi import naming
 from ascend_dra.cdi.spec import Spec
 from ascend_dra.cdi.store import CdiStore
 from ascend_dra.checkpoint import ClaimRecord
-from ascend_dra.claims import ClaimError, ClaimSource, check_claim_ref
+from ascend_dra.claims import ClaimError, ClaimSource, PrepareError, check_claim_ref
 from ascend_dra.faults import crash_point
 from ascend_dra.journal import Journal
 from ascend_dra.model import ClaimAllocation, Inventory, PreparedDevice
@@ -48,14 +48,11 @@ from ascend_dra.planning import Plan, PlanError, Planner, resolve_configs
 from ascend_dra.profiles.base import ApplyContext, ConfigError, Profile, ProfileContext
 from ascend_dra.records import ClaimRecords
 from ascend_dra.recovery import RecoveryMixin, describe_error
+from ascend_dra.unprepare import UnprepareMixin
 
 __all__ = ("ClaimRef", "DeviceState", "PrepareError", "resolve_configs")
 
 log = logging.getLogger(__name__)
-
-class PrepareError(Exception):
-    """Raised for one claim when it cannot be prepared; the message goes to the kubelet as is."""
-
 
 @attrs.frozen
 class ClaimRef:
@@ -66,7 +63,7 @@ class ClaimRef:
     uid: str
 
 
-class DeviceState(RecoveryMixin):
+class DeviceState(RecoveryMixin, UnprepareMixin):
     """The node's prepared claims and the operations on them.
 
     :param profiles: profile name -> loaded profile.
@@ -404,102 +401,6 @@ class DeviceState(RecoveryMixin):
         for file, spec in specs.items():
             self.cdi.write(file, spec)
 
-    # -- Unprepare ------------------------------------------------------------------------------
-
-    async def unprepare(self, refs: Sequence[ClaimRef]) -> dict[str, Exception | None]:
-        """Unprepare a batch of claims; return ``{claim uid: None or the claim's error}``.
-
-        A claim we do not know succeeds (its stray CDI specs, if any, are removed). A device is
-        released (its record dropped) only after the claim's specs and side effects are gone: a
-        spec that cannot be removed fails the claim and keeps the record, so the device stays
-        held until the kubelet's retry succeeds. A claim with node side effects first goes back to
-        ``PrepareStarted`` durably, so a crash half-way leaves a record that start-up rolls back;
-        a claim without them needs one durable write, after its specs are removed (a crash before
-        it leaves a completed record whose spec is gone: the retried Unprepare drops it, a
-        retried Prepare re-creates the spec).
-        """
-        results: dict[str, Exception | None] = {}
-        async with self._lock_claims(ref.uid for ref in refs), self.store.exclusive():
-            targets: list[ClaimRecord] = []
-            for ref in refs:
-                try:
-                    check_claim_ref(ref.namespace, ref.name, ref.uid)
-                    record = self._records.get(ref.uid)
-                    if ref.uid in self._records.unreadable:
-                        await self._unprepare_unreadable(ref.uid)
-                    elif record is None:
-                        await self._remove_stray_specs(ref.uid)
-                    else:
-                        targets.append(record)
-                    results[ref.uid] = None
-                except Exception as exc:
-                    results[ref.uid] = exc if isinstance(exc, (ClaimError, PrepareError)) else PrepareError(
-                        f"ResourceClaim {ref.namespace}/{ref.name}: {describe_error(exc)}")
-            if not targets:
-                return results
-            with_effects = [r for r in targets if r.side_effects]
-            for record in with_effects:
-                self._records[record.uid] = attrs.evolve(record, state=ckpt.PREPARE_STARTED)
-            crash_point("unprepare:before-checkpoint-write")
-            if with_effects:
-                try:
-                    await self._save()
-                except OSError as exc:
-                    for record in with_effects:
-                        self._records[record.uid] = record
-                        results[record.uid] = PrepareError(f"writing the checkpoint: {exc}")
-                    targets = [r for r in targets if not r.side_effects]
-            crash_point("unprepare:after-checkpoint-write")
-            undone = []
-            for record in targets:
-                try:
-                    await self._rollback(record)
-                    undone.append(record)
-                except Exception as exc:
-                    log.warning("unprepare failed; the claim's devices stay held until a retry succeeds",
-                                extra={"claim_uid": record.uid, "error": str(exc)})
-                    results[record.uid] = PrepareError(
-                        f"ResourceClaim {record.namespace}/{record.name}: {describe_error(exc)}; its devices stay "
-                        "held until Unprepare succeeds")
-            crash_point("unprepare:after-cdi-remove")
-            if not undone:
-                return results
-            for record in undone:
-                del self._records[record.uid]
-                self._pending_rollback.discard(record.uid)
-            try:
-                await self._save()
-            except OSError as exc:
-                # Specs and side effects are gone but the disk still holds the records: keep them in
-                # memory too (as they are on disk) and let the kubelet retry.
-                for record in undone:
-                    self._records[record.uid] = record if not record.side_effects else \
-                        attrs.evolve(record, state=ckpt.PREPARE_STARTED)
-                    results[record.uid] = PrepareError(f"writing the checkpoint: {exc}")
-        return results
-
-    async def _unprepare_unreadable(self, uid: str) -> None:
-        """Drop a record another release wrote, after removing the specs it names.
-
-        :raises PrepareError: it records side effects, which only a profile that understands the
-            record can undo.
-        """
-        bad = self._records.unreadable[uid]
-        if isinstance(bad.raw, Mapping) and bad.raw.get("side_effects"):
-            raise PrepareError(f"claim uid {uid}: its checkpoint record (written by another release) records node "
-                               "side effects this release cannot undo; run the release that wrote it to unprepare "
-                               "the claim")
-        for file in bad.cdi_specs:
-            if _is_our_spec_file(file):
-                self.cdi.remove(file)  # on the loop, as the writes: see _write_specs
-        self._records.drop_unreadable(uid)
-        await self._save()
-
-    async def _remove_stray_specs(self, uid: str) -> None:
-        for profile_name in self.profiles:
-            file = naming.claim_spec_file(self.cdi_kind(profile_name), uid)
-            self.cdi.remove(file)  # on the loop, as the writes: see _write_specs
-
     async def _rollback(self, record: ClaimRecord) -> None:
         """Undo a claim's node side effects and remove its CDI specs (idempotent)."""
         for profile_name, side_effects in record.side_effects.items():
@@ -530,8 +431,3 @@ class DeviceState(RecoveryMixin):
                 lock.release()
                 if not lock.locked() and not lock.statistics().tasks_waiting and self._claim_locks.get(uid) is lock:
                     del self._claim_locks[uid]
-
-
-def _is_our_spec_file(name: str) -> bool:
-    """A plain ``*.yaml`` file name (no directory part): safe to remove under the CDI root."""
-    return name.endswith(".yaml") and "/" not in name and not name.startswith(".")

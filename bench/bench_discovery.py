@@ -32,7 +32,7 @@ import anyio
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ascend_dra.profiles.ascend import keyvalue, tables  # noqa: E402
+from ascend_dra.profiles.ascend import keyvalue, readings, tables  # noqa: E402
 from ascend_dra.profiles.ascend.npu910 import Npu910Profile  # noqa: E402
 from ascend_dra.profiles.base import ProfileContext  # noqa: E402
 
@@ -80,7 +80,7 @@ def parse_all(outputs: dict[str, str]) -> None:
     for n in range(CHIPS):
         keyvalue.parse_board(outputs[f"info -t board -i {n}"])
         keyvalue.parse_chip_board(outputs[f"info -t board -i {n} -c 0"])
-        keyvalue.parse_common(outputs[f"info -t common -i {n}"])
+        readings.parse_common(outputs[f"info -t common -i {n}"])
     tables.parse_topo(outputs["info -t topo"])
 
 

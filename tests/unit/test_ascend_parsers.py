@@ -4,16 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from ascend_dra.profiles.ascend import keyvalue, tables
+from ascend_dra.profiles.ascend import keyvalue, readings, tables
 from ascend_dra.profiles.ascend.errors import NpuSmiParseError
-from ascend_dra.profiles.ascend.keyvalue import (
-    ChipCommon,
-    ChipMemory,
-    DeviceShare,
-    HealthInfo,
-    ListedNpu,
-    McuCommon,
-)
+from ascend_dra.profiles.ascend.keyvalue import DeviceShare, ListedNpu
+from ascend_dra.profiles.ascend.readings import ChipCommon, ChipMemory, HealthInfo, McuCommon
 from ascend_dra.profiles.ascend.tables import InfoChip, InfoProcess, MappingRow, Template, Vnpu
 from tests.unit.test_ascend_support import fixture, parts
 
@@ -287,7 +281,7 @@ def test_chip_board_malformed_die_id_is_an_error() -> None:
 
 
 def test_common_910a_with_mcu() -> None:
-    common = keyvalue.parse_common(fixture("910A_info_-t_common_-i_0_with_mcu.txt"))
+    common = readings.parse_common(fixture("910A_info_-t_common_-i_0_with_mcu.txt"))
     assert (common.npu_id, common.chip_count) == (0, 1)
     assert common.chips == (ChipCommon(chip_id=0, memory_usage_percent=6, hbm_usage_percent=0,
                                        aicore_usage_percent=0, aicore_freq_mhz=1000, aicore_cur_freq_mhz=1000,
@@ -296,7 +290,7 @@ def test_common_910a_with_mcu() -> None:
 
 
 def test_common_910b1_indented() -> None:
-    common = keyvalue.parse_common(fixture("910B1_info_-t_common_-i_1.txt"))
+    common = readings.parse_common(fixture("910B1_info_-t_common_-i_1.txt"))
     assert (common.npu_id, common.chip_count) == (1, 1)
     assert common.chips == (ChipCommon(chip_id=0, memory_usage_percent=0, hbm_usage_percent=4,
                                        aicore_usage_percent=0, aicore_freq_mhz=1800, aicore_cur_freq_mhz=800,
@@ -305,7 +299,7 @@ def test_common_910b1_indented() -> None:
 
 
 def test_common_310p_duo_two_chips_without_aicore_count() -> None:
-    common = keyvalue.parse_common(fixture("310P-duo_info_-t_common_-i_1_2chips.txt"))
+    common = readings.parse_common(fixture("310P-duo_info_-t_common_-i_1_2chips.txt"))
     assert (common.npu_id, common.chip_count) == (1, 2)
     assert common.chips == (
         ChipCommon(0, 3, None, 0, 1080, 960, None, 60, None),
@@ -315,7 +309,7 @@ def test_common_310p_duo_two_chips_without_aicore_count() -> None:
 
 
 def test_usages_910a() -> None:
-    usages = keyvalue.parse_usages(fixture("910A_info_-t_usages.txt"))
+    usages = readings.parse_usages(fixture("910A_info_-t_usages.txt"))
     assert (usages.npu_id, usages.chip_count, len(usages.chips)) == (0, 1, 1)
     chip = usages.chips[0]
     assert (chip.chip_id, chip.ddr_capacity_mib, chip.hbm_capacity_mib) == (0, 13553, 32768)
@@ -324,13 +318,13 @@ def test_usages_910a() -> None:
 
 
 def test_usages_910b1_aivector() -> None:
-    chip = keyvalue.parse_usages(fixture("910B1_info_-t_usages_-i_0.txt")).chips[0]
+    chip = readings.parse_usages(fixture("910B1_info_-t_usages_-i_0.txt")).chips[0]
     assert (chip.chip_id, chip.ddr_capacity_mib, chip.hbm_capacity_mib, chip.rates["HBM"],
             chip.rates["Aivector"]) == (0, 0, 65536, 4, 0)
 
 
 def test_usages_310p_duo_chip_id_ends_each_block() -> None:
-    usages = keyvalue.parse_usages(fixture("310P-duo_info_-t_usages_-i_1_2chips_DDR.txt"))
+    usages = readings.parse_usages(fixture("310P-duo_info_-t_usages_-i_1_2chips_DDR.txt"))
     assert (usages.npu_id, usages.chip_count) == (1, 2)
     assert [(c.chip_id, c.ddr_capacity_mib, c.hbm_capacity_mib, c.rates["Ctrlcpu"], c.rates["DVPP JPEGD"])
             for c in usages.chips] == [(0, 44280, None, 2, 0), (1, 43693, None, 3, 0)]
@@ -339,18 +333,18 @@ def test_usages_310p_duo_chip_id_ends_each_block() -> None:
 def test_usages_chip_count_mismatch_is_an_error() -> None:
     text = "NPU ID : 1\nChip Count : 2\n\nDDR Capacity(MB) : 1\nChip ID : 0\n"
     with pytest.raises(NpuSmiParseError, match="says 2 chips but 1 are printed"):
-        keyvalue.parse_usages(text)
+        readings.parse_usages(text)
 
 
 def test_memory_950() -> None:
-    memory = keyvalue.parse_memory(fixture("950_info_-t_memory.txt"))
+    memory = readings.parse_memory(fixture("950_info_-t_memory.txt"))
     assert memory.npu_id == 0
     assert memory.chips == (ChipMemory(chip_id=None, ddr_capacity_mib=0, ddr_clock_mhz=0, hbm_capacity_mib=131072,
                                        hbm_clock_mhz=3200, hbm_temperature_c=63, hbm_manufacturer_id="0x5a"),)
 
 
 def test_health_910a() -> None:
-    assert keyvalue.parse_health(fixture("910A_info_-t_health.txt")) == HealthInfo(
+    assert readings.parse_health(fixture("910A_info_-t_health.txt")) == HealthInfo(
         status="OK", error_code=None, error_information=None)
 
 
@@ -364,14 +358,14 @@ def test_ecc_910a_generic_key_values() -> None:
 
 
 def test_not_supported_sentinel_is_none_not_a_number() -> None:
-    common = keyvalue.parse_common("NPU ID : 3\nChip Count : 1\n\nChip ID : 0\nAicore Count : NA\n"
+    common = readings.parse_common("NPU ID : 3\nChip Count : 1\n\nChip ID : 0\nAicore Count : NA\n"
                                    "Temperature(C) : not supported\n")
     assert (common.chips[0].aicore_count, common.chips[0].temperature_c) == (None, None)
 
 
 def test_garbage_value_is_an_error_naming_the_key() -> None:
     with pytest.raises(NpuSmiParseError) as caught:
-        keyvalue.parse_common("NPU ID : 3\nChip Count : 1\n\nChip ID : 0\nAicore Count : 8255x\n",
+        readings.parse_common("NPU ID : 3\nChip Count : 1\n\nChip ID : 0\nAicore Count : 8255x\n",
                               command="npu-smi info -t common -i 3")
     assert str(caught.value) == ("parse 'npu-smi info -t common -i 3': line 5 'Aicore Count : 8255x': "
                                  "Aicore Count: '8255x' is not an integer or NA")
@@ -493,9 +487,9 @@ def test_help_lists_every_type() -> None:
 
 @pytest.mark.parametrize("sentinel", ["8255", "-8255"], ids=["8255", "negative-8255"])
 def test_dcmi_not_supported_is_unknown_in_counts_and_capacities(sentinel: str) -> None:
-    common = keyvalue.parse_common(fixture("910B1_info_-t_common_-i_1.txt").replace(": 24", f": {sentinel}"))
+    common = readings.parse_common(fixture("910B1_info_-t_common_-i_1.txt").replace(": 24", f": {sentinel}"))
     assert common.chips[0].aicore_count is None
-    usages = keyvalue.parse_usages(fixture("910B1_info_-t_usages_-i_0.txt").replace(": 65536", f": {sentinel}"))
+    usages = readings.parse_usages(fixture("910B1_info_-t_usages_-i_0.txt").replace(": 65536", f": {sentinel}"))
     assert usages.chips[0].hbm_capacity_mib is None
     info = tables.parse_info(fixture("910B3_info.txt").replace("3318 / 65536", f"3318 / {sentinel}", 1))
     assert (info.chips[0].hbm_used_mib, info.chips[0].hbm_total_mib) == (3318, None)

@@ -1,4 +1,4 @@
-"""Value conversions shared by the npu-smi parsers.
+"""Value conversions and box-table helpers shared by the npu-smi parsers.
 
 npu-smi prints an absent or unsupported value as ``NA``, ``-`` or a sentence such as
 ``NA: Currently, query is not supported`` (docs/ascend-hardware.md#npu-smi-output-format). These helpers turn such
@@ -25,6 +25,7 @@ ABSENT = frozenset({"", "na", "n/a", "-", "--", "not supported", "unknown"})
 _INT = re.compile(r"^[+-]?\d+$")
 _FLOAT = re.compile(r"^[+-]?\d+(\.\d+)?$")
 _PAIR = re.compile(r"^(\S+?)\s*/\s*(\S+)$")
+_RULE = re.compile(r"^\s*[+|][-=+|]*[+|]\s*$")
 
 
 #: DCMI's "not supported" code, as npu-smi may print it in place of a quantity (see the module docstring).
@@ -113,3 +114,13 @@ def text_or_none(value: str) -> str | None:
     """Return the stripped value, None when absent."""
     value = value.strip()
     return None if is_absent(value) else value
+
+
+def is_rule(line: str) -> bool:
+    """True for a box table's rule line (``+----+====+``, ``|----|``), not for a row of cells."""
+    return bool(_RULE.match(line)) and any(c in line for c in "-=")
+
+
+def cells(line: str) -> list[str]:
+    """The ``|``-separated cells of a box table row, stripped."""
+    return [cell.strip() for cell in line.strip().strip("|").split("|")]

@@ -1,5 +1,6 @@
-"""Parsers for npu-smi's key/value outputs: ``info -l``, ``-t board``, ``-t memory``, ``-t usages``,
-``-t common``, ``-t health``, ``-t device-share`` (and the generic form of any other ``-t``).
+"""Parsers for npu-smi's key/value outputs: ``info -l``, ``-t board``, ``-t device-share`` and the
+generic form of any other ``-t``; ``-t memory``, ``-t usages``, ``-t common`` and ``-t health`` are
+in :mod:`.readings`.
 
 Real npu-smi prints ``\\t%-30s : %s``; published samples show a TAB, 8 spaces or no indent, and
 sometimes trailing spaces (docs/ascend-hardware.md#npu-smi-output-format), so keys and values are stripped. A blank
@@ -23,28 +24,16 @@ from ascend_dra.profiles.ascend.errors import NpuSmiParseError
 __all__ = (
     "BoardInfo",
     "ChipBoardInfo",
-    "ChipCommon",
-    "ChipMemory",
-    "ChipUsages",
-    "CommonInfo",
     "DeviceShare",
-    "HealthInfo",
     "KeyValueBlock",
     "ListedNpu",
-    "McuCommon",
-    "MemoryInfo",
     "NpuList",
-    "UsagesInfo",
     "die_id",
     "parse_board",
     "parse_chip_board",
-    "parse_common",
     "parse_device_share",
-    "parse_health",
     "parse_key_values",
     "parse_list",
-    "parse_memory",
-    "parse_usages",
 )
 
 _KEY_VALUE = re.compile(r"^\s*(?P<key>[^:]*?[^:\s])\s+:(?:\s(?P<value>.*))?$")
@@ -78,6 +67,58 @@ class KeyValueBlock:
             out.setdefault(k, v)
         return out
 
+    @staticmethod
+    def merged(blocks: tuple[KeyValueBlock, ...]) -> KeyValueBlock:
+        """One block of every entry of ``blocks``, in order (for outputs whose blocks are one record)."""
+        return KeyValueBlock(tuple(entry for block in blocks for entry in block.entries))
+
+    def text(self, key: str) -> str | None:
+        """The value of ``key``; None when missing or one of npu-smi's "no value" spellings."""
+        value = self.get(key)
+        return None if value is None else _text.text_or_none(value)
+
+    def text_lower(self, key: str) -> str | None:
+        """:meth:`text` in lower case (hex IDs, printed in either case by different drivers)."""
+        value = self.text(key)
+        return None if value is None else value.lower()
+
+    def integer(self, command: str, key: str) -> int | None:
+        """The value of ``key`` as an int; None when missing or absent.
+
+        :raises NpuSmiParseError: naming ``command`` and the line, when it is not an integer.
+        """
+        value = self.get(key)
+        if value is None:
+            return None
+        return _text.to_int(command, *self.where(key), value, key)
+
+    def required_integer(self, command: str, key: str) -> int:
+        """:meth:`integer`, which must be present.
+
+        :raises NpuSmiParseError: when missing, absent or not an integer.
+        """
+        value = self.integer(command, key)
+        if value is None:
+            raise NpuSmiParseError(command, *self.where(key), f"missing {key!r}")
+        return value
+
+    def amount(self, command: str, key: str) -> int | None:
+        """A capacity or count: like :meth:`integer`, and DCMI's 8255 "not supported" reads as None (:mod:`._text`)."""
+        value = self.get(key)
+        if value is None:
+            return None
+        return _text.to_amount(command, *self.where(key), value, key)
+
+    def number(self, command: str, key: str) -> float | None:
+        """The value of ``key`` as a float (watts, say); None when missing or absent.
+
+        :raises NpuSmiParseError: when it is not a number.
+        """
+        value = self.get(key)
+        if value is None:
+            return None
+        return _text.to_float(command, *self.where(key), value, key)
+
 
 def parse_key_values(text: str, *, command: str = "npu-smi info -t <type>") -> tuple[KeyValueBlock, ...]:
     """Split a key/value output into blocks.
@@ -102,48 +143,6 @@ def parse_key_values(text: str, *, command: str = "npu-smi info -t <type>") -> t
     if not blocks:
         raise NpuSmiParseError(command, 0, "", "empty output")
     return tuple(blocks)
-
-
-def _int(command: str, block: KeyValueBlock, key: str) -> int | None:
-    value = block.get(key)
-    if value is None:
-        return None
-    line_no, line = block.where(key)
-    return _text.to_int(command, line_no, line, value, key)
-
-
-def _amount(command: str, block: KeyValueBlock, key: str) -> int | None:
-    """A capacity or count: like ``_int``, and DCMI's 8255 "not supported" reads as None (:mod:`._text`)."""
-    value = block.get(key)
-    if value is None:
-        return None
-    line_no, line = block.where(key)
-    return _text.to_amount(command, line_no, line, value, key)
-
-
-def _float(command: str, block: KeyValueBlock, key: str) -> float | None:
-    value = block.get(key)
-    if value is None:
-        return None
-    line_no, line = block.where(key)
-    return _text.to_float(command, line_no, line, value, key)
-
-
-def _str(block: KeyValueBlock, key: str) -> str | None:
-    value = block.get(key)
-    return None if value is None else _text.text_or_none(value)
-
-
-def _require_int(command: str, block: KeyValueBlock, key: str) -> int:
-    value = _int(command, block, key)
-    if value is None:
-        line_no, line = block.where(key)
-        raise NpuSmiParseError(command, line_no, line, f"missing {key!r}")
-    return value
-
-
-def _merge(blocks: tuple[KeyValueBlock, ...]) -> KeyValueBlock:
-    return KeyValueBlock(tuple(entry for block in blocks for entry in block.entries))
 
 
 # -- npu-smi info -l ------------------------------------------------------------------------------
@@ -181,13 +180,13 @@ def parse_list(text: str, *, command: str = "npu-smi info -l") -> NpuList:
     for block in blocks:
         keys = block.as_dict()
         if "Total Count" in keys or "Card Count" in keys:
-            total = _int(command, block, "Total Count" if "Total Count" in keys else "Card Count")
+            total = block.integer(command, "Total Count" if "Total Count" in keys else "Card Count")
             continue
         npus.append(ListedNpu(
-            npu_id=_require_int(command, block, "NPU ID"),
-            chip_count=_int(command, block, "Chip Count"),
-            product_name=_str(block, "Product Name"),
-            serial_number=_str(block, "Serial Number"),
+            npu_id=block.required_integer(command, "NPU ID"),
+            chip_count=block.integer(command, "Chip Count"),
+            product_name=block.text("Product Name"),
+            serial_number=block.text("Serial Number"),
         ))
     if total is not None and total != len(npus):
         raise NpuSmiParseError(command, 0, "", f"count says {total} NPUs but {len(npus)} are listed")
@@ -223,17 +222,17 @@ def parse_board(text: str, *, command: str = "npu-smi info -t board -i <N>") -> 
 
     :raises NpuSmiParseError: on a layout error or a missing ``NPU ID``.
     """
-    block = _merge(parse_key_values(text, command=command))
+    block = KeyValueBlock.merged(parse_key_values(text, command=command))
     return BoardInfo(
-        npu_id=_require_int(command, block, "NPU ID"),
-        software_version=_str(block, "Software Version"),
-        firmware_version=_str(block, "Firmware Version"),
-        board_id=_lower(_str(block, "Board ID")),
-        pcie_bus_info=_lower(_str(block, "PCIe Bus Info")),
-        slot_id=_int(command, block, "Slot ID"),
-        pci_vendor_id=_lower(_str(block, "PCI Vendor ID")),
-        pci_device_id=_lower(_str(block, "PCI Device ID")),
-        chip_count=_int(command, block, "Chip Count"),
+        npu_id=block.required_integer(command, "NPU ID"),
+        software_version=block.text("Software Version"),
+        firmware_version=block.text("Firmware Version"),
+        board_id=block.text_lower("Board ID"),
+        pcie_bus_info=block.text_lower("PCIe Bus Info"),
+        slot_id=block.integer(command, "Slot ID"),
+        pci_vendor_id=block.text_lower("PCI Vendor ID"),
+        pci_device_id=block.text_lower("PCI Device ID"),
+        chip_count=block.integer(command, "Chip Count"),
         fields=block.as_dict(),
     )
 
@@ -286,248 +285,24 @@ def parse_chip_board(text: str, *, command: str = "npu-smi info -t board -i <N> 
 
     :raises NpuSmiParseError: on a layout error, a malformed die ID, or a missing ``NPU ID``/``Chip ID``.
     """
-    block = _merge(parse_key_values(text, command=command))
+    block = KeyValueBlock.merged(parse_key_values(text, command=command))
     vdie_key = "VDie ID" if block.get("VDie ID") is not None else "Die ID"
     vdie = block.get(vdie_key)
     ndie = block.get("NDie ID")
     return ChipBoardInfo(
-        npu_id=_require_int(command, block, "NPU ID"),
-        chip_id=_require_int(command, block, "Chip ID"),
-        chip_type=_str(block, "Chip Type"),
-        chip_name=_str(block, "Chip Name"),
-        chip_version=_str(block, "Chip Version"),
-        npu_name=_str(block, "NPU Name"),
-        board_id=_lower(_str(block, "Board ID")),
+        npu_id=block.required_integer(command, "NPU ID"),
+        chip_id=block.required_integer(command, "Chip ID"),
+        chip_type=block.text("Chip Type"),
+        chip_name=block.text("Chip Name"),
+        chip_version=block.text("Chip Version"),
+        npu_name=block.text("NPU Name"),
+        board_id=block.text_lower("Board ID"),
         vdie_id=None if vdie is None else die_id(command, *block.where(vdie_key), vdie),
         ndie_id=None if ndie is None else die_id(command, *block.where("NDie ID"), ndie),
-        chip_position_id=_int(command, block, "Chip Position ID"),
-        pcie_bus_info=_lower(_str(block, "PCIe Bus Info")),
-        firmware_version=_str(block, "Firmware Version"),
+        chip_position_id=block.integer(command, "Chip Position ID"),
+        pcie_bus_info=block.text_lower("PCIe Bus Info"),
+        firmware_version=block.text("Firmware Version"),
         fields=block.as_dict(),
-    )
-
-
-def _lower(value: str | None) -> str | None:
-    return None if value is None else value.lower()
-
-
-# -- npu-smi info -t memory -i N ------------------------------------------------------------------
-
-
-@attrs.frozen
-class ChipMemory:
-    """Memory of one chip (``chip_id`` None when the output names no chip). Sizes in MiB."""
-
-    chip_id: int | None
-    ddr_capacity_mib: int | None
-    ddr_clock_mhz: int | None
-    hbm_capacity_mib: int | None
-    hbm_clock_mhz: int | None
-    hbm_temperature_c: int | None
-    hbm_manufacturer_id: str | None
-
-
-@attrs.frozen
-class MemoryInfo:
-    """``npu-smi info -t memory -i N``."""
-
-    npu_id: int
-    chips: tuple[ChipMemory, ...]
-
-
-def parse_memory(text: str, *, command: str = "npu-smi info -t memory -i <N>") -> MemoryInfo:
-    """Parse ``npu-smi info -t memory -i N``. Sample: ``950_info_-t_memory.txt`` (HBM 131072 MiB).
-
-    A block with ``Chip ID`` is one chip; without it (the 950 sample) the whole output is one chip.
-
-    :raises NpuSmiParseError: on a layout error or a missing ``NPU ID``.
-    """
-    blocks = parse_key_values(text, command=command)
-    npu_id: int | None = None
-    chips: list[ChipMemory] = []
-    for block in blocks:
-        if block.get("NPU ID") is not None:
-            npu_id = _require_int(command, block, "NPU ID")
-        if any(k.startswith(("DDR", "HBM")) for k, *_ in block.entries):
-            chips.append(ChipMemory(
-                chip_id=_int(command, block, "Chip ID"),
-                ddr_capacity_mib=_amount(command, block, "DDR Capacity(MB)"),
-                ddr_clock_mhz=_int(command, block, "DDR Clock Speed(MHz)"),
-                hbm_capacity_mib=_amount(command, block, "HBM Capacity(MB)"),
-                hbm_clock_mhz=_int(command, block, "HBM Clock Speed(MHz)"),
-                hbm_temperature_c=_int(command, block, "HBM Temperature(C)"),
-                hbm_manufacturer_id=_lower(_str(block, "HBM Manufacturer ID")),
-            ))
-    if npu_id is None:
-        raise NpuSmiParseError(command, 0, "", "missing 'NPU ID'")
-    return MemoryInfo(npu_id=npu_id, chips=tuple(chips))
-
-
-# -- npu-smi info -t usages -i N ------------------------------------------------------------------
-
-
-@attrs.frozen
-class ChipUsages:
-    """One chip of ``-t usages``: capacities in MiB, and every ``... Usage Rate(%)`` line in ``rates``.
-
-    ``rates`` keys are printed names without ``Usage Rate(%)``: ``DDR``, ``HBM``, ``Aicore``,
-    ``Aicpu``, ``Ctrlcpu``, ``Vectorcore`` / ``Aivector``, ``DDR Bandwidth``, ``DVPP VDEC``, ...
-    """
-
-    chip_id: int
-    ddr_capacity_mib: int | None
-    hbm_capacity_mib: int | None
-    rates: Mapping[str, int | None]
-
-
-@attrs.frozen
-class UsagesInfo:
-    """``npu-smi info -t usages -i N``."""
-
-    npu_id: int
-    chip_count: int | None
-    chips: tuple[ChipUsages, ...]
-
-
-def parse_usages(text: str, *, command: str = "npu-smi info -t usages -i <N>") -> UsagesInfo:
-    """Parse ``npu-smi info -t usages -i N``: the ``Chip ID`` line **ends** each chip's block.
-
-    Samples: ``910A_info_-t_usages.txt``, ``910B1_info_-t_usages_-i_0.txt``,
-    ``310P-duo_info_-t_usages_-i_1_2chips_DDR.txt`` (two chips, DDR only).
-
-    :raises NpuSmiParseError: on a layout error, a chip block without ``Chip ID``, or a
-        ``Chip Count`` that disagrees with the blocks.
-    """
-    blocks = parse_key_values(text, command=command)
-    head, body = blocks[0], blocks[1:]
-    npu_id = _require_int(command, head, "NPU ID")
-    chip_count = _int(command, head, "Chip Count")
-    chips = []
-    for block in body:
-        if block.entries[-1][0] != "Chip ID":
-            line_no, line = block.entries[-1][2], block.entries[-1][3]
-            raise NpuSmiParseError(command, line_no, line, "a chip block must end with 'Chip ID'")
-        rates = {
-            k[: -len(" Usage Rate(%)")]: _text.to_int(command, n, line, v, k)
-            for k, v, n, line in block.entries if k.endswith(" Usage Rate(%)")
-        }
-        chips.append(ChipUsages(
-            chip_id=_require_int(command, block, "Chip ID"),
-            ddr_capacity_mib=_amount(command, block, "DDR Capacity(MB)"),
-            hbm_capacity_mib=_amount(command, block, "HBM Capacity(MB)"),
-            rates=rates,
-        ))
-    _check_count(command, head, chip_count, len(chips))
-    return UsagesInfo(npu_id=npu_id, chip_count=chip_count, chips=tuple(chips))
-
-
-def _check_count(command: str, head: KeyValueBlock, expected: int | None, found: int) -> None:
-    if expected is not None and expected != found:
-        line_no, line = head.where("Chip Count")
-        raise NpuSmiParseError(command, line_no, line, f"says {expected} chips but {found} are printed")
-
-
-# -- npu-smi info -t common -i N ------------------------------------------------------------------
-
-
-@attrs.frozen
-class ChipCommon:
-    """One chip of ``-t common``. ``aicore_count`` is absent on 310P (no ``Aicore Count`` line)."""
-
-    chip_id: int
-    memory_usage_percent: int | None
-    hbm_usage_percent: int | None
-    aicore_usage_percent: int | None
-    aicore_freq_mhz: int | None
-    aicore_cur_freq_mhz: int | None
-    aicore_count: int | None
-    temperature_c: int | None
-    power_w: float | None
-
-
-@attrs.frozen
-class McuCommon:
-    """The trailing ``Chip Name : mcu`` block of ``-t common``."""
-
-    temperature_c: int | None
-    power_w: float | None
-
-
-@attrs.frozen
-class CommonInfo:
-    """``npu-smi info -t common -i N``."""
-
-    npu_id: int
-    chip_count: int | None
-    chips: tuple[ChipCommon, ...]
-    mcu: McuCommon | None
-
-
-def parse_common(text: str, *, command: str = "npu-smi info -t common -i <N>") -> CommonInfo:
-    """Parse ``npu-smi info -t common -i N``: blocks start with ``Chip ID``; ``Chip Name : mcu`` ends it.
-
-    Samples: ``910A_info_-t_common_-i_0_with_mcu.txt`` (Aicore Count 32), ``910B1_info_-t_common_-i_1.txt``
-    (Aicore Count 24), ``310P-duo_info_-t_common_-i_1_2chips.txt`` (two chips, no Aicore Count).
-
-    :raises NpuSmiParseError: on a layout error, an unknown block, or a ``Chip Count`` mismatch.
-    """
-    blocks = parse_key_values(text, command=command)
-    head, body = blocks[0], blocks[1:]
-    npu_id = _require_int(command, head, "NPU ID")
-    chip_count = _int(command, head, "Chip Count")
-    chips: list[ChipCommon] = []
-    mcu: McuCommon | None = None
-    for block in body:
-        first = block.entries[0]
-        if first[0] == "Chip Name" and first[1].lower() == "mcu":
-            mcu = McuCommon(
-                temperature_c=_int(command, block, "Temperature(C)"),
-                power_w=_float(command, block, "NPU Real-time Power(W)"),
-            )
-        elif first[0] == "Chip ID":
-            chips.append(ChipCommon(
-                chip_id=_require_int(command, block, "Chip ID"),
-                memory_usage_percent=_int(command, block, "Memory Usage Rate(%)"),
-                hbm_usage_percent=_int(command, block, "HBM Usage Rate(%)"),
-                aicore_usage_percent=_int(command, block, "Aicore Usage Rate(%)"),
-                aicore_freq_mhz=_int(command, block, "Aicore Freq(MHZ)"),
-                aicore_cur_freq_mhz=_int(command, block, "Aicore curFreq(MHZ)"),
-                aicore_count=_amount(command, block, "Aicore Count"),
-                temperature_c=_int(command, block, "Temperature(C)"),
-                power_w=_float(command, block, "NPU Real-time Power(W)"),
-            ))
-        else:
-            raise NpuSmiParseError(command, first[2], first[3], "a block must start with 'Chip ID' or 'Chip Name'")
-    _check_count(command, head, chip_count, len(chips))
-    return CommonInfo(npu_id=npu_id, chip_count=chip_count, chips=tuple(chips), mcu=mcu)
-
-
-# -- npu-smi info -t health -i N -c C -------------------------------------------------------------
-
-
-@attrs.frozen
-class HealthInfo:
-    """``npu-smi info -t health``: ``status`` is ``OK``, ``Warning``, ``Alarm`` or ``Critical``
-    (chip values in the npu-smi source ``npu_chip_info.c``); error code/information None when ``NA``."""
-
-    status: str
-    error_code: str | None
-    error_information: str | None
-
-
-def parse_health(text: str, *, command: str = "npu-smi info -t health -i <N> -c <C>") -> HealthInfo:
-    """Parse ``npu-smi info -t health -i N -c C``. Sample: ``910A_info_-t_health.txt``.
-
-    :raises NpuSmiParseError: when ``Health Status`` is missing.
-    """
-    block = _merge(parse_key_values(text, command=command))
-    status = _str(block, "Health Status")
-    if status is None:
-        raise NpuSmiParseError(command, *block.where("Health Status"), "missing 'Health Status'")
-    return HealthInfo(
-        status=status,
-        error_code=_str(block, "Error Code"),
-        error_information=_str(block, "Error Information"),
     )
 
 
@@ -553,7 +328,7 @@ def parse_device_share(text: str, *, command: str = "npu-smi info -t device-shar
     npu_id: int | None = None
     for block in parse_key_values(text, command=command):
         if block.get("NPU ID") is not None:
-            npu_id = _require_int(command, block, "NPU ID")
+            npu_id = block.required_integer(command, "NPU ID")
             continue
         if npu_id is None:
             raise NpuSmiParseError(command, block.entries[0][2], block.entries[0][3], "chip block before 'NPU ID'")
@@ -562,5 +337,5 @@ def parse_device_share(text: str, *, command: str = "npu-smi info -t device-shar
         enabled = None if raw is None else _text.to_bool(command, line_no, line, raw, "Device-share Status")
         if enabled is None:
             raise NpuSmiParseError(command, line_no, line, "missing 'Device-share Status'")
-        out.append(DeviceShare(npu_id=npu_id, chip_id=_require_int(command, block, "Chip ID"), enabled=enabled))
+        out.append(DeviceShare(npu_id=npu_id, chip_id=block.required_integer(command, "Chip ID"), enabled=enabled))
     return tuple(out)

@@ -17,7 +17,7 @@ import subprocess
 
 import anyio
 
-from ascend_dra.profiles.ascend import keyvalue, remap, tables, topo
+from ascend_dra.profiles.ascend import keyvalue, readings, remap, tables, topo
 from ascend_dra.profiles.ascend.errors import NpuSmiFailed, NpuSmiNotFound, NpuSmiTimeout
 
 __all__ = ("DEFAULT_CONCURRENCY", "DEFAULT_TIMEOUT_S", "NpuSmi")
@@ -102,25 +102,25 @@ class NpuSmi:
         args = ("info", "-t", "board", "-i", str(npu_id), "-c", str(chip_id))
         return keyvalue.parse_chip_board(await self.run(*args), command=self.command_line(*args))
 
-    async def common(self, npu_id: int) -> keyvalue.CommonInfo:
-        """``npu-smi info -t common -i <npu_id>`` parsed by :func:`keyvalue.parse_common`."""
+    async def common(self, npu_id: int) -> readings.CommonInfo:
+        """``npu-smi info -t common -i <npu_id>`` parsed by :func:`readings.parse_common`."""
         args = ("info", "-t", "common", "-i", str(npu_id))
-        return keyvalue.parse_common(await self.run(*args), command=self.command_line(*args))
+        return readings.parse_common(await self.run(*args), command=self.command_line(*args))
 
-    async def usages(self, npu_id: int) -> keyvalue.UsagesInfo:
-        """``npu-smi info -t usages -i <npu_id>`` parsed by :func:`keyvalue.parse_usages`."""
+    async def usages(self, npu_id: int) -> readings.UsagesInfo:
+        """``npu-smi info -t usages -i <npu_id>`` parsed by :func:`readings.parse_usages`."""
         args = ("info", "-t", "usages", "-i", str(npu_id))
-        return keyvalue.parse_usages(await self.run(*args), command=self.command_line(*args))
+        return readings.parse_usages(await self.run(*args), command=self.command_line(*args))
 
-    async def memory(self, npu_id: int) -> keyvalue.MemoryInfo:
-        """``npu-smi info -t memory -i <npu_id>`` parsed by :func:`keyvalue.parse_memory`."""
+    async def memory(self, npu_id: int) -> readings.MemoryInfo:
+        """``npu-smi info -t memory -i <npu_id>`` parsed by :func:`readings.parse_memory`."""
         args = ("info", "-t", "memory", "-i", str(npu_id))
-        return keyvalue.parse_memory(await self.run(*args), command=self.command_line(*args))
+        return readings.parse_memory(await self.run(*args), command=self.command_line(*args))
 
-    async def health(self, npu_id: int, chip_id: int) -> keyvalue.HealthInfo:
-        """``npu-smi info -t health -i <npu_id> -c <chip_id>`` parsed by :func:`keyvalue.parse_health`."""
+    async def health(self, npu_id: int, chip_id: int) -> readings.HealthInfo:
+        """``npu-smi info -t health -i <npu_id> -c <chip_id>`` parsed by :func:`readings.parse_health`."""
         args = ("info", "-t", "health", "-i", str(npu_id), "-c", str(chip_id))
-        return keyvalue.parse_health(await self.run(*args), command=self.command_line(*args))
+        return readings.parse_health(await self.run(*args), command=self.command_line(*args))
 
     async def topo(self) -> topo.Topology:
         """``npu-smi info -t topo`` parsed by :func:`.topo.parse_topo`."""

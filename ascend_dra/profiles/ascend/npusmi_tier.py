@@ -41,8 +41,9 @@ from ascend_dra.profiles.ascend.chips import (
 )
 from ascend_dra.profiles.ascend.errors import NpuSmiError, NpuSmiTimeout
 from ascend_dra.profiles.ascend.ids import PartialChip, ResolvedIds, remap_reason, resolve_ids
-from ascend_dra.profiles.ascend.keyvalue import BoardInfo, ChipBoardInfo, CommonInfo
+from ascend_dra.profiles.ascend.keyvalue import BoardInfo, ChipBoardInfo
 from ascend_dra.profiles.ascend.npusmi import DEFAULT_CONCURRENCY, NpuSmi
+from ascend_dra.profiles.ascend.readings import CommonInfo
 from ascend_dra.profiles.ascend.remap import PhyIdRemap
 from ascend_dra.profiles.ascend.tables import InfoChip, InfoTable, MappingRow
 from ascend_dra.profiles.ascend.topo import LABEL_NPU, Topology

@@ -1,0 +1,251 @@
+"""Parsers for npu-smi's per-chip readings: ``-t memory``, ``-t usages``, ``-t common``, ``-t health``.
+
+Key/value outputs read with :func:`.keyvalue.parse_key_values` (its module docstring gives the
+layout rules). Memory is in **MiB** (npu-smi says ``MB``), rates in percent, frequencies in MHz,
+power in W, temperature in °C. Samples: ``tests/fixtures/npu-smi/`` (provenance in ``SOURCES.md``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import attrs
+
+from ascend_dra.profiles.ascend import _text
+from ascend_dra.profiles.ascend.errors import NpuSmiParseError
+from ascend_dra.profiles.ascend.keyvalue import KeyValueBlock, parse_key_values
+
+__all__ = (
+    "ChipCommon",
+    "ChipMemory",
+    "ChipUsages",
+    "CommonInfo",
+    "HealthInfo",
+    "McuCommon",
+    "MemoryInfo",
+    "UsagesInfo",
+    "parse_common",
+    "parse_health",
+    "parse_memory",
+    "parse_usages",
+)
+
+
+# -- npu-smi info -t memory -i N ------------------------------------------------------------------
+
+
+@attrs.frozen
+class ChipMemory:
+    """Memory of one chip (``chip_id`` None when the output names no chip). Sizes in MiB."""
+
+    chip_id: int | None
+    ddr_capacity_mib: int | None
+    ddr_clock_mhz: int | None
+    hbm_capacity_mib: int | None
+    hbm_clock_mhz: int | None
+    hbm_temperature_c: int | None
+    hbm_manufacturer_id: str | None
+
+
+@attrs.frozen
+class MemoryInfo:
+    """``npu-smi info -t memory -i N``."""
+
+    npu_id: int
+    chips: tuple[ChipMemory, ...]
+
+
+def parse_memory(text: str, *, command: str = "npu-smi info -t memory -i <N>") -> MemoryInfo:
+    """Parse ``npu-smi info -t memory -i N``. Sample: ``950_info_-t_memory.txt`` (HBM 131072 MiB).
+
+    A block with ``Chip ID`` is one chip; without it (the 950 sample) the whole output is one chip.
+
+    :raises NpuSmiParseError: on a layout error or a missing ``NPU ID``.
+    """
+    blocks = parse_key_values(text, command=command)
+    npu_id: int | None = None
+    chips: list[ChipMemory] = []
+    for block in blocks:
+        if block.get("NPU ID") is not None:
+            npu_id = block.required_integer(command, "NPU ID")
+        if any(k.startswith(("DDR", "HBM")) for k, *_ in block.entries):
+            chips.append(ChipMemory(
+                chip_id=block.integer(command, "Chip ID"),
+                ddr_capacity_mib=block.amount(command, "DDR Capacity(MB)"),
+                ddr_clock_mhz=block.integer(command, "DDR Clock Speed(MHz)"),
+                hbm_capacity_mib=block.amount(command, "HBM Capacity(MB)"),
+                hbm_clock_mhz=block.integer(command, "HBM Clock Speed(MHz)"),
+                hbm_temperature_c=block.integer(command, "HBM Temperature(C)"),
+                hbm_manufacturer_id=block.text_lower("HBM Manufacturer ID"),
+            ))
+    if npu_id is None:
+        raise NpuSmiParseError(command, 0, "", "missing 'NPU ID'")
+    return MemoryInfo(npu_id=npu_id, chips=tuple(chips))
+
+
+# -- npu-smi info -t usages -i N ------------------------------------------------------------------
+
+
+@attrs.frozen
+class ChipUsages:
+    """One chip of ``-t usages``: capacities in MiB, and every ``... Usage Rate(%)`` line in ``rates``.
+
+    ``rates`` keys are printed names without ``Usage Rate(%)``: ``DDR``, ``HBM``, ``Aicore``,
+    ``Aicpu``, ``Ctrlcpu``, ``Vectorcore`` / ``Aivector``, ``DDR Bandwidth``, ``DVPP VDEC``, ...
+    """
+
+    chip_id: int
+    ddr_capacity_mib: int | None
+    hbm_capacity_mib: int | None
+    rates: Mapping[str, int | None]
+
+
+@attrs.frozen
+class UsagesInfo:
+    """``npu-smi info -t usages -i N``."""
+
+    npu_id: int
+    chip_count: int | None
+    chips: tuple[ChipUsages, ...]
+
+
+def parse_usages(text: str, *, command: str = "npu-smi info -t usages -i <N>") -> UsagesInfo:
+    """Parse ``npu-smi info -t usages -i N``: the ``Chip ID`` line **ends** each chip's block.
+
+    Samples: ``910A_info_-t_usages.txt``, ``910B1_info_-t_usages_-i_0.txt``,
+    ``310P-duo_info_-t_usages_-i_1_2chips_DDR.txt`` (two chips, DDR only).
+
+    :raises NpuSmiParseError: on a layout error, a chip block without ``Chip ID``, or a
+        ``Chip Count`` that disagrees with the blocks.
+    """
+    blocks = parse_key_values(text, command=command)
+    head, body = blocks[0], blocks[1:]
+    npu_id = head.required_integer(command, "NPU ID")
+    chip_count = head.integer(command, "Chip Count")
+    chips = []
+    for block in body:
+        if block.entries[-1][0] != "Chip ID":
+            line_no, line = block.entries[-1][2], block.entries[-1][3]
+            raise NpuSmiParseError(command, line_no, line, "a chip block must end with 'Chip ID'")
+        rates = {
+            k[: -len(" Usage Rate(%)")]: _text.to_int(command, n, line, v, k)
+            for k, v, n, line in block.entries if k.endswith(" Usage Rate(%)")
+        }
+        chips.append(ChipUsages(
+            chip_id=block.required_integer(command, "Chip ID"),
+            ddr_capacity_mib=block.amount(command, "DDR Capacity(MB)"),
+            hbm_capacity_mib=block.amount(command, "HBM Capacity(MB)"),
+            rates=rates,
+        ))
+    _check_count(command, head, chip_count, len(chips))
+    return UsagesInfo(npu_id=npu_id, chip_count=chip_count, chips=tuple(chips))
+
+
+def _check_count(command: str, head: KeyValueBlock, expected: int | None, found: int) -> None:
+    if expected is not None and expected != found:
+        line_no, line = head.where("Chip Count")
+        raise NpuSmiParseError(command, line_no, line, f"says {expected} chips but {found} are printed")
+
+
+# -- npu-smi info -t common -i N ------------------------------------------------------------------
+
+
+@attrs.frozen
+class ChipCommon:
+    """One chip of ``-t common``. ``aicore_count`` is absent on 310P (no ``Aicore Count`` line)."""
+
+    chip_id: int
+    memory_usage_percent: int | None
+    hbm_usage_percent: int | None
+    aicore_usage_percent: int | None
+    aicore_freq_mhz: int | None
+    aicore_cur_freq_mhz: int | None
+    aicore_count: int | None
+    temperature_c: int | None
+    power_w: float | None
+
+
+@attrs.frozen
+class McuCommon:
+    """The trailing ``Chip Name : mcu`` block of ``-t common``."""
+
+    temperature_c: int | None
+    power_w: float | None
+
+
+@attrs.frozen
+class CommonInfo:
+    """``npu-smi info -t common -i N``."""
+
+    npu_id: int
+    chip_count: int | None
+    chips: tuple[ChipCommon, ...]
+    mcu: McuCommon | None
+
+
+def parse_common(text: str, *, command: str = "npu-smi info -t common -i <N>") -> CommonInfo:
+    """Parse ``npu-smi info -t common -i N``: blocks start with ``Chip ID``; ``Chip Name : mcu`` ends it.
+
+    Samples: ``910A_info_-t_common_-i_0_with_mcu.txt`` (Aicore Count 32), ``910B1_info_-t_common_-i_1.txt``
+    (Aicore Count 24), ``310P-duo_info_-t_common_-i_1_2chips.txt`` (two chips, no Aicore Count).
+
+    :raises NpuSmiParseError: on a layout error, an unknown block, or a ``Chip Count`` mismatch.
+    """
+    blocks = parse_key_values(text, command=command)
+    head, body = blocks[0], blocks[1:]
+    npu_id = head.required_integer(command, "NPU ID")
+    chip_count = head.integer(command, "Chip Count")
+    chips: list[ChipCommon] = []
+    mcu: McuCommon | None = None
+    for block in body:
+        first = block.entries[0]
+        if first[0] == "Chip Name" and first[1].lower() == "mcu":
+            mcu = McuCommon(
+                temperature_c=block.integer(command, "Temperature(C)"),
+                power_w=block.number(command, "NPU Real-time Power(W)"),
+            )
+        elif first[0] == "Chip ID":
+            chips.append(ChipCommon(
+                chip_id=block.required_integer(command, "Chip ID"),
+                memory_usage_percent=block.integer(command, "Memory Usage Rate(%)"),
+                hbm_usage_percent=block.integer(command, "HBM Usage Rate(%)"),
+                aicore_usage_percent=block.integer(command, "Aicore Usage Rate(%)"),
+                aicore_freq_mhz=block.integer(command, "Aicore Freq(MHZ)"),
+                aicore_cur_freq_mhz=block.integer(command, "Aicore curFreq(MHZ)"),
+                aicore_count=block.amount(command, "Aicore Count"),
+                temperature_c=block.integer(command, "Temperature(C)"),
+                power_w=block.number(command, "NPU Real-time Power(W)"),
+            ))
+        else:
+            raise NpuSmiParseError(command, first[2], first[3], "a block must start with 'Chip ID' or 'Chip Name'")
+    _check_count(command, head, chip_count, len(chips))
+    return CommonInfo(npu_id=npu_id, chip_count=chip_count, chips=tuple(chips), mcu=mcu)
+
+
+# -- npu-smi info -t health -i N -c C -------------------------------------------------------------
+
+
+@attrs.frozen
+class HealthInfo:
+    """``npu-smi info -t health``: ``status`` is ``OK``, ``Warning``, ``Alarm`` or ``Critical``
+    (chip values in the npu-smi source ``npu_chip_info.c``); error code/information None when ``NA``."""
+
+    status: str
+    error_code: str | None
+    error_information: str | None
+
+
+def parse_health(text: str, *, command: str = "npu-smi info -t health -i <N> -c <C>") -> HealthInfo:
+    """Parse ``npu-smi info -t health -i N -c C``. Sample: ``910A_info_-t_health.txt``.
+
+    :raises NpuSmiParseError: when ``Health Status`` is missing.
+    """
+    block = KeyValueBlock.merged(parse_key_values(text, command=command))
+    status = block.text("Health Status")
+    if status is None:
+        raise NpuSmiParseError(command, *block.where("Health Status"), "missing 'Health Status'")
+    return HealthInfo(
+        status=status,
+        error_code=block.text("Error Code"),
+        error_information=block.text("Error Information"),
+    )
