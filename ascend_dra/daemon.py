@@ -320,7 +320,7 @@ class Daemon:
         if s.standalone is None and s.claim_status:  # standalone has no claims to write to
             from ascend_dra.claimstatus import ClaimStatusWriter, StatusHook
 
-            writer = ClaimStatusWriter(self.api, s.driver_name, workers=int(os.environ.get("XW", "4")))
+            writer = ClaimStatusWriter(self.api, s.driver_name)
             status = StatusHook(writer, self.state, s.cdi_root)
         try:
             await self._serve_with(writer, status, health, advertised, task_status=task_status)
