@@ -9,7 +9,6 @@ as it refuses an unprivileged user.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import shutil
 import subprocess
@@ -21,24 +20,18 @@ from pathlib import Path
 import pytest
 
 SCRIPT = str(Path(sys.executable).parent / "ascend-dra")
-_PR_CAPBSET_DROP = 24
-_CAP_DAC_OVERRIDE, _CAP_DAC_READ_SEARCH = 1, 2
+SETPRIV = shutil.which("setpriv") or "/usr/bin/setpriv"  # util-linux, on every Debian
 BASE_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp"}
 
 
 def script(*args: str, env: dict[str, str] | None = None, unprivileged: bool = False,
            timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    drop = _drop_dac_capabilities if unprivileged and os.geteuid() == 0 else None
-    return subprocess.run([SCRIPT, *args], capture_output=True, text=True, env={**BASE_ENV, **(env or {})},
-                          timeout=timeout, preexec_fn=drop, cwd="/tmp")
-
-
-def _drop_dac_capabilities() -> None:
-    """In the child before exec: the new program gets no capability to bypass file permissions."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    for cap in (_CAP_DAC_OVERRIDE, _CAP_DAC_READ_SEARCH):
-        if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+    # setpriv (util-linux) drops the capabilities from the bounding set and execs: nothing runs in a
+    # forked child of this threaded process before exec, as a preexec_fn would (it can deadlock).
+    prefix = [SETPRIV, "--bounding-set", "-dac_override,-dac_read_search", "--"] \
+        if unprivileged and os.geteuid() == 0 else []
+    return subprocess.run([*prefix, SCRIPT, *args], capture_output=True, text=True,
+                          env={**BASE_ENV, **(env or {})}, timeout=timeout, cwd="/tmp")
 
 
 def sockets_under(root: Path) -> list[Path]:
