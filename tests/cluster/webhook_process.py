@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import copy
+import re
 import signal
 import ssl
 import subprocess
@@ -27,7 +28,10 @@ TEST_LABEL = "ascend-dra-webhook-test"
 
 class WebhookProcess:
     """The webhook on ``port`` (every address, the default; the tests use 127.0.0.1) with the test CA's
-    certificate; restartable on the same port."""
+    certificate; restartable on the same port. Without a port the webhook binds a free one itself,
+    read from its "webhook serving" log line: a port chosen here and released before the webhook
+    bound it can be taken meanwhile (that happened to the metrics port, which must be chosen here,
+    as ``--metrics-port 0`` turns ``/metrics`` off; it is chosen again when that happens)."""
 
     def __init__(self, workdir: Path, kubeconfig: Path, cert: Path, key: Path, ca: Path, *, mode: str = "claim",
                  profiles: str = "fake,gpu,npu-310P", orphan_grace: float = 15.0, port: int | None = None) -> None:
@@ -37,8 +41,8 @@ class WebhookProcess:
         self.mode = mode
         self.profiles = profiles
         self.orphan_grace = orphan_grace
-        self.port = port or free_port()
-        self.metrics_port = free_port()
+        self.port = port or 0  # 0: the webhook binds a free port, read from its log (free_port() could race)
+        self.metrics_port = free_port()  # the CLI's --metrics-port 0 turns /metrics off: chosen here
         self._rebinds = 0
         self.log = workdir / f"webhook-{mode}.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -54,6 +58,7 @@ class WebhookProcess:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
         context = ssl.create_default_context(cafile=str(self.ca))
+        ports = None
         while True:
             if self.proc.poll() is not None:
                 if b"Address already in use" in self.log.read_bytes()[logged:] and self._rebinds < 3:
@@ -63,12 +68,17 @@ class WebhookProcess:
                     self.metrics_port = free_port()
                     return self.start()
                 raise RuntimeError(f"webhook exited with {self.proc.returncode}:\n{self.log_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"https://127.0.0.1:{self.port}/readyz", context=context, timeout=2) as r:
-                    if r.status == 200:
-                        return self
-            except OSError:
-                pass
+            if ports is None and (ports := _serving_ports(self.log.read_bytes()[logged:])) is not None:
+                assert self.port in (0, ports[0]) and ports[1] == self.metrics_port, (self.port, ports)
+                self.port = ports[0]  # a restart keeps its port
+            if ports is not None:
+                try:
+                    with urllib.request.urlopen(f"https://127.0.0.1:{self.port}/readyz", context=context,
+                                                timeout=2) as r:
+                        if r.status == 200:
+                            return self
+                except OSError:
+                    pass
             if time.monotonic() > deadline:
                 raise RuntimeError(f"webhook not ready within 30 s:\n{self.log_text()[-3000:]}")
             time.sleep(0.1)
@@ -116,6 +126,12 @@ def configurations(port: int, ca: Path, run_id: str) -> list[dict[str, Any]]:
                 {"key": TEST_LABEL, "operator": "In", "values": [run_id]})
         result.append(doc)
     return result
+
+
+def _serving_ports(log: bytes) -> tuple[int, int] | None:
+    """``(port, metrics_port)`` from the webhook's "webhook serving" line (text log format), or None yet."""
+    match = re.search(rb"webhook serving .*?\bport=(\d+) .*?\bmetrics_port=(\d+)", log)
+    return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 class Hook:
