@@ -1,5 +1,6 @@
 """DeviceState: Prepare and Unprepare, config resolution, and the double-allocation guard
-(docs/architecture.md#durable-state).
+(docs/architecture.md#durable-state). Unprepare's half is in :mod:`ascend_dra.unprepare`, start-up
+recovery in :mod:`ascend_dra.recovery`.
 
 A Prepare of a batch of claims runs in this order, each step durable before the next:
 
@@ -53,6 +54,7 @@ from ascend_dra.unprepare import UnprepareMixin
 __all__ = ("ClaimRef", "DeviceState", "PrepareError", "resolve_configs")
 
 log = logging.getLogger(__name__)
+
 
 @attrs.frozen
 class ClaimRef:
