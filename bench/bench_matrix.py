@@ -30,7 +30,6 @@ import http.client
 import os
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -50,17 +49,12 @@ from bench_prepare import Stats, run_calls  # noqa: E402
 from bench_startup import import_floor, rss_mib  # noqa: E402
 
 from tests.claimfiles import claim_object, create_in_api, write_claim  # noqa: E402
+from tests.cluster.controlplane import free_port  # noqa: E402
 from tests.integration.daemon import DaemonProcess, Kubelet  # noqa: E402
 from tests.kubelet_pb.dra.v1 import api_pb2 as v1_pb2  # noqa: E402
 
 RES = "/apis/resource.k8s.io/v1"
 NODE = "bench-node"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def append_floor(directory: Path, rounds: int) -> Stats:

@@ -19,6 +19,7 @@ import contextlib
 import datetime as _dt
 import json
 import os
+import random
 import signal
 import socket
 import ssl
@@ -100,10 +101,38 @@ def missing_binaries(bin_dir: Path) -> list[str]:
     return [n for n in names if not os.access(bin_dir / n, os.X_OK)]
 
 
+#: Test servers' ports are picked below the kernel's ephemeral range (free_port).
+_LOWEST_PORT = 20000  # above the usual fixed ports (10250 kubelet, 10257/10259 controller/scheduler, ...)
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port no socket holds now, below the kernel's ephemeral range, for a server a test starts.
+
+    A port the kernel chose for ``bind(0)`` and the test released is an ephemeral one: before the
+    server bound it, an outgoing connection (a client of the API server) could be given it, and
+    the server failed with "Address already in use" (a 1.37 CI run went red so). Ports below
+    ``net.ipv4.ip_local_port_range`` are never given to outgoing connections; the pick is random,
+    so parallel runs rarely meet. Falls back to a kernel-chosen port when that range starts low.
+    """
+    high = _ephemeral_low() - 1
+    for _ in range(200 if high > _LOWEST_PORT else 0):
+        port = random.randint(_LOWEST_PORT, high)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def _free_ports(n: int) -> list[int]:

@@ -29,9 +29,9 @@ TEST_LABEL = "ascend-dra-webhook-test"
 class WebhookProcess:
     """The webhook on ``port`` (every address, the default; the tests use 127.0.0.1) with the test CA's
     certificate; restartable on the same port. Without a port the webhook binds a free one itself,
-    read from its "webhook serving" log line: a port chosen here and released before the webhook
-    bound it can be taken meanwhile (that happened to the metrics port, which must be chosen here,
-    as ``--metrics-port 0`` turns ``/metrics`` off; it is chosen again when that happens)."""
+    read from its "webhook serving" log line, so no other socket can take it first. The metrics
+    port must be chosen here (``--metrics-port 0`` turns ``/metrics`` off): :func:`free_port`, and
+    chosen again if it was taken all the same."""
 
     def __init__(self, workdir: Path, kubeconfig: Path, cert: Path, key: Path, ca: Path, *, mode: str = "claim",
                  profiles: str = "fake,gpu,npu-310P", orphan_grace: float = 15.0, port: int | None = None) -> None:
@@ -62,8 +62,8 @@ class WebhookProcess:
         while True:
             if self.proc.poll() is not None:
                 if b"Address already in use" in self.log.read_bytes()[logged:] and self._rebinds < 3:
-                    # free_port() released the metrics port before the webhook bound it, and another
-                    # socket took it meanwhile (an outgoing connection's ephemeral port): pick another.
+                    # another socket took the metrics port between free_port() and the webhook's bind
+                    # (free_port picks below the ephemeral range, so only another test's pick can): pick again.
                     self._rebinds += 1
                     self.metrics_port = free_port()
                     return self.start()

@@ -12,8 +12,8 @@ import grpc
 import pytest
 
 from tests.claimfiles import claim_object, write_claim
+from tests.cluster.controlplane import free_port
 from tests.integration.daemon import DaemonProcess, Kubelet
-from tests.integration.test_metrics import free_port
 from tests.kubelet_pb.grpc.health.v1 import health_pb2, health_pb2_grpc
 from tests.kubelet_pb.pluginregistration import api_pb2 as reg_pb2
 

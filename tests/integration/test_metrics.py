@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import socket
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.claimfiles import claim_object, write_claim
+from tests.cluster.controlplane import free_port
 from tests.integration.daemon import DaemonProcess, Kubelet
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
