@@ -10,10 +10,10 @@ call). Floors, measured against the same daemon, directory and API server:
 * ``RPC``: an empty ``NodePrepareResources`` at the same concurrency;
 * ``write``: one durable append of a 512-byte line (write + fdatasync) in the plugin data dir, the
   durable work one Prepare or Unprepare does (docs/durable-state.md);
+* ``GET`` (cluster): a keep-alive GET of a ResourceClaim over one TLS connection.
 
 The daemon's CDI dir is on tmpfs (``/dev/shm``), as ``/var/run/cdi`` is on a node; its checkpoint is on
 the disk, as ``/var/lib/kubelet`` is.
-* ``GET`` (cluster): a keep-alive GET of a ResourceClaim over one TLS connection.
 
 Prepare's floor is RPC + write (+ GET in cluster mode), Unprepare's RPC + write. Also: cold start to
 GetInfo answered and to the first slice (cluster, from bench_startup.py), the event loop's longest
