@@ -241,9 +241,12 @@ def bench_mode(mode: str, args, cp=None) -> tuple[list[tuple], dict]:
                 floor_u = rpc[c].p50_ms + write.p50_ms
                 rows.append((mode, count, c, "prepare", p, floor_p))
                 rows.append((mode, count, c, "unprepare", u, floor_u))
-        extra["floors"] = {"RPC p50 ms (1/16/64)": "/".join(f"{rpc[c].p50_ms:.2f}" for c in (1, 16, 64)),
-                           "write p50 ms": f"{write.p50_ms:.2f}",
-                           **({"GET p50 ms": f"{get.p50_ms:.2f}"} if get else {})}
+        # The floors' own p99 beside their p50: the p99 targets are ratios to the p50 floor, and
+        # a GET or an fdatasync alone can take twice its p50 now and then.
+        extra["floors"] = {"RPC p50/p99 ms (1/16/64)": " ".join(f"{rpc[c].p50_ms:.2f}/{rpc[c].p99_ms:.2f}"
+                                                               for c in (1, 16, 64)),
+                           "write p50/p99 ms": f"{write.p50_ms:.2f}/{write.p99_ms:.2f}",
+                           **({"GET p50/p99 ms": f"{get.p50_ms:.2f}/{get.p99_ms:.2f}"} if get else {})}
         extra["getinfo"] = getinfo_ms
         extra["stall"] = scrape_stall(node.metrics_port)
         extra["rss after"] = rss_mib(node.daemon.proc.pid)
