@@ -71,6 +71,24 @@ async def test_npu_smi_tier_310p3_lab_host(tmp_path: Path) -> None:
     )
 
 
+async def test_npu_smi_tier_950_npu_id_table_physical_ids_from_sysfs(tmp_path: Path) -> None:
+    """Three 950PR (``Ascend950PR``, HBM, two in Alarm) with only ``npu-smi info`` answering: the
+    physical IDs come from the davinci nodes' PCI addresses, the logic IDs by the devfs rule."""
+    exe = fake_npu_smi(tmp_path, {"info": "950PR_info_Alarm_processes_drv25.7.rc1.txt"})
+    dev = dev_tree(tmp_path, ["davinci0", "davinci1", "davinci2", *SHARED])
+    davinci = {2: "0000:71:00.0", 1: "0000:61:00.0", 0: "0000:81:00.0"}  # NPU 0, 1, 2 in table order
+    sys_root = sys_tree(tmp_path, {bus: ("0x19e5", "0xd806", 0) for bus in davinci.values()}, davinci)
+    found = await run_chain(tmp_path, exe, dev, sys_root)
+    assert found.source == "npu-smi"
+    assert found.failures == ()
+    assert [(c.logic_id, c.physical_id, c.npu_id, c.chip_id, c.pci_address, c.health, c.memory_mib)
+            for c in found.chips] == [(0, 0, 2, 0, "0000:81:00.0", "OK", 131072),
+                                      (1, 1, 1, 0, "0000:61:00.0", "Alarm", 114688),
+                                      (2, 2, 0, 0, "0000:71:00.0", "Alarm", 114688)]
+    assert {(c.chip_name, c.family, c.memory_kind, c.driver_version) for c in found.chips} == {
+        ("Ascend950PR", ChipFamily.ASCEND950, MemoryKind.HBM, "25.7.rc1")}
+
+
 async def test_npu_smi_tier_910a_with_enrichments_sysfs_ids_and_topology(tmp_path: Path) -> None:
     exe = fake_npu_smi(tmp_path, ANSWERS_910A)
     dev, sys_root = tree_910a(tmp_path)

@@ -148,6 +148,44 @@ def test_info_910c_two_dies_phy_id_column_and_dash_power() -> None:
     assert table.processes == ()
 
 
+def test_info_950_npu_id_table_without_chip_column_and_npu_id_process_rows() -> None:
+    """The 950 (A5): ``NPU ID`` and ``NPU Util(%)`` headers, one chip per NPU ID, process rows by NPU ID."""
+    table = tables.parse_info(fixture("950PR_info_Alarm_processes_drv25.7.rc1.txt"))
+    assert (table.tool_version, table.driver_version) == ("25.7.rc1", "25.7.rc1")
+    assert table.chips[0] == InfoChip(
+        npu_id=0, name="Ascend950PR", health="Alarm", chip_id=0, bus_id="0000:71:00.0", power_w=205.7,
+        temperature_c=71, hugepages_used=0, hugepages_total=0, npu_util_percent=100, memory_used_mib=0,
+        memory_total_mib=0, hbm_used_mib=90633, hbm_total_mib=114688)
+    assert [(c.npu_id, c.chip_id, c.health, c.hbm_total_mib) for c in table.chips] == [
+        (0, 0, "Alarm", 114688), (1, 0, "Alarm", 114688), (2, 0, "OK", 131072)]
+    assert table.processes == (
+        InfoProcess(npu_id=0, chip_id=0, pid=1530715, name="python", memory_mib=4724),
+        InfoProcess(npu_id=0, chip_id=0, pid=1655234, name="python", memory_mib=4728),
+    )
+
+
+def test_info_950dt_bus_id_na_and_process_names_wider_than_their_column() -> None:
+    table = tables.parse_info(fixture("950DT_info_BusId-NA_long_process_names_drv25.6.rc1.txt"))
+    assert [(c.npu_id, c.bus_id, c.npu_util_percent, c.hbm_used_mib) for c in table.chips] == [
+        (0, None, 0, 6632), (1, None, 5, 6711), (6, None, 0, 66466), (7, None, 0, 66461)]
+    assert [(p.npu_id, p.chip_id, p.pid, p.name, p.memory_mib, p.pid_in_container) for p in table.processes] == [
+        (6, 0, 3621066, "/home/lp/sglang/worker.py", 40000, None),
+        (6, 0, 3624823, "/home/rjw/sglang-k3/worker.py", 61140, None),
+        (6, 0, 3624824, "/home/rjw/sglang-k3/helper.py", 20000, None),
+    ]
+
+
+@pytest.mark.parametrize(("name", "hbm"), [("950_info_anonymised.txt", (4439, 86016)),
+                                           ("950PR_info_process_header_cut_drv25.7.rc1.6.txt", (5239, 131072))])
+def test_info_950_one_npu_without_processes(name: str, hbm: tuple[int, int]) -> None:
+    """The second sample's publisher cut the process table's header: its ``No running processes``
+    line follows the chips directly."""
+    table = tables.parse_info(fixture(name))
+    assert [(c.npu_id, c.chip_id, c.health, (c.hbm_used_mib, c.hbm_total_mib)) for c in table.chips] == [
+        (0, 0, "OK", hbm)]
+    assert table.processes == ()
+
+
 @pytest.mark.parametrize(("text", "line_no", "reason"), [
     ("hello world\n", 0, "no 'npu-smi ... Version:' table found"),
     ("", 0, "no 'npu-smi ... Version:' table found"),
@@ -197,11 +235,18 @@ def test_mapping_310_minid() -> None:
     )
 
 
+def test_mapping_950_slot_and_physical_ids_without_logic_id() -> None:
+    assert tables.parse_mapping(fixture("950PR_info_-m_spaces_compressed.txt")) == (
+        MappingRow(npu_id=0, chip_id=0, logic_id=None, chip_name="Ascend950PR", physical_id=0, slot_id=1),
+        MappingRow(npu_id=1, chip_id=0, logic_id=None, chip_name="Ascend950PR", physical_id=1, slot_id=2),
+    )
+
+
 def test_mapping_unknown_column_is_an_error() -> None:
-    text = "NPU ID    Chip ID    Slot ID    Chip Logic ID    Chip Name\n0   0   3   0   Ascend 950\n"
+    text = "NPU ID    Chip ID    Die Count    Chip Logic ID    Chip Name\n0   0   3   0   Ascend 999\n"
     with pytest.raises(NpuSmiParseError) as caught:
         tables.parse_mapping(text)
-    assert (caught.value.line_no, caught.value.reason) == (1, "unknown header (columns Slot ID)")
+    assert (caught.value.line_no, caught.value.reason) == (1, "unknown header (columns Die Count)")
 
 
 # -- npu-smi info -l ------------------------------------------------------------------------------

@@ -92,8 +92,10 @@ def test_every_reference_file_is_a_fixture() -> None:
     names = sorted(p.name for p in FIXTURES.iterdir())
     assert "SOURCES.md" in names
     captured = [n for n in names if n.endswith(".txt") and not n.endswith("_constructed.txt")]
-    assert len(captured) == 42
+    assert len(captured) == 47
     sources = (FIXTURES / "SOURCES.md").read_text()
+    for name in captured:
+        assert f"`{name}`" in sources, name
     constructed = [n for n in names if n.endswith("_constructed.txt")]
     assert constructed
     for name in constructed:

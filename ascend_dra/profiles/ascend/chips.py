@@ -78,7 +78,7 @@ _NAME_PATTERNS: tuple[tuple[re.Pattern[str], ChipFamily], ...] = (
     (re.compile(r"^(310P\d?|I2\d?)"), ChipFamily.ASCEND310P),
     (re.compile(r"^310B"), ChipFamily.ASCEND310B),
     (re.compile(r"^(310$|MiniD$)"), ChipFamily.ASCEND310),
-    (re.compile(r"^950"), ChipFamily.ASCEND950),
+    (re.compile(r"^(Ascend)?950"), ChipFamily.ASCEND950),  # the 950's table prints Ascend950PR, Ascend950DT
 )
 
 
@@ -131,7 +131,8 @@ def normalise_chip_name(name: str) -> str:
 def family_of(chip_name: str | None, *, pci_device_id: str | None = None) -> ChipFamily | None:
     """Return the family of a chip from its PCI device ID (preferred) or its name; None if unknown.
 
-    :param chip_name: as npu-smi prints it (``910B3``, ``Ascend 910B4``, ``Ascend910``, ``MiniD``).
+    :param chip_name: as npu-smi prints it (``910B3``, ``Ascend 910B4``, ``Ascend910``, ``MiniD``,
+        ``Ascend950PR``).
     :param pci_device_id: ``0xd802`` (any case), from ``-t board`` or sysfs.
     """
     if pci_device_id:

@@ -55,14 +55,17 @@ def _tokens(cell: str) -> list[str]:
 class InfoChip:
     """One chip of the ``npu-smi info`` table (two rows per chip).
 
-    :ivar npu_id: ``NPU`` column (the card ID that ``-i`` takes; not an index, e.g. 4, 215, 32768).
-    :ivar chip_id: ``Chip`` column (chip index inside the NPU).
+    :ivar npu_id: ``NPU`` column (the card ID that ``-i`` takes; not an index, e.g. 4, 215, 32768),
+        ``NPU ID`` on the 950.
+    :ivar chip_id: ``Chip`` column (chip index inside the NPU); 0 on the 950, whose table has no
+        chip column (one chip per NPU ID; ``npu-smi info -m`` prints ``Chip ID`` 0 for each).
     :ivar device: the ``Device`` column on 310/310P (the logic ID **[U]**, docs/ascend-hardware.md#the-ids), else None.
     :ivar phy_id: the ``Phy-ID`` column on 910_93 (the physical ID), else None.
     :ivar bus_id: PCI address as printed (``0000:C1:00.0``), None when ``NA``.
     :ivar memory_used_mib, memory_total_mib: ``Memory-Usage(MB)`` (DDR).
     :ivar hbm_used_mib, hbm_total_mib: ``HBM-Usage(MB)`` (910 family only).
     :ivar power_w: None when ``NA`` (310P) or ``-`` (second die of a 910_93).
+    :ivar npu_util_percent: ``NPU Util(%)`` (the 950's table prints it where others print ``AICore(%)``).
     """
 
     npu_id: int
@@ -81,11 +84,13 @@ class InfoChip:
     memory_total_mib: int | None = None
     hbm_used_mib: int | None = None
     hbm_total_mib: int | None = None
+    npu_util_percent: int | None = None
 
 
 @attrs.frozen
 class InfoProcess:
-    """One row of the process table under ``npu-smi info``. Memory in MiB."""
+    """One row of the process table under ``npu-smi info``. Memory in MiB. ``chip_id`` is 0 on the
+    950, whose rows name only the ``NPU ID``."""
 
     npu_id: int
     chip_id: int
@@ -114,7 +119,7 @@ class InfoTable:
 
 # Column names of the two header rows -> (field, kind). Kinds: int, float, str, pair.
 _ROW1 = {
-    "NPU": ("npu_id", "int"), "Name": ("name", "str"), "Health": ("health", "str"),
+    "NPU": ("npu_id", "int"), "NPU ID": ("npu_id", "int"), "Name": ("name", "str"), "Health": ("health", "str"),
     "Power(W)": ("power_w", "float"), "Temp(C)": ("temperature_c", "int"),
     "Hugepages-Usage(page)": ("hugepages", "pair"),
 }
@@ -122,7 +127,21 @@ _ROW2 = {
     "Chip": ("chip_id", "int"), "Device": ("device", "int"), "Phy-ID": ("phy_id", "int"),
     "Bus-Id": ("bus_id", "str"), "AICore(%)": ("aicore_percent", "int"),
     "Memory-Usage(MB)": ("memory", "pair"), "HBM-Usage(MB)": ("hbm", "pair"),
+    "NPU Util(%)": ("npu_util_percent", "int"),
 }
+#: Header names of two words (the 950's), which splitting a header cell at blanks must keep whole.
+_TWO_WORD_COLUMNS = {("NPU", "ID"), ("NPU", "Util(%)")}
+
+
+def _column_names(cell: str) -> list[str]:
+    """A header cell's column names: its words, with those of :data:`_TWO_WORD_COLUMNS` kept together."""
+    names: list[str] = []
+    for word in cell.split():
+        if names and (names[-1], word) in _TWO_WORD_COLUMNS:
+            names[-1] = f"{names[-1]} {word}"
+        else:
+            names.append(word)
+    return names
 
 
 def parse_info(text: str, *, command: str = "npu-smi info") -> InfoTable:
@@ -131,8 +150,10 @@ def parse_info(text: str, *, command: str = "npu-smi info") -> InfoTable:
     Layouts covered (samples in ``tests/fixtures/npu-smi/``): 310/310P ``Chip Device``
     (``310P3_info.txt``, ``310_info_atlas800-3000_*``), 910 ``Chip`` with ``HBM-Usage``
     (``910A_info_atlas800-9010_npu-smi-22.0.3.1.txt``, ``910B3_info.txt``), 910_93 ``Chip Phy-ID``
-    (``910C_A3_info_in_container_vcann-rt_anonymised.txt``), the 80-column 20.2.0 table without
-    hugepages, ``60156/ 65536``, separator typos, log lines before the table.
+    (``910C_A3_info_in_container_vcann-rt_anonymised.txt``), the 950's ``NPU ID`` table without a
+    chip column, with ``NPU Util(%)`` and ``NPU ID`` process rows (``950*_info*.txt``), the 80-column
+    20.2.0 table without hugepages, ``60156/ 65536``, separator typos, log lines before the table,
+    a ``No running processes`` line right under the chips (a publication that cut the process header).
 
     :return: chips in output order.
     :raises NpuSmiParseError: on a title or header we do not know, a chip block that is not two
@@ -185,11 +206,13 @@ def parse_info(text: str, *, command: str = "npu-smi info") -> InfoTable:
             state = "process-header"
             continue
         if state == "header":
-            columns.append([cell.split() for cell in cells])
+            columns.append([_column_names(cell) for cell in cells])
             if len(columns) > 2:
                 raise NpuSmiParseError(command, line_no, line, "more than two header rows")
             continue
         if state == "body":
+            if len(cells) == 1 and cells[0].startswith("No running processes"):
+                continue  # a process table's only row, its header cut by whoever published it
             block.append((line_no, line))
             if len(block) > 2:
                 raise NpuSmiParseError(command, line_no, line, "a chip takes two rows between separators")
@@ -238,6 +261,8 @@ def _info_chip(command: str, columns: list[list[list[str]]], block: list[tuple[i
                     values[f"{prefix}_used{unit}"], values[f"{prefix}_total{unit}"] = used, total
                 else:
                     values[field] = _text.text_or_none(token)
+    if "chip_id" not in values and columns[0][:1] == [["NPU ID"]]:
+        values["chip_id"] = 0  # the 950: one chip per NPU ID, no chip column
     for required in ("npu_id", "chip_id", "name", "health"):
         if values.get(required) is None:
             line_no, line = block[0]
@@ -252,6 +277,8 @@ def _info_process(command: str, columns: list[str], line_no: int, line: str) -> 
     if len(cells) < 4:
         raise NpuSmiParseError(command, line_no, line, "a process row has NPU/Chip, id, name and memory cells")
     npu_chip = cells[0].split()
+    if columns[:1] == ["NPU ID"] and len(npu_chip) == 1:
+        npu_chip.append("0")  # the 950: rows name the NPU ID only (one chip per NPU ID)
     if len(npu_chip) != 2:
         raise NpuSmiParseError(command, line_no, line, "the first cell must hold the NPU and chip IDs")
     npu_id = _text.to_int(command, line_no, line, npu_chip[0], "NPU")
@@ -276,7 +303,9 @@ class MappingRow:
 
     :ivar logic_id: ``Chip Logic ID``; None on ``Mcu`` rows (printed ``-``).
     :ivar chip_name: as printed (``Ascend 910B4``, ``MiniD`` for the 310, ``Mcu``).
-    :ivar physical_id: a chip physical-ID column, if this generation prints one (910_93 **[U]**).
+    :ivar physical_id: a chip physical-ID column, if this generation prints one (``Chip Phy-ID``
+        on the 950, 910_93 **[U]**).
+    :ivar slot_id: ``Slot ID`` (the 950), else None.
     """
 
     npu_id: int
@@ -284,6 +313,7 @@ class MappingRow:
     logic_id: int | None
     chip_name: str
     physical_id: int | None = None
+    slot_id: int | None = None
 
     @property
     def is_mcu(self) -> bool:
@@ -294,14 +324,17 @@ class MappingRow:
 _MAPPING_COLUMNS = {
     "NPU ID": "npu_id", "Chip ID": "chip_id", "Chip Logic ID": "logic_id",
     "Chip Phy-ID": "physical_id", "Chip Physical ID": "physical_id", "Chip Name": "chip_name",
+    "Slot ID": "slot_id",
 }
 
 
 def parse_mapping(text: str, *, command: str = "npu-smi info -m") -> tuple[MappingRow, ...]:
-    """Parse ``npu-smi info -m`` (columns ``NPU ID``, ``Chip ID``, ``Chip Logic ID``, ``Chip Name``).
+    """Parse ``npu-smi info -m`` (columns ``NPU ID``, ``Chip ID``, ``Chip Logic ID``, ``Chip Name``;
+    the 950 prints ``NPU ID``, ``Slot ID``, ``Chip ID``, ``Chip Phy-ID``, ``Chip Name`` and no logic
+    ID, which is then None and found from the device nodes, :mod:`.ids`).
 
     Samples: ``910A_info_-m_*.txt``, ``910B4_info_-m_8cards_with_Mcu.txt`` (Mcu rows, right padding),
-    ``310_info_-m_atlas800-3000_MiniD_Mcu.txt``.
+    ``310_info_-m_atlas800-3000_MiniD_Mcu.txt``, ``950PR_info_-m_*.txt``.
 
     :raises NpuSmiParseError: on an unknown column (a newer generation), a row with too few
         values, or a non-numeric ID.
@@ -321,7 +354,7 @@ def parse_mapping(text: str, *, command: str = "npu-smi info -m") -> tuple[Mappi
         parts = line.split(None, len(header) - 1)
         if len(parts) != len(header):
             raise NpuSmiParseError(command, line_no, line, f"expected {len(header)} columns")
-        values: dict[str, object] = {}
+        values: dict[str, object] = {"logic_id": None}
         for name, value in zip(header, parts, strict=True):
             field = _MAPPING_COLUMNS[name]
             values[field] = value.strip() if field == "chip_name" else _text.to_int(command, line_no, line, value, name)
