@@ -301,7 +301,7 @@ def _info_process(command: str, columns: list[str], line_no: int, line: str) -> 
 class MappingRow:
     """One row of ``npu-smi info -m``.
 
-    :ivar logic_id: ``Chip Logic ID``; None on ``Mcu`` rows (printed ``-``).
+    :ivar logic_id: ``Chip Logic ID``; None on ``Mcu`` rows (printed ``-``) and on the 950 (no such column).
     :ivar chip_name: as printed (``Ascend 910B4``, ``MiniD`` for the 310, ``Mcu``).
     :ivar physical_id: a chip physical-ID column, if this generation prints one (``Chip Phy-ID``
         on the 950, 910_93 **[U]**).
