@@ -9,7 +9,8 @@ unlike HAMi-DRA, per init container) and per chip whose count ``huawei.com/<comm
 * request ``npu``, ``exactly: {allocationMode: ExactCount, count: <count>, deviceClassName:
   hami-vnpu-core.project-hami.io, capacity.requests: {memory, cores}, selectors}``;
 * ``-memory`` is MiB -> ``value * 1024 * 1024`` bytes (``Quantity.Value()`` rounds up, so ``1.5`` ->
-  2 MiB); ``-core`` is percent of a chip, copied as a Quantity (``12.5`` -> ``12500m``);
+  2 MiB); ``-core`` is percent of a chip, copied as a Quantity (``12.5`` -> ``12500m``); both are
+  read from ``limits``, else from ``requests`` (as HAMi reads them);
 * selectors, in this order: the type selector, ``uuid in``, ``!(uuid in)``, ``productName in``,
   ``!(productName in)`` from ``hami.io/use-<commonWord>-uuid``, ``hami.io/no-use-<commonWord>-uuid``,
   ``hami.io/use-nputype``, ``hami.io/no-use-nputype`` (comma-split, trimmed, empties dropped, each
@@ -198,13 +199,20 @@ def _quantity(value: object) -> Decimal:
 
 def _memory_bytes(value: object) -> int:
     """``-memory`` in bytes: a plain number is MiB (rounded up, as ``Quantity.Value()``); a value
-    written with a byte unit (``8Gi``, ``500M``) is bytes (rounded up)."""
+    written with a byte unit (``8Gi``, ``500M``) is bytes (rounded up).
+
+    :raises ValueError: not a quantity, not above 0, or a value with a unit under 1 MiB (``4k``:
+        HAMi reads it as 4000 MiB, we as 4000 bytes; no share is that small, so it is a unit slip).
+    """
     number = _quantity(value)
     text = str(value).strip()
     match = _SUFFIX.fullmatch(text)
     has_unit = bool(match) and match.group(1) in _BYTE_UNITS
     if number <= 0:
         raise ValueError(f"{text!r} must be more than 0 (MiB, or bytes with a unit such as 8Gi)")
+    if has_unit and number < 1024 * 1024:
+        raise ValueError(f"{text!r} is {math.ceil(number)} bytes, less than 1 MiB: a plain number is MiB "
+                         "(4000 for 4000 MiB), a value with a unit is bytes (4000Mi)")
     return math.ceil(number) if has_unit else math.ceil(number) * 1024 * 1024
 
 
@@ -221,7 +229,18 @@ class _Chip:
 
 
 def _chips(container: Mapping[str, Any], path: str, problems: list[tuple[str, str]]) -> list[_Chip]:
-    limits = (container.get("resources") or {}).get("limits") or {}
+    resources = container.get("resources") or {}
+    limits = resources.get("limits") or {}
+    requests = resources.get("requests") or {}
+
+    def entry(key: str) -> tuple[str, object] | None:
+        """``(section, value)`` of ``key``: ``limits`` first, then ``requests`` (as HAMi reads
+        memory and cores); the entry leaves both sections either way (:func:`convert_pod`)."""
+        for section, values in (("limits", limits), ("requests", requests)):
+            if key in values:
+                return section, values[key]
+        return None
+
     chips = []
     for word in COMMON_WORDS:
         key = RESOURCE_PREFIX + word
@@ -235,19 +254,21 @@ def _chips(container: Mapping[str, Any], path: str, problems: list[tuple[str, st
             count = int(number)
         except ValueError as exc:
             problems.append((_limit_path(path, "limits", key), str(exc)))
-        if key + "-memory" in limits:
+        if (found := entry(key + "-memory")) is not None:
+            section, value = found
             try:
-                memory = _memory_bytes(limits[key + "-memory"])
+                memory = _memory_bytes(value)
             except ValueError as exc:
-                problems.append((_limit_path(path, "limits", key + "-memory"), str(exc)))
-        if key + "-core" in limits:
+                problems.append((_limit_path(path, section, key + "-memory"), str(exc)))
+        if (found := entry(key + "-core")) is not None:
+            section, value = found
             try:
-                number = _quantity(limits[key + "-core"])
+                number = _quantity(value)
                 if not 0 <= number <= 100:
-                    raise ValueError(f"{limits[key + '-core']!r} is out of range 0..100 (percent of a chip)")
-                cores = canonical_quantity(str(limits[key + "-core"]))
+                    raise ValueError(f"{value!r} is out of range 0..100 (percent of a chip)")
+                cores = canonical_quantity(str(value))
             except ValueError as exc:
-                problems.append((_limit_path(path, "limits", key + "-core"), str(exc)))
+                problems.append((_limit_path(path, section, key + "-core"), str(exc)))
         if count is not None:
             chips.append(_Chip(word, count, memory, cores))
     return chips

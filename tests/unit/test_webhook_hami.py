@@ -115,6 +115,40 @@ def test_memory_units(memory, expected):
     assert planned.spec["devices"]["requests"][0]["exactly"]["capacity"]["requests"]["memory"] == expected
 
 
+@pytest.mark.parametrize("memory", ["4k", "1023Ki", "1M"])
+def test_memory_with_a_unit_under_one_mib_is_refused_as_a_unit_slip(memory):
+    """HAMi reads ``4k`` as 4000 MiB; as bytes it would be a 4-KB share: refused, naming both readings."""
+    with pytest.raises(ConversionError) as caught:
+        convert_pod(pod_with({"huawei.com/Ascend310P": "1", "huawei.com/Ascend310P-memory": memory}), "ns")
+    [(field, reason)] = caught.value.problems
+    assert field == 'spec.containers[0].resources.limits["huawei.com/Ascend310P-memory"]'
+    assert "less than 1 MiB: a plain number is MiB" in reason
+
+
+def test_memory_and_cores_only_in_requests_are_read_from_there():
+    """The count in ``limits``, memory and cores in ``requests`` (HAMi reads them there too): they
+    were dropped from the pod without reaching the claim, so the pod got the default share."""
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "resources": {
+        "limits": {"huawei.com/Ascend310P": "1"},
+        "requests": {"huawei.com/Ascend310P": "1", "huawei.com/Ascend310P-memory": "2048",
+                     "huawei.com/Ascend310P-core": "25"}}}]}}
+    conversion = convert_pod(pod, "ns", mode=Mode.CLAIM)
+    [planned] = conversion.claims
+    assert planned.spec["devices"]["requests"][0]["exactly"]["capacity"]["requests"] == {
+        "memory": str(2048 * 1024 * 1024), "cores": "25"}
+    assert "limits" not in apply_patch(pod, conversion.patch)["spec"]["containers"][0]["resources"]
+    both = copy.deepcopy(pod)  # limits win over requests, as HAMi's
+    both["spec"]["containers"][0]["resources"]["limits"]["huawei.com/Ascend310P-memory"] = "4096"
+    [planned] = convert_pod(both, "ns", mode=Mode.CLAIM).claims
+    assert planned.spec["devices"]["requests"][0]["exactly"]["capacity"]["requests"]["memory"] == str(4 << 30)
+    bad = copy.deepcopy(pod)
+    bad["spec"]["containers"][0]["resources"]["requests"]["huawei.com/Ascend310P-core"] = "120"
+    with pytest.raises(ConversionError) as caught:
+        convert_pod(bad, "ns")
+    assert [f for f, _ in caught.value.problems] == [
+        'spec.containers[0].resources.requests["huawei.com/Ascend310P-core"]']
+
+
 def test_cores_are_copied_as_a_quantity():
     [planned] = convert_pod(pod_with({"huawei.com/Ascend310P": "1", "huawei.com/Ascend310P-core": "12.5"}),
                             "ns").claims
