@@ -289,7 +289,7 @@ def _selectors(word: str, annotations: Mapping[str, Any], driver_name: str,
             problems.append((f'metadata.annotations["{key}"]',
                              f"annotation {key} has no usable value: {go_quote(str(annotations[key]))}"))
             continue
-        test = f"{attribute}.{field} in [{', '.join(go_quote(v) for v in values)}]"
+        test = f"{attribute}.{field} in [{','.join(go_quote(v) for v in values)}]"  # HAMi-DRA joins with ','
         expressions.append(f"!({test})" if negate else test)
     return [{"cel": {"expression": e}} for e in expressions]
 

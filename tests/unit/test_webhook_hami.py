@@ -100,7 +100,7 @@ def test_two_chips_in_one_container_follow_device_config_order_and_share_nputype
     assert (first.common_word, second.common_word) == ("Ascend910B3", "Ascend310P")
     attr = 'device.attributes["ascend.project-hami.io"]'
     assert [s["cel"]["expression"] for s in first.spec["devices"]["requests"][0]["exactly"]["selectors"]] == [
-        TYPE, f'!({attr}.uuid in ["X", "Y"])', f'{attr}.productName in ["310P3", "910B3"]']
+        TYPE, f'!({attr}.uuid in ["X","Y"])', f'{attr}.productName in ["310P3","910B3"]']
     assert first.spec["devices"]["requests"][0]["exactly"]["count"] == 2
     assert "capacity" not in first.spec["devices"]["requests"][0]["exactly"]
     assert len(second.spec["devices"]["requests"][0]["exactly"]["selectors"]) == 2
