@@ -56,7 +56,10 @@ def test_the_kubelet_registers_our_plugin_from_its_registry_dir(node, daemon):
     [line] = [ln for ln in log.splitlines() if "Registered DRA plugin" in ln]
     assert f'driverName="{DRIVER}"' in line and 'chosenService="v1.DRAPlugin"' in line, line
     assert f'endpoint="{daemon.dra_socket}"' in line, line
-    assert "Successfully started WatchResources health stream" in log
+    # The kubelet opens the health stream in a goroutine of its own after it logged the registration
+    # (the line was once not yet in the log read above): wait for it, as for the registration.
+    wait_for(lambda: "Successfully started WatchResources health stream" in node.kubelet_log.read_text(),
+             "the kubelet's WatchResources health stream", within=30)
     assert (node.kubelet_root / "plugins_registry" / f"{DRIVER}-reg.sock").is_socket()
     wait_for(lambda: our_slices(node.cp, node.node_name), "slices published", within=30)
 
