@@ -59,6 +59,16 @@ def rss_mib(pid: int) -> float:
     raise RuntimeError("no VmRSS")
 
 
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    """utime + stime of the process (every thread), in seconds (``/proc/PID/stat`` fields 14 and 15)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
 def driver_slices(cp: ControlPlane, driver: str = DRIVER) -> list:
     """The ResourceSlices of ``driver`` (ours by default) on the control plane's node."""
     selector = urllib.parse.quote(f"spec.driver={driver},spec.nodeName={cp.node_name}")

@@ -64,7 +64,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_matrix import tmpfs_cdi_dir  # noqa: E402
 from bench_prepare import Stats, run_calls  # noqa: E402
-from bench_startup import delete_slices, driver_slices, rss_mib  # noqa: E402
+from bench_startup import CLK_TCK, cpu_s, delete_slices, driver_slices, rss_mib  # noqa: E402
 
 from tests.claimfiles import claim_object, create_in_api  # noqa: E402
 from tests.integration.daemon import DaemonProcess, accepts  # noqa: E402
@@ -77,19 +77,11 @@ GO_DRIVER = "gpu.example.com"
 GO_COMMIT = "bab2dce4b045e729565c9a3b85554738247cda30"  # v0.4.0
 GO_MAX_DEVICES = 128  # its gpu profile publishes one slice; the API server takes at most 128 devices in one
 STARTUP_DEVICES = 8  # the Go driver's default --num-devices
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def default_go_binary() -> Path:
     cache = Path(os.environ.get("ASCEND_DRA_CACHE") or Path.home() / ".cache" / "ascend-dra")
     return cache / f"dra-example-driver-{GO_COMMIT[:7]}" / "dra-example-kubeletplugin"
-
-
-def cpu_s(pid: int) -> float:
-    """utime + stime of the process (every thread), in seconds."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def idle_rate(pid: int, seconds: float) -> float:

@@ -211,7 +211,7 @@ def parse_info(text: str, *, command: str = "npu-smi info") -> InfoTable:
                 raise NpuSmiParseError(command, line_no, line, "more than two header rows")
             continue
         if state == "body":
-            if len(cells) == 1 and cells[0].startswith("No running processes"):
+            if _no_processes(cells):
                 continue  # a process table's only row, its header cut by whoever published it
             block.append((line_no, line))
             if len(block) > 2:
@@ -270,9 +270,14 @@ def _info_chip(command: str, columns: list[list[list[str]]], block: list[tuple[i
     return InfoChip(**values)  # type: ignore[arg-type]
 
 
+def _no_processes(cells: list[str]) -> bool:
+    """The process table's ``No running processes found in NPU <n>`` row."""
+    return len(cells) == 1 and cells[0].startswith("No running processes")
+
+
 def _info_process(command: str, columns: list[str], line_no: int, line: str) -> InfoProcess | None:
     cells = _text.cells(line)
-    if len(cells) == 1 and cells[0].startswith("No running processes"):
+    if _no_processes(cells):
         return None
     if len(cells) < 4:
         raise NpuSmiParseError(command, line_no, line, "a process row has NPU/Chip, id, name and memory cells")
