@@ -12,11 +12,13 @@ or both files again after it wrote a new snapshot), so each decision sees every 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +59,9 @@ class ClaimRecords:
         self.boot_id = boot_id
         self._on_change = on_change
         self.table = ckpt.RecordTable(on_change=on_change)
-        self._flush_lock = anyio.Lock()
+        self._flush_lock = anyio.Lock(fast_acquire=True)  # see DeviceState._lock_claims
+        # Appends and snapshots run on one thread of their own, one at a time, in order; see _on_writer.
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ascend-dra-journal")
         self._version = 0  # bumped by every save call
         self._durable = 0  # the highest version known to be on disk
         self.shared = shared
@@ -242,13 +246,25 @@ class ClaimRecords:
             changes = self.table.take_dirty()  # on the loop: no change can interleave
             try:
                 if compact or self.journal.lines + len(changes) > max(COMPACT_MIN_LINES, 2 * len(self.table)):
-                    await anyio.to_thread.run_sync(self._write_snapshot, self.table.snapshot_claims())
+                    await self._on_writer(self._write_snapshot, self.table.snapshot_claims())
                 elif changes:
-                    await anyio.to_thread.run_sync(self.journal.append, change_lines(changes))
+                    await self._on_writer(self.journal.append, change_lines(changes))
             except BaseException:
                 self.table.requeue(uid for uid, _ in changes)
                 raise
             self._durable = max(self._durable, version)
+
+    async def _on_writer(self, fn: Callable[..., None], *args: Any) -> None:
+        """Run ``fn(*args)`` on the writer thread and wait for it, shielded from cancellation: a
+        cancelled caller still returns only once the write has ended, so the file is never written
+        by two threads at once and a write is never reported failed while it goes on.
+
+        The writer thread instead of anyio's pool: ``to_thread.run_sync`` passes twice more through
+        the event loop for its checkpoints and capacity limiter (4 loop turns per call, this 2),
+        and every Prepare and Unprepare waits for one of these writes (docs/performance.md).
+        """
+        with anyio.CancelScope(shield=True):
+            await asyncio.wrap_future(self._writer.submit(fn, *args))
 
     def _write_snapshot(self, claims: Mapping[str, Any]) -> None:
         """Replace the snapshot with ``claims``, then empty the journal (blocking)."""
@@ -268,7 +284,8 @@ class ClaimRecords:
             log.warning("compacting the checkpoint at shutdown failed; the journal keeps the changes",
                         extra={"error": exc.strerror or str(exc)})
         finally:
-            await anyio.to_thread.run_sync(self.journal.close)
+            await self._on_writer(self.journal.close)
+            self._writer.shutdown(wait=False)  # nothing is queued any more; its thread ends
             if self._snapshot_fd is not None:
                 os.close(self._snapshot_fd)
                 self._snapshot_fd = None

@@ -171,9 +171,12 @@ class DeviceState(RecoveryMixin, UnprepareMixin):
                 log.exception("fetching a claim failed", extra={"claim_uid": ref.uid})
                 results[ref.uid] = PrepareError(f"fetching ResourceClaim {ref.namespace}/{ref.name}: {exc}")
 
-        async with anyio.create_task_group() as tg:
-            for ref in refs:
-                tg.start_soon(fetch, ref)
+        if len(refs) == 1:  # the usual call (one claim per pod): no task group to set up and tear down
+            await fetch(refs[0])
+        else:
+            async with anyio.create_task_group() as tg:
+                for ref in refs:
+                    tg.start_soon(fetch, ref)
 
         # shared (records.py): the table now holds every instance's records, which may differ from
         # what fetch() saw; a claim it skipped as prepared, and no longer is, is fetched below.
@@ -424,7 +427,9 @@ class DeviceState(RecoveryMixin, UnprepareMixin):
         held: list[tuple[str, anyio.Lock]] = []
         try:
             for uid in sorted(set(uids)):
-                lock = self._claim_locks.setdefault(uid, anyio.Lock())
+                # fast_acquire: a free lock is taken without a trip through the event loop (one
+                # loop turn less per claim); a contended one still waits and can be cancelled.
+                lock = self._claim_locks.setdefault(uid, anyio.Lock(fast_acquire=True))
                 await lock.acquire()
                 held.append((uid, lock))
             yield
