@@ -89,6 +89,25 @@ async def test_npu_smi_tier_950_npu_id_table_physical_ids_from_sysfs(tmp_path: P
         ("Ascend950PR", ChipFamily.ASCEND950, MemoryKind.HBM, "25.7.rc1")}
 
 
+async def test_npu_smi_tier_950_uuid_from_the_card_level_ddie_id(tmp_path: Path,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    """The 950's npu-smi takes no ``-c``: its board ``-i N`` names one device and prints its
+    ``DDie ID``, which becomes the uuid; no chip-level board call is made (none fails)."""
+    exe = fake_npu_smi(tmp_path, {"info": "950PR_info_Alarm_processes_drv25.7.rc1.txt",
+                                  "info -t board -i 0": "950_info_-t_board_-i.txt"})
+    dev = dev_tree(tmp_path, ["davinci0", "davinci1", "davinci2", *SHARED])
+    davinci = {2: "0000:71:00.0", 1: "0000:61:00.0", 0: "0000:81:00.0"}
+    sys_root = sys_tree(tmp_path, {bus: ("0x19e5", "0xd806", 0) for bus in davinci.values()}, davinci)
+    with caplog.at_level("INFO"):
+        found = await run_chain(tmp_path, exe, dev, sys_root)
+    assert found.source == "npu-smi"
+    assert {c.npu_id: c.uuid for c in found.chips} == {
+        0: "870408E3-2120D518-77936EE6-80B40A0A-D4100003", 1: None, 2: None}
+    asked = [str(getattr(r, "what", "")) for r in caplog.records]
+    assert [w for w in asked if "-c" in w] == []
+    assert "board -i 1" in asked  # the other NPUs' board calls failed (no answer in the fake)
+
+
 async def test_npu_smi_tier_910a_with_enrichments_sysfs_ids_and_topology(tmp_path: Path) -> None:
     exe = fake_npu_smi(tmp_path, ANSWERS_910A)
     dev, sys_root = tree_910a(tmp_path)

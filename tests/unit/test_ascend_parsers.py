@@ -319,7 +319,7 @@ def test_chip_board_910c_npu_name() -> None:
 def test_chip_board_malformed_die_id_is_an_error() -> None:
     with pytest.raises(NpuSmiParseError) as caught:
         keyvalue.parse_chip_board("NPU ID : 0\nChip ID : 0\nVDie ID : 1234 ZZZZ\n")
-    assert (caught.value.line_no, caught.value.reason) == (3, "die ID '1234 ZZZZ' is not five 8-digit hex groups")
+    assert (caught.value.line_no, caught.value.reason) == (3, "VDie ID: '1234 ZZZZ' is not five 8-digit hex groups")
 
 
 # -- npu-smi info -t common / usages / memory / health / ecc --------------------------------------

@@ -34,7 +34,7 @@ class NpuChip:
     :ivar memory_kind: which of the two ``memory_mib`` counts.
     :ivar pci_address: lower-case ``dddd:bb:dd.f`` (sysfs spelling).
     :ivar driver_version: the driver version as printed (``25.5.1``, ``24.1.rc1.b030``).
-    :ivar uuid: the VDie ID (or 310P Die ID), five upper-case 8-hex groups joined by ``-``.
+    :ivar uuid: the VDie ID (the 950's DDie ID, the 310P's Die ID), five upper-case 8-hex groups joined by ``-``.
     :ivar hccs: whether the chip has an HCCS link to another chip (``-t topo``).
     :ivar topology_group: the HCCS-connected group it belongs to (``hccs-<n>``).
     :ivar cpu_affinity: ``CPU Affinity`` of ``-t topo`` (``144-167``).

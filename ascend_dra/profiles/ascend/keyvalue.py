@@ -202,6 +202,8 @@ class BoardInfo:
 
     :ivar software_version: the driver version as printed (``23.0.5``; not always semver).
     :ivar pci_device_id: lower-case hex with ``0x`` (``0xd801``); names the chip generation.
+    :ivar ddie_id: ``DDie ID`` (950 only; its ``-i`` names one device) in the form of
+        :attr:`ChipBoardInfo.vdie_id`; None when absent.
     :ivar fields: every key as printed, for keys this class does not name.
     """
 
@@ -214,15 +216,18 @@ class BoardInfo:
     pci_vendor_id: str | None
     pci_device_id: str | None
     chip_count: int | None
+    ddie_id: str | None
     fields: Mapping[str, str]
 
 
 def parse_board(text: str, *, command: str = "npu-smi info -t board -i <N>") -> BoardInfo:
-    """Parse card-level ``npu-smi info -t board -i N``. Sample: ``910A_info_-t_board_-i.txt``.
+    """Parse card-level ``npu-smi info -t board -i N``. Samples: ``910A_info_-t_board_-i.txt``,
+    ``950_info_-t_board_-i.txt`` (``DDie ID``).
 
-    :raises NpuSmiParseError: on a layout error or a missing ``NPU ID``.
+    :raises NpuSmiParseError: on a layout error, a malformed ``DDie ID`` or a missing ``NPU ID``.
     """
     block = KeyValueBlock.merged(parse_key_values(text, command=command))
+    ddie = block.get("DDie ID")
     return BoardInfo(
         npu_id=block.required_integer(command, "NPU ID"),
         software_version=block.text("Software Version"),
@@ -233,6 +238,7 @@ def parse_board(text: str, *, command: str = "npu-smi info -t board -i <N>") -> 
         pci_vendor_id=block.text_lower("PCI Vendor ID"),
         pci_device_id=block.text_lower("PCI Device ID"),
         chip_count=block.integer(command, "Chip Count"),
+        ddie_id=None if ddie is None else die_id(command, *block.where("DDie ID"), ddie, "DDie ID"),
         fields=block.as_dict(),
     )
 
@@ -243,8 +249,9 @@ class ChipBoardInfo:
 
     :ivar chip_name: ``Chip Name`` (``910B4``, ``Ascend910`` on A3; anonymised ``xxx`` in some samples).
     :ivar npu_name: ``NPU Name`` (A3 only, e.g. ``9392`` -> SoC ``Ascend910_9392``).
-    :ivar vdie_id: ``VDie ID`` (or ``Die ID`` on 310P) as five upper-case groups joined by ``-``
-        (the HAMi device UUID convention, docs/ascend-hardware.md#hami-device-plugin-conventions); None when absent.
+    :ivar vdie_id: ``VDie ID`` (``DDie ID`` on the 950, ``Die ID`` on 310P) as five upper-case
+        groups joined by ``-`` (the HAMi device UUID convention,
+        docs/ascend-hardware.md#hami-device-plugin-conventions); None when absent.
     :ivar ndie_id: ``NDie ID`` in the same form.
     """
 
@@ -263,16 +270,19 @@ class ChipBoardInfo:
     fields: Mapping[str, str]
 
 
-def die_id(command: str, line_no: int, line: str, value: str) -> str | None:
+def die_id(command: str, line_no: int, line: str, value: str, what: str = "die ID") -> str | None:
     """Normalise a die ID: ``"68496E64 20E05477 ..."`` -> ``"68496E64-20E05477-..."`` (upper case).
 
+    Five groups (``DSMI_SOC_DIE_LEN``) of ``%08X`` in every spelling (``VDie``/``NDie``/``DDie``/``Die ID``).
+
+    :param what: the key, named in the error.
     :raises NpuSmiParseError: when the value is not five 8-digit hex groups (or absent).
     """
     if _text.is_absent(value):
         return None
     groups = value.split()
     if len(groups) != 5 or not all(_DIE_GROUP.match(g) for g in groups):
-        raise NpuSmiParseError(command, line_no, line, f"die ID {value!r} is not five 8-digit hex groups")
+        raise NpuSmiParseError(command, line_no, line, f"{what}: {value!r} is not five 8-digit hex groups")
     return "-".join(g.upper() for g in groups)
 
 
@@ -281,12 +291,14 @@ def parse_chip_board(text: str, *, command: str = "npu-smi info -t board -i <N> 
 
     Samples: ``910A_info_-t_board_-i_-c_VDieID.txt``, ``910_info_-t_board_-i_-c_VDie_NDie_gpustack.txt``,
     ``310P_info_-t_board_-i_-c_DieID.txt`` (``Die ID``), ``910B4_A2_info_-t_board_-i_0_-c_0.txt`` and
-    ``910C_A3_info_-t_board_-i_0_-c_0.txt`` (truncated by their authors).
+    ``910C_A3_info_-t_board_-i_0_-c_0.txt`` (truncated by their authors). ``DDie ID`` (950) is read
+    as the npu-smi source prints it (``print_die_id_info``); no published chip-level 950 sample
+    exists, since the 950's npu-smi takes no ``-c`` (its card-level ``DDie ID`` is in :func:`parse_board`).
 
     :raises NpuSmiParseError: on a layout error, a malformed die ID, or a missing ``NPU ID``/``Chip ID``.
     """
     block = KeyValueBlock.merged(parse_key_values(text, command=command))
-    vdie_key = "VDie ID" if block.get("VDie ID") is not None else "Die ID"
+    vdie_key = next((k for k in ("VDie ID", "DDie ID") if block.get(k) is not None), "Die ID")
     vdie = block.get(vdie_key)
     ndie = block.get("NDie ID")
     return ChipBoardInfo(
@@ -297,8 +309,8 @@ def parse_chip_board(text: str, *, command: str = "npu-smi info -t board -i <N> 
         chip_version=block.text("Chip Version"),
         npu_name=block.text("NPU Name"),
         board_id=block.text_lower("Board ID"),
-        vdie_id=None if vdie is None else die_id(command, *block.where(vdie_key), vdie),
-        ndie_id=None if ndie is None else die_id(command, *block.where("NDie ID"), ndie),
+        vdie_id=None if vdie is None else die_id(command, *block.where(vdie_key), vdie, vdie_key),
+        ndie_id=None if ndie is None else die_id(command, *block.where("NDie ID"), ndie, "NDie ID"),
         chip_position_id=block.integer(command, "Chip Position ID"),
         pcie_bus_info=block.text_lower("PCIe Bus Info"),
         firmware_version=block.text("Firmware Version"),

@@ -6,8 +6,9 @@ Calls, in order (all through :class:`NpuSmi`, so each has a deadline and typed e
    totals (DDR, and HBM on the 910 family), the 310's ``Device`` column, the 910_93's ``Phy-ID``.
 2. ``npu-smi info -m``: logic IDs (falls back to the ``Device`` column, then ``phyid-remap``,
    then the devfs rule -- a failing ``-m`` on a 910 host loses nothing else).
-3. per NPU ``-t board -i N`` (driver ``Software Version``, ``PCI Device ID`` = the generation),
-   per chip ``-t board -i N -c C`` (VDie ID = ``uuid``), per NPU ``-t common -i N`` (``Aicore Count``).
+3. per NPU ``-t board -i N`` (driver ``Software Version``, ``PCI Device ID`` = the generation;
+   on the 950 its ``DDie ID`` = ``uuid``), per chip ``-t board -i N -c C`` (VDie ID = ``uuid``;
+   not on the 950, whose npu-smi takes no ``-c``), per NPU ``-t common -i N`` (``Aicore Count``).
 4. ``-t phyid-remap -p N`` per ``/dev/davinci<N>``, only when the IDs of steps 1-2 are missing or
    disagree (:mod:`.ids`).
 5. ``-t topo`` when a 910-family chip is present: HCCS links and CPU affinity (:func:`with_topology`).
@@ -142,7 +143,10 @@ async def discover_npu_smi(npu_smi: NpuSmi, *, dev_root: Path, sys_root: Path) -
         for npu_id in npu_ids:
             tg.start_soon(card, npu_id)
         for c in info.chips:
-            tg.start_soon(chip, c.npu_id, c.chip_id)
+            # The 950's npu-smi refuses -c (docs/ascend-discovery.md#npu-smi-per-chip-readings):
+            # the call would only fail, with a WARNING at every discovery.
+            if family_of(c.name) is not ChipFamily.ASCEND950:
+                tg.start_soon(chip, c.npu_id, c.chip_id)
 
     partial = [_assemble(info, c, mapping, boards.get(c.npu_id), commons.get(c.npu_id),
                          chip_boards.get((c.npu_id, c.chip_id))) for c in info.chips]
@@ -230,6 +234,9 @@ def _assemble(info: InfoTable, row: InfoChip, mapping: tuple[MappingRow, ...] | 
     if aicore is None and model is not None:
         aicore = model.aicore
     driver = (board.software_version if board else None) or info.driver_version
+    uuid = chip_board.vdie_id if chip_board else None
+    if uuid is None and board is not None and board.chip_count == 1:
+        uuid = board.ddie_id  # the 950: the card-level board names its one device
     address = (row.bus_id or (chip_board.pcie_bus_info if chip_board else None) or "").lower() or None
     return PartialChip(
         npu_id=row.npu_id,
@@ -245,7 +252,7 @@ def _assemble(info: InfoTable, row: InfoChip, mapping: tuple[MappingRow, ...] | 
             "family": family,
             "health": row.health,
             "pci_address": address,
-            "uuid": chip_board.vdie_id if chip_board else None,
+            "uuid": uuid,
             "memory_mib": memory,
             "memory_kind": kind,
             "aicore_count": aicore,

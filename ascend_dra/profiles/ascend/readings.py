@@ -3,6 +3,12 @@
 Key/value outputs read with :func:`.keyvalue.parse_key_values` (its module docstring gives the
 layout rules). Memory is in **MiB** (npu-smi says ``MB``), rates in percent, frequencies in MHz,
 power in W, temperature in °C. Samples: ``tests/fixtures/npu-smi/`` (provenance in ``SOURCES.md``).
+
+Per generation (the npu-smi printing code ``npu_info_print.c``, ``npu_card_info.c``;
+docs/ascend-discovery.md#npu-smi-per-chip-readings): the 310/310B print their memory without a
+``DDR`` prefix (``Memory Capacity(MB)`` in ``-t usages``, ``Capacity(MB)``/``Clock Speed(MHz)`` in
+``-t memory``) and put ``Chip ID`` **before** a chip's lines, where the others put it after; the
+950's npu-smi takes one device per ``-i`` and prints neither ``Chip Count`` nor ``Chip ID``.
 """
 
 from __future__ import annotations
@@ -31,12 +37,31 @@ __all__ = (
 )
 
 
+#: Key/value keys whose first present spelling is read: the 310/310B print their memory (DDR,
+#: LPDDR on the 310B) without the ``DDR`` prefix (``print_ddr_info``, ``print_chip_memory_usages_info``).
+_DDR_CAPACITY = ("DDR Capacity(MB)", "Capacity(MB)")
+_DDR_CLOCK = ("DDR Clock Speed(MHz)", "Clock Speed(MHz)")
+_USAGES_DDR_CAPACITY = ("DDR Capacity(MB)", "Memory Capacity(MB)")
+#: ``-t usages`` lines read into ``rates`` under another name than ``<name> Usage Rate(%)``.
+_OTHER_RATES = {"NPU Utilization(%)": "NPU Utilization"}
+
+
+def _first_key(block: KeyValueBlock, keys: tuple[str, ...]) -> str:
+    """The first of ``keys`` that ``block`` prints (the first of all when none is printed)."""
+    return next((k for k in keys if block.get(k) is not None), keys[0])
+
+
 # -- npu-smi info -t memory -i N ------------------------------------------------------------------
 
 
 @attrs.frozen
 class ChipMemory:
-    """Memory of one chip (``chip_id`` None when the output names no chip). Sizes in MiB."""
+    """Memory of one chip (``chip_id`` None when the output names no chip). Sizes in MiB.
+
+    :ivar ddr_capacity_mib: ``DDR Capacity(MB)``; on 310/310B ``Capacity(MB)`` (what the ``npu-smi
+        info`` table prints as the memory total; the 310B's ``Total Capacity(MB)`` stays unread).
+    :ivar ddr_clock_mhz: ``DDR Clock Speed(MHz)``; on 310/310B ``Clock Speed(MHz)``.
+    """
 
     chip_id: int | None
     ddr_capacity_mib: int | None
@@ -56,7 +81,8 @@ class MemoryInfo:
 
 
 def parse_memory(text: str, *, command: str = "npu-smi info -t memory -i <N>") -> MemoryInfo:
-    """Parse ``npu-smi info -t memory -i N``. Sample: ``950_info_-t_memory.txt`` (HBM 131072 MiB).
+    """Parse ``npu-smi info -t memory -i N``. Samples: ``950_info_-t_memory.txt`` (HBM 131072 MiB),
+    ``310B_info_-t_memory_-i_0.txt`` (``Capacity(MB)``/``Clock Speed(MHz)``, no ``DDR`` prefix).
 
     A block with ``Chip ID`` is one chip; without it (the 950 sample) the whole output is one chip.
 
@@ -68,11 +94,11 @@ def parse_memory(text: str, *, command: str = "npu-smi info -t memory -i <N>") -
     for block in blocks:
         if block.get("NPU ID") is not None:
             npu_id = block.required_integer(command, "NPU ID")
-        if any(k.startswith(("DDR", "HBM")) for k, *_ in block.entries):
+        if any(k.startswith(("DDR", "HBM")) or k in _DDR_CAPACITY + _DDR_CLOCK for k, *_ in block.entries):
             chips.append(ChipMemory(
                 chip_id=block.integer(command, "Chip ID"),
-                ddr_capacity_mib=block.amount(command, "DDR Capacity(MB)"),
-                ddr_clock_mhz=block.integer(command, "DDR Clock Speed(MHz)"),
+                ddr_capacity_mib=block.amount(command, _first_key(block, _DDR_CAPACITY)),
+                ddr_clock_mhz=block.integer(command, _first_key(block, _DDR_CLOCK)),
                 hbm_capacity_mib=block.amount(command, "HBM Capacity(MB)"),
                 hbm_clock_mhz=block.integer(command, "HBM Clock Speed(MHz)"),
                 hbm_temperature_c=block.integer(command, "HBM Temperature(C)"),
@@ -91,10 +117,15 @@ class ChipUsages:
     """One chip of ``-t usages``: capacities in MiB, and every ``... Usage Rate(%)`` line in ``rates``.
 
     ``rates`` keys are printed names without ``Usage Rate(%)``: ``DDR``, ``HBM``, ``Aicore``,
-    ``Aicpu``, ``Ctrlcpu``, ``Vectorcore`` / ``Aivector``, ``DDR Bandwidth``, ``DVPP VDEC``, ...
+    ``Aicpu``, ``Ctrlcpu``, ``Vectorcore`` / ``Aivector``, ``DDR Bandwidth``, ``DVPP VDEC``,
+    ``Memory`` / ``Memory Bandwidth`` (310/310B), ...; and ``NPU Utilization`` for the
+    ``NPU Utilization(%)`` line (910B, 910_93, 950). All in percent.
+
+    :ivar chip_id: None on the 950, whose output names no chip.
+    :ivar ddr_capacity_mib: ``DDR Capacity(MB)``; on 310/310B ``Memory Capacity(MB)``.
     """
 
-    chip_id: int
+    chip_id: int | None
     ddr_capacity_mib: int | None
     hbm_capacity_mib: int | None
     rates: Mapping[str, int | None]
@@ -110,35 +141,46 @@ class UsagesInfo:
 
 
 def parse_usages(text: str, *, command: str = "npu-smi info -t usages -i <N>") -> UsagesInfo:
-    """Parse ``npu-smi info -t usages -i N``: the ``Chip ID`` line **ends** each chip's block.
+    """Parse ``npu-smi info -t usages -i N``: a head block (``NPU ID``, ``Chip Count``), then one
+    block per chip that ``Chip ID`` **ends** (310/310B: **starts**). The 950 prints one block, ``NPU
+    ID`` and the readings of its one chip (``chip_id`` None).
 
     Samples: ``910A_info_-t_usages.txt``, ``910B1_info_-t_usages_-i_0.txt``,
-    ``310P-duo_info_-t_usages_-i_1_2chips_DDR.txt`` (two chips, DDR only).
+    ``310P-duo_info_-t_usages_-i_1_2chips_DDR.txt`` (two chips, DDR only),
+    ``310B_info_-t_usages_-i_0.txt`` (``Chip ID`` first, ``Memory Capacity(MB)``),
+    ``950_info_-t_usages_-i_0.txt`` (one block, ``NPU Utilization(%)``).
 
-    :raises NpuSmiParseError: on a layout error, a chip block without ``Chip ID``, or a
-        ``Chip Count`` that disagrees with the blocks.
+    :raises NpuSmiParseError: on a layout error, a chip block without ``Chip ID`` at either end, a
+        value that is not an integer or NA, or a ``Chip Count`` that disagrees with the blocks.
     """
     blocks = parse_key_values(text, command=command)
     head, body = blocks[0], blocks[1:]
     npu_id = head.required_integer(command, "NPU ID")
     chip_count = head.integer(command, "Chip Count")
     chips = []
+    if not body and chip_count is None and len(head.entries) > 1:
+        chips.append(_chip_usages(command, head, None))  # the 950: one device, no Chip ID
     for block in body:
-        if block.entries[-1][0] != "Chip ID":
+        if "Chip ID" not in (block.entries[0][0], block.entries[-1][0]):
             line_no, line = block.entries[-1][2], block.entries[-1][3]
-            raise NpuSmiParseError(command, line_no, line, "a chip block must end with 'Chip ID'")
-        rates = {
-            k[: -len(" Usage Rate(%)")]: _text.to_int(command, n, line, v, k)
-            for k, v, n, line in block.entries if k.endswith(" Usage Rate(%)")
-        }
-        chips.append(ChipUsages(
-            chip_id=block.required_integer(command, "Chip ID"),
-            ddr_capacity_mib=block.amount(command, "DDR Capacity(MB)"),
-            hbm_capacity_mib=block.amount(command, "HBM Capacity(MB)"),
-            rates=rates,
-        ))
+            raise NpuSmiParseError(command, line_no, line, "a chip block must start or end with 'Chip ID'")
+        chips.append(_chip_usages(command, block, block.required_integer(command, "Chip ID")))
     _check_count(command, head, chip_count, len(chips))
     return UsagesInfo(npu_id=npu_id, chip_count=chip_count, chips=tuple(chips))
+
+
+def _chip_usages(command: str, block: KeyValueBlock, chip_id: int | None) -> ChipUsages:
+    rates = {
+        k[: -len(" Usage Rate(%)")] if k.endswith(" Usage Rate(%)") else _OTHER_RATES[k]:
+            _text.to_int(command, n, line, v, k)
+        for k, v, n, line in block.entries if k.endswith(" Usage Rate(%)") or k in _OTHER_RATES
+    }
+    return ChipUsages(
+        chip_id=chip_id,
+        ddr_capacity_mib=block.amount(command, _first_key(block, _USAGES_DDR_CAPACITY)),
+        hbm_capacity_mib=block.amount(command, "HBM Capacity(MB)"),
+        rates=rates,
+    )
 
 
 def _check_count(command: str, head: KeyValueBlock, expected: int | None, found: int) -> None:
