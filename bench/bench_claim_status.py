@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from bench_startup import cpu_s  # noqa: E402
 
 from tests.claimfiles import claim_object, create_in_api  # noqa: E402
-from tests.cluster.controlplane import ControlPlane, default_bin_dir  # noqa: E402
+from tests.cluster.controlplane import ControlPlane, default_bin_dir, exit_on_sigterm  # noqa: E402
 
 RES = "/apis/resource.k8s.io/v1"
 FIELD_MANAGER = "bench.ascend-dra"
@@ -118,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--claims", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
+    exit_on_sigterm()  # a stopped run still stops its control plane
     cp = ControlPlane(Path(tempfile.mkdtemp(prefix="adm-cp-")), default_bin_dir())
     cp.start()
     try:

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
 
-from tests.cluster.controlplane import ControlPlane, default_bin_dir  # noqa: E402
+from tests.cluster.controlplane import ControlPlane, default_bin_dir, exit_on_sigterm  # noqa: E402
 from tests.integration.daemon import DaemonProcess  # noqa: E402
 from tests.kubelet.conftest import GATES, _node_bin_dirs  # noqa: E402
 from tests.kubelet.node import Node, kubelet_client_pki  # noqa: E402
@@ -66,6 +66,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=10, help="repetitions of each pod (default 10)")
     ap.add_argument("--poll", type=float, default=0.02, help="status poll interval, seconds (default 0.02)")
     args = ap.parse_args()
+    exit_on_sigterm()  # a stopped run still stops its control plane
     kubelet_bin, containerd_bin = _node_bin_dirs()
     with tempfile.TemporaryDirectory(prefix="adra-bk-", dir="/tmp") as tmp:
         w = Path(tmp)

@@ -49,7 +49,7 @@ from bench_prepare import Stats, run_calls  # noqa: E402
 from bench_startup import import_floor, rss_mib  # noqa: E402
 
 from tests.claimfiles import claim_object, create_in_api, write_claim  # noqa: E402
-from tests.cluster.controlplane import free_port  # noqa: E402
+from tests.cluster.controlplane import exit_on_sigterm, free_port  # noqa: E402
 from tests.integration.daemon import DaemonProcess, Kubelet  # noqa: E402
 from tests.kubelet_pb.dra.v1 import api_pb2 as v1_pb2  # noqa: E402
 
@@ -267,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--loopwatch", metavar="PATH", help="record the daemon's longest event-loop callbacks and "
                         "the stacks inside them to PATH.<mode>.json (bench/loopwatch; slows the daemon a little)")
     args = parser.parse_args(argv)
+    exit_on_sigterm()  # a stopped run still stops its control plane
     if args.quick:
         args.batch, args.floor_rounds, args.startup_runs = 64, 200, 1
     modes = args.modes.split(",")

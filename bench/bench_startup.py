@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.cluster.controlplane import ControlPlane, default_bin_dir  # noqa: E402
+from tests.cluster.controlplane import ControlPlane, default_bin_dir, exit_on_sigterm  # noqa: E402
 from tests.integration.daemon import accepts  # noqa: E402
 
 DRIVER = "ascend.project-hami.io"
@@ -136,6 +136,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--kubeconfig", type=Path, help="a control plane started by `make cluster-up`")
     args = parser.parse_args()
+    exit_on_sigterm()  # a stopped run still stops its control plane
     cp: ControlPlane | None = None
     own = args.kubeconfig is None
     if own:

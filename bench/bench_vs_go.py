@@ -447,8 +447,9 @@ def main(argv: list[str] | None = None) -> int:
               f"of kubernetes-sigs/dra-example-driver v0.4.0 ({GO_COMMIT[:7]}), or pass --go-binary", file=sys.stderr)
         return 2
 
-    from tests.cluster.controlplane import ControlPlane, default_bin_dir
+    from tests.cluster.controlplane import ControlPlane, default_bin_dir, exit_on_sigterm
 
+    exit_on_sigterm()  # a stopped run still stops its control plane
     cp = ControlPlane(Path(tempfile.mkdtemp(prefix="adm-cp-")), default_bin_dir())
     work = Path(tempfile.mkdtemp(prefix="abg-", dir="/tmp"))  # short: unix socket paths stay under 108 bytes
     drivers: list[Driver] = []

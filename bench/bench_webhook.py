@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 import orjson  # noqa: E402
 
-from tests.cluster.controlplane import ControlPlane, default_bin_dir, free_port  # noqa: E402
+from tests.cluster.controlplane import ControlPlane, default_bin_dir, exit_on_sigterm, free_port  # noqa: E402
 from tests.cluster.webhook_process import WebhookProcess  # noqa: E402
 from tests.webhook_certs import issue, make_ca  # noqa: E402
 
@@ -158,6 +158,7 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--server-cpu", type=int, default=0)
     args = parser.parse_args()
+    exit_on_sigterm()  # a stopped run still stops its control plane
     with tempfile.TemporaryDirectory(prefix="adra-bench-wh-") as tmp:
         work = Path(tmp)
         ca = make_ca(work / "pki")

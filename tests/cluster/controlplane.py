@@ -101,6 +101,18 @@ def missing_binaries(bin_dir: Path) -> list[str]:
     return [n for n in names if not os.access(bin_dir / n, os.X_OK)]
 
 
+def exit_on_sigterm() -> None:
+    """Make SIGTERM raise ``SystemExit`` in this process (call from the main thread), so a script
+    stopped by ``timeout`` or ``kill`` runs its ``finally: cp.stop()``: by default SIGTERM ends
+    Python at once and the control plane it started keeps running (and is measured by the next
+    benchmark as load)."""
+
+    def _exit(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _exit)
+
+
 #: Test servers' ports are picked below the kernel's ephemeral range (free_port).
 _LOWEST_PORT = 20000  # above the usual fixed ports (10250 kubelet, 10257/10259 controller/scheduler, ...)
 
