@@ -211,7 +211,7 @@ async def test_a_prepare_and_an_unprepare_pass_through_the_event_loop_at_most_th
             assert isinstance(result[claim["metadata"]["uid"]], list)
             turns = 0
             assert await state.unprepare([ref(claim)]) == {claim["metadata"]["uid"]: None}
-            assert (prepare_turns, turns) <= (3, 3) and turns <= 3, (prepare_turns, turns)
+            assert prepare_turns <= 3 and turns <= 3, (prepare_turns, turns)
     finally:
         del loop._run_once
 

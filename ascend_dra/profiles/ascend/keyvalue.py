@@ -53,6 +53,11 @@ class KeyValueBlock:
                 return v
         return None
 
+    def first_key(self, *keys: str) -> str:
+        """The first of ``keys`` this block prints (the first of all when it prints none): one
+        field under the spellings of several generations (``VDie ID`` / ``DDie ID`` / ``Die ID``)."""
+        return next((k for k in keys if self.get(k) is not None), keys[0])
+
     def where(self, key: str) -> tuple[int, str]:
         """``(line_no, line)`` of ``key`` (of the block's first line when absent)."""
         for k, _, line_no, line in self.entries:
@@ -298,7 +303,7 @@ def parse_chip_board(text: str, *, command: str = "npu-smi info -t board -i <N> 
     :raises NpuSmiParseError: on a layout error, a malformed die ID, or a missing ``NPU ID``/``Chip ID``.
     """
     block = KeyValueBlock.merged(parse_key_values(text, command=command))
-    vdie_key = next((k for k in ("VDie ID", "DDie ID") if block.get(k) is not None), "Die ID")
+    vdie_key = block.first_key("VDie ID", "DDie ID", "Die ID")
     vdie = block.get(vdie_key)
     ndie = block.get("NDie ID")
     return ChipBoardInfo(

@@ -46,11 +46,6 @@ _USAGES_DDR_CAPACITY = ("DDR Capacity(MB)", "Memory Capacity(MB)")
 _OTHER_RATES = {"NPU Utilization(%)": "NPU Utilization"}
 
 
-def _first_key(block: KeyValueBlock, keys: tuple[str, ...]) -> str:
-    """The first of ``keys`` that ``block`` prints (the first of all when none is printed)."""
-    return next((k for k in keys if block.get(k) is not None), keys[0])
-
-
 # -- npu-smi info -t memory -i N ------------------------------------------------------------------
 
 
@@ -97,8 +92,8 @@ def parse_memory(text: str, *, command: str = "npu-smi info -t memory -i <N>") -
         if any(k.startswith(("DDR", "HBM")) or k in _DDR_CAPACITY + _DDR_CLOCK for k, *_ in block.entries):
             chips.append(ChipMemory(
                 chip_id=block.integer(command, "Chip ID"),
-                ddr_capacity_mib=block.amount(command, _first_key(block, _DDR_CAPACITY)),
-                ddr_clock_mhz=block.integer(command, _first_key(block, _DDR_CLOCK)),
+                ddr_capacity_mib=block.amount(command, block.first_key(*_DDR_CAPACITY)),
+                ddr_clock_mhz=block.integer(command, block.first_key(*_DDR_CLOCK)),
                 hbm_capacity_mib=block.amount(command, "HBM Capacity(MB)"),
                 hbm_clock_mhz=block.integer(command, "HBM Clock Speed(MHz)"),
                 hbm_temperature_c=block.integer(command, "HBM Temperature(C)"),
@@ -177,7 +172,7 @@ def _chip_usages(command: str, block: KeyValueBlock, chip_id: int | None) -> Chi
     }
     return ChipUsages(
         chip_id=chip_id,
-        ddr_capacity_mib=block.amount(command, _first_key(block, _USAGES_DDR_CAPACITY)),
+        ddr_capacity_mib=block.amount(command, block.first_key(*_USAGES_DDR_CAPACITY)),
         hbm_capacity_mib=block.amount(command, "HBM Capacity(MB)"),
         rates=rates,
     )
