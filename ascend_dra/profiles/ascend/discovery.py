@@ -23,6 +23,7 @@ import anyio
 import attrs
 
 from ascend_dra.profiles.ascend import devfs
+from ascend_dra.profiles.ascend.carryover import FACTS, carry, describe_carried
 from ascend_dra.profiles.ascend.chip import DroppedChip, NpuChip
 from ascend_dra.profiles.ascend.chips import ChipModel
 from ascend_dra.profiles.ascend.errors import NpuSmiError, NpuSmiNotFound
@@ -94,7 +95,9 @@ async def discover_chips(
     :param timeout_s: deadline of each npu-smi call, in seconds.
     :param known: chips of an earlier npu-smi answer, by physical ID. When the devfs tier answers
         for exactly known physical IDs, its chips take their logic, chip and NPU IDs from there,
-        so a device keeps its name when npu-smi stops answering (docs/ascend-discovery.md).
+        so a device keeps its name when npu-smi stops answering (docs/ascend-discovery.md). Facts
+        of the hardware that a failed npu-smi call or the devfs tier cannot read (uuid, memory,
+        AI cores, topology) are kept from there too, per chip in the same slot (:mod:`.carryover`).
     :raises ValueError: if simulation is asked for without a model.
     """
     if simulate is not SimulateMode.NEVER and simulated_model is None:
@@ -110,7 +113,7 @@ async def discover_chips(
                 raise NpuSmiNotFound(f"{npu_smi} info", npu_smi, "not on $PATH nor in the driver's install "
                                      f"locations ({', '.join(located.searched[1:])})")
             answer = await discover_npu_smi(NpuSmi(located.executable, timeout_s=timeout_s), dev_root=dev_root,
-                                            sys_root=sys_root)
+                                            sys_root=sys_root, known=known)
         except NpuSmiError as exc:
             failures.append(str(exc))
             logger.warning("discovery tier failed; trying the next",
@@ -125,6 +128,8 @@ async def discover_chips(
         chips = await devfs.discover_devfs(dev_root, sys_root)
         if chips or simulate is SimulateMode.NEVER:
             chips, devfs_notes = _devfs_ids(chips, known, profile)
+            chips, facts_notes = _devfs_facts(chips, known, profile)
+            devfs_notes = (*devfs_notes, *facts_notes)
             return _found(Discovery(TIER_DEVFS, chips, tuple(failures), npu_smi=located,
                                     notes=(*notes, *devfs_notes)), profile)
         failures.append(f"no davinci<N> device node under {dev_root}")
@@ -151,6 +156,24 @@ def _devfs_ids(chips: tuple[NpuChip, ...], known: Mapping[int, NpuChip] | None,
     logger.warning("chip IDs unknown on this tier; device names use the logic ID only",
                    extra={"tier": TIER_DEVFS, "profile": profile, "chips": len(chips)})
     return chips, (note,)
+
+
+def _devfs_facts(chips: tuple[NpuChip, ...], known: Mapping[int, NpuChip] | None,
+                 profile: str) -> tuple[tuple[NpuChip, ...], tuple[str, ...]]:
+    """What the devfs tier cannot read (uuid, memory, AI cores, model, topology), kept per chip from
+    the last npu-smi answer when it saw the same chip in the same slot (:mod:`.carryover`)."""
+    carried: dict[str, int] = {}
+    out = []
+    for chip in chips:
+        chip, taken = carry(chip, known, [f for f in FACTS if getattr(chip, f) is None])
+        out.append(chip)
+        for field in taken:
+            carried[field] = carried.get(field, 0) + 1
+    if not carried:
+        return chips, ()
+    logger.info("devfs tier: attributes kept from the last npu-smi answer",
+                extra={"tier": TIER_DEVFS, "profile": profile, "carried": carried})
+    return tuple(out), (describe_carried(carried, "devfs tier"),)
 
 
 def _found(result: Discovery, profile: str) -> Discovery:

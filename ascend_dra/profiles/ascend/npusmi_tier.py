@@ -23,7 +23,7 @@ sharing one, fails the tier: a device we cannot inject must not be published. A 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
@@ -31,6 +31,7 @@ import anyio
 import attrs
 
 from ascend_dra.profiles.ascend import devfs
+from ascend_dra.profiles.ascend.carryover import TOPOLOGY_FACTS, carry, describe_carried
 from ascend_dra.profiles.ascend.chip import DroppedChip, NpuChip
 from ascend_dra.profiles.ascend.chips import (
     ChipFamily,
@@ -110,11 +111,14 @@ class NpuSmiAnswer:
     notes: tuple[str, ...] = ()
 
 
-async def discover_npu_smi(npu_smi: NpuSmi, *, dev_root: Path, sys_root: Path) -> NpuSmiAnswer:
+async def discover_npu_smi(npu_smi: NpuSmi, *, dev_root: Path, sys_root: Path,
+                           known: Mapping[int, NpuChip] | None = None) -> NpuSmiAnswer:
     """Discover every chip of the node through npu-smi (all families; profiles filter).
 
     Only ``npu-smi info`` is required; each other call fills its own fields and, when it fails,
-    those fields alone are missing (a WARNING names the call and what was lost).
+    those fields alone are missing (a WARNING names the call and what was lost), unless ``known``
+    (the chips of this daemon's last npu-smi answer, by physical ID) has them for the same chip:
+    the uuid, the AI core count and the topology are then kept (:mod:`.carryover`).
 
     :return: the chips ordered by logic ID, the chips without a device node, and notes.
     :raises NpuSmiError: when ``npu-smi info`` fails or cannot be parsed, or when a chip has no
@@ -169,14 +173,23 @@ async def discover_npu_smi(npu_smi: NpuSmi, *, dev_root: Path, sys_root: Path) -
         command=npu_smi.command_line("info")))
     notes.extend(resolved.notes)
     chips = await anyio.to_thread.run_sync(_chips, resolved, sys_root)
+    carried: dict[str, int] = {}
+    chips = [_keep(c, known, _unread(c, boards, commons, chip_boards), carried) for c in chips]
     chips = _without_shared_uuids(chips)
     if any(c.family in TOPOLOGY_FAMILIES for c in chips):
         topo = await _optional(npu_smi.topo, "npu-smi info -t topo", budget)
         if topo is None:
-            notes.append("npu-smi info -t topo gave no answer: hccs, topologyGroup and cpuAffinity omitted")
+            chips = [_keep(c, known, TOPOLOGY_FACTS, carried) for c in chips]
+            lost = [c for c in chips if c.family in TOPOLOGY_FAMILIES and c.hccs is None]
+            if lost:
+                notes.append("npu-smi info -t topo gave no answer: hccs, topologyGroup and cpuAffinity omitted")
         else:
             chips, topo_notes = with_topology(chips, topo)
             notes.extend(topo_notes)
+    if carried:
+        notes.append(describe_carried(carried, "npu-smi calls failed"))
+        logger.info("attributes kept from the last npu-smi answer for the calls that failed",
+                    extra={"carried": carried, "tier": "npu-smi"})
     return NpuSmiAnswer(chips=tuple(sorted(chips, key=lambda c: c.logic_id)), dropped=resolved.dropped,
                         notes=tuple(notes))
 
@@ -204,6 +217,29 @@ async def _remaps(npu_smi: NpuSmi, numbers: list[int], budget: _Budget, reason: 
         for number in rest:
             tg.start_soon(one, number)
     return out
+
+
+def _unread(chip: NpuChip, boards: Mapping[int, BoardInfo | None], commons: Mapping[int, CommonInfo | None],
+            chip_boards: Mapping[tuple[int, int], ChipBoardInfo | None]) -> tuple[str, ...]:
+    """The facts (:data:`.carryover.FACTS`) of ``chip`` whose npu-smi call failed or was skipped
+    after a timeout: the uuid's board call (the card's on the 950, else the chip's) and the
+    AI core count's ``-t common``."""
+    npu, chip_id = chip.npu_id or 0, chip.chip_id or 0  # always set on this tier (npu-smi info)
+    unread = []
+    uuid_source = boards.get(npu) if chip.family is ChipFamily.ASCEND950 else chip_boards.get((npu, chip_id))
+    if uuid_source is None:
+        unread.append("uuid")
+    if commons.get(npu) is None:
+        unread.append("aicore_count")  # replaces the catalogue's count only with one read from this chip
+    return tuple(unread)
+
+
+def _keep(chip: NpuChip, known: Mapping[int, NpuChip] | None, fields: tuple[str, ...],
+          carried: dict[str, int]) -> NpuChip:
+    chip, taken = carry(chip, known, fields)
+    for field in taken:
+        carried[field] = carried.get(field, 0) + 1
+    return chip
 
 
 def _davinci_nodes(dev_root: Path, sys_root: Path) -> tuple[list[int], dict[str, int]]:
