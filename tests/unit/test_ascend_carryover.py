@@ -102,7 +102,9 @@ async def test_the_devfs_tier_keeps_memory_uuid_and_model_of_the_same_chips(tmp_
         p: (d.name, d.capacities.get("memory"), d.attributes.get("uuid"), d.attributes.get("model"))
         for p, d in before.items()}
     assert all(d.capacities["memory"].value for d in after.values())
-    # Health is a reading, never carried over; nor is the driver version.
+    # The driver version is the installed software's, which an upgrade changes: not kept.
+    assert any("driverVersion" in d.attributes for d in before.values())
+    assert all("driverVersion" not in d.attributes for d in after.values())
     assert any("devfs tier; kept from the last npu-smi answer: " in n for n in profile.discovery_notes())
 
 
