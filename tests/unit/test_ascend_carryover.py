@@ -131,3 +131,21 @@ def test_only_the_same_chip_in_the_same_slot_gives_its_facts() -> None:
     assert (kept.uuid, kept.aicore_count, names) == ("A-B-C-D-E", 32, ("uuid",))
     assert carry(chip(), {}, ["uuid"]) == (chip(), ())
     assert carry(chip(), None, ["uuid"]) == (chip(), ())
+
+
+async def test_a_failing_info_m_keeps_the_logic_ids_so_no_device_is_renamed(tmp_path: Path) -> None:
+    """910A 9010: logic IDs are not in physical order, so the rank rule alone would rename devices
+    under allocated claims when ``-m`` (and ``phyid-remap``) fail during a rediscovery."""
+    dev, sys_root = tree_910a(tmp_path)
+    answers = full_answers(tmp_path)
+    failing = {k: v for k, v in answers.items() if k != "info -m"}
+    ctx = context(tmp_path, npu_smi(tmp_path, "full", answers), dev, sys_root)
+    broken = attrs.evolve(ctx, npu_smi=str(npu_smi(tmp_path, "broken", failing)))
+    profile = Npu910Profile()
+    before = {d.name: d.attributes["physicalID"] for d in (await profile.discover(ctx)).devices}
+    after = {d.name: d.attributes["physicalID"] for d in (await profile.discover(broken)).devices}
+    cold = {d.name: d.attributes["physicalID"] for d in (await Npu910Profile().discover(broken)).devices}
+    assert after == before
+    assert cold != before  # what the rank rule gives on this host
+    assert any(n.startswith("npu-smi info -m failed: logic IDs kept from the last npu-smi answer")
+               for n in profile.discovery_notes())

@@ -16,13 +16,13 @@ chip ID and family are the same. Readings that do change are never carried over:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
 from ascend_dra.profiles.ascend.chip import NpuChip
 
-__all__ = ("FACTS", "TOPOLOGY_FACTS", "carry", "describe_carried", "same_chip")
+__all__ = ("FACTS", "TOPOLOGY_FACTS", "carry", "describe_carried", "kept_logic_ids", "same_chip")
 
 #: The fields from ``-t topo`` (HCCS links and CPU affinity): physical wiring.
 TOPOLOGY_FACTS = ("hccs", "topology_group", "cpu_affinity")
@@ -61,6 +61,24 @@ def carry(chip: NpuChip, known: Mapping[int, NpuChip] | None, fields: Iterable[s
         return chip, ()
     taken = {f: getattr(old, f) for f in fields if getattr(old, f) is not None and getattr(chip, f) != getattr(old, f)}
     return (attrs.evolve(chip, **taken), tuple(taken)) if taken else (chip, ())
+
+
+def kept_logic_ids(chips: Sequence[NpuChip], known: Mapping[int, NpuChip] | None) -> list[NpuChip] | None:
+    """``chips`` with the logic IDs of the last npu-smi answer, when that answer saw exactly these chips.
+
+    For an answer whose logic IDs had to be inferred (``npu-smi info -m`` failed, no ``Device``
+    column, no ``phyid-remap``): the rank rule can differ from DCMI's numbering, and device names
+    (``npu-<logicID>-0``) must not change under allocated claims. None when a chip is new, moved or
+    gone, or the remembered logic IDs are not distinct: the inferred IDs then stand.
+    """
+    if not known or {c.physical_id for c in chips} != set(known):
+        return None
+    if any(not same_chip(c, known[c.physical_id]) for c in chips):
+        return None
+    logic = [known[c.physical_id].logic_id for c in chips]
+    if len(set(logic)) != len(logic):
+        return None
+    return [attrs.evolve(c, logic_id=known[c.physical_id].logic_id) for c in chips]
 
 
 def describe_carried(carried: Mapping[str, int], why: str) -> str:

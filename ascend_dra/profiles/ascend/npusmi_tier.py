@@ -31,7 +31,7 @@ import anyio
 import attrs
 
 from ascend_dra.profiles.ascend import devfs
-from ascend_dra.profiles.ascend.carryover import TOPOLOGY_FACTS, carry, describe_carried
+from ascend_dra.profiles.ascend.carryover import TOPOLOGY_FACTS, carry, describe_carried, kept_logic_ids
 from ascend_dra.profiles.ascend.chip import DroppedChip, NpuChip
 from ascend_dra.profiles.ascend.chips import (
     ChipFamily,
@@ -154,13 +154,6 @@ async def discover_npu_smi(npu_smi: NpuSmi, *, dev_root: Path, sys_root: Path,
 
     partial = [_assemble(info, c, mapping, boards.get(c.npu_id), commons.get(c.npu_id),
                          chip_boards.get((c.npu_id, c.chip_id))) for c in info.chips]
-    if mapping is None and any(p.logic_from_device is None for p in partial):
-        # 910 family: no Device column, so -m was the source of logic IDs (and of nothing else
-        # that info did not give); the rest of the chip is kept.
-        notes.append("npu-smi info -m failed: logic IDs from phyid-remap or the physical order; "
-                     "the other fields come from npu-smi info and -t board/common")
-        logger.warning("npu-smi info -m failed; logic IDs come from phyid-remap or the physical order",
-                       extra={"chips": len(partial), "tier": "npu-smi"})
     numbers, by_address = await anyio.to_thread.run_sync(_davinci_nodes, dev_root, sys_root)
     reason = remap_reason(partial, numbers, by_address)
     remaps: dict[int, PhyIdRemap] = {}
@@ -173,6 +166,21 @@ async def discover_npu_smi(npu_smi: NpuSmi, *, dev_root: Path, sys_root: Path,
         command=npu_smi.command_line("info")))
     notes.extend(resolved.notes)
     chips = await anyio.to_thread.run_sync(_chips, resolved, sys_root)
+    if mapping is None and any(p.logic_from_device is None for p in partial):
+        # 910 family: no Device column, so -m was the source of logic IDs (and of nothing else
+        # that info did not give); the rest of the chip is kept.
+        kept = None if remaps else kept_logic_ids(chips, known)
+        if kept is not None:  # a running daemon: the names its last answer gave stay (carryover.py)
+            chips = kept
+            notes.append("npu-smi info -m failed: logic IDs kept from the last npu-smi answer; "
+                         "the other fields come from npu-smi info and -t board/common")
+            logger.warning("npu-smi info -m failed; logic IDs kept from the last npu-smi answer",
+                           extra={"chips": len(partial), "tier": "npu-smi"})
+        else:
+            notes.append("npu-smi info -m failed: logic IDs from phyid-remap or the physical order; "
+                         "the other fields come from npu-smi info and -t board/common")
+            logger.warning("npu-smi info -m failed; logic IDs come from phyid-remap or the physical order",
+                           extra={"chips": len(partial), "tier": "npu-smi"})
     carried: dict[str, int] = {}
     chips = [_keep(c, known, _unread(c, boards, commons, chip_boards), carried) for c in chips]
     chips = _without_shared_uuids(chips)
