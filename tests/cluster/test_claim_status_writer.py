@@ -207,6 +207,47 @@ async def test_a_stream_without_a_lull_still_writes_within_the_longest_delay(cp,
             delete_claim_and_pod(cp, claim["metadata"]["name"])
 
 
+class Overlap(Recording):
+    """The real client; notes, at each request's start, how many requests were then in flight."""
+
+    def __init__(self, client) -> None:
+        super().__init__(client)
+        self.in_flight = 0
+        self.overlap: list[tuple[float, int]] = []  # (time.monotonic(), requests in flight with it)
+
+    async def call(self, method, path, **kwargs):
+        self.in_flight += 1
+        self.overlap.append((time.monotonic(), self.in_flight))
+        try:
+            return await super().call(method, path, **kwargs)
+        finally:
+            self.in_flight -= 1
+
+
+async def test_while_calls_still_come_statuses_go_out_one_at_a_time_and_together_in_the_lull(cp, start_daemon):
+    claims = allocated_claims(cp, start_daemon, 8)
+    api = Overlap(await open_api(str(cp.kubeconfig)))
+    writer = ClaimStatusWriter(api, DRIVER, workers=4, quiet_s=0.05, max_delay_s=0.3)
+    try:
+        async with running(writer):
+            ended = await stream_of_jobs(writer, claims, 1.0)
+            for claim in claims:  # the stream's last burst: every claim pending when the lull begins
+                writer.prepared(prepared(claim))
+            await until_idle(writer)
+        during = [n for t, n in api.overlap if t < ended]
+        after = [n for t, n in api.overlap if t >= ended]
+        assert len(during) >= len(claims)  # the stream's flushes went out while it lasted...
+        assert max(during) == 1  # ...one write at a time (four at once before)
+        assert max(after) > 1  # the lull's flush: the workers together
+        assert writer.failed == 0
+        for claim in claims:
+            assert our_status(claim_of(cp, "default", claim["metadata"]["name"]))
+    finally:
+        await api.client.close()
+        for claim in claims:
+            delete_claim_and_pod(cp, claim["metadata"]["name"])
+
+
 def test_a_daemon_stopped_right_after_its_prepares_still_writes_their_statuses(cp, start_daemon):
     """The statuses wait for a lull (50 ms); a SIGTERM within it must not lose them (drain at shutdown)."""
     from tests.integration.daemon import Kubelet
@@ -304,7 +345,7 @@ async def test_a_write_the_shutdown_cancelled_is_written_by_the_drain(cp, start_
         async with running(writer):  # its end cancels the workers, as a stopping daemon does
             writer.prepared(prepared(x))
             await anyio.sleep(0.2)  # its write hangs
-            assert writer._busy == {x["metadata"]["uid"]}
+            assert set(writer._busy) == {x["metadata"]["uid"]}
         with anyio.fail_after(10):
             await writer.drain()
         assert our_status(claim_of(cp, "default", x["metadata"]["name"]))
