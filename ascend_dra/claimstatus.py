@@ -190,10 +190,11 @@ class ClaimStatusWriter:
     waits for ``status.devices``; the kubelet waits for every Prepare.
 
     A flush that begins while jobs still come (the oldest waited ``max_delay_s``) is written one
-    claim at a time; all ``workers`` join once a lull begins. Four applies at once, a second after
-    a stream of calls began, held the Unprepares of that second back: their p99 at one in flight
-    was 8-10 ms, 2-3 ms without the status writes (docs/performance.md). A write still going after
-    ``max_delay_s`` (a slow API server) no longer counts, so it holds back no other claim.
+    claim at a time, one write beginning at most every ``busy_interval_s``; all ``workers`` join
+    once a lull begins. Four applies at once, a second after a stream of calls began, held the
+    Unprepares of that second back: their p99 at one in flight was 8-10 ms, 2-3 ms without the
+    status writes (docs/performance.md). A write still going after ``max_delay_s`` (a slow API
+    server) no longer counts, so it holds back no other claim.
 
     :param api: the daemon's shared :class:`~ascend_dra.apiclient.KubeApi` (its owner closes it).
     :param attempts: tries per write before it is given up (with 0.5 s, 1 s, 2 s, ... between).
@@ -201,10 +202,13 @@ class ClaimStatusWriter:
     :param max_pending: claims waiting at most; beyond, a new claim's status is dropped and logged.
     :param quiet_s: seconds without a new job after which the pending ones are written.
     :param max_delay_s: seconds the oldest pending job waits at most for a lull.
+    :param busy_interval_s: while jobs still come, seconds between the beginnings of two writes at
+        least (0.05: at most 20 a second, about 5 % of two cores for the API server's applies).
     """
 
     def __init__(self, api: Any, driver_name: str, *, attempts: int = 4, workers: int = 4,
-                 max_pending: int = 4096, quiet_s: float = 0.05, max_delay_s: float = 1.0) -> None:
+                 max_pending: int = 4096, quiet_s: float = 0.05, max_delay_s: float = 1.0,
+                 busy_interval_s: float = 0.05) -> None:
         self.api = api
         self.driver_name = driver_name
         self.attempts = attempts
@@ -212,6 +216,8 @@ class ClaimStatusWriter:
         self.max_pending = max_pending
         self.quiet_s = quiet_s
         self.max_delay_s = max_delay_s
+        self.busy_interval_s = busy_interval_s
+        self._last_begun = float("-inf")  # time.monotonic() the newest write began
         self._last_put = 0.0  # time.monotonic() of the newest job
         self._flush: set[str] | None = None  # the claims of this flush not yet taken (pending when it began)
         self._pending: dict[str, _Job] = {}  # uid -> its latest job not yet started, oldest first
@@ -266,7 +272,7 @@ class ClaimStatusWriter:
         for uid, job in self._pending.items():
             if uid in self._flush:
                 del self._pending[uid]
-                self._busy[uid] = time.monotonic()
+                self._busy[uid] = self._last_begun = time.monotonic()
                 self._flush.discard(uid)  # a newer job of it waits for the next lull
                 if not self._flush:
                     self._flush = None
@@ -277,17 +283,19 @@ class ClaimStatusWriter:
     def _hold_s(self) -> float:
         """Seconds this worker waits before taking a job of the current flush (0: take one now).
 
-        Outside a lull one write at a time: a worker waits while another write began less than
-        ``max_delay_s`` ago, until the lull may begin or that write is old enough to be left alone.
+        Outside a lull one write at a time, and ``busy_interval_s`` after the last one began: a
+        worker waits while another write began less than ``max_delay_s`` ago (until it is old
+        enough to be left alone), or the last began less than ``busy_interval_s`` ago, or until the
+        lull may begin, whichever comes first.
         """
         now = time.monotonic()
         lull_in = self._last_put + self.quiet_s - now
         if lull_in <= 0:
             return 0.0
-        young = [began for began in self._busy.values() if now - began < self.max_delay_s]
-        if not young:
-            return 0.0
-        return max(0.001, min(lull_in, min(young) + self.max_delay_s - now))
+        young = [began + self.max_delay_s - now for began in self._busy.values() if now - began < self.max_delay_s]
+        spacing = self._last_begun + self.busy_interval_s - now
+        hold = max([spacing, *young])
+        return max(0.001, min(lull_in, hold)) if hold > 0 else 0.0
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Write queued statuses until cancelled (jobs queued before it started included)."""

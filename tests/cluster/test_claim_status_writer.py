@@ -225,6 +225,7 @@ class Overlap(Recording):
 
 
 async def test_while_calls_still_come_statuses_go_out_one_at_a_time_and_together_in_the_lull(cp, start_daemon):
+    """At most one write in flight and one beginning every busy_interval_s (0.05) while calls come."""
     claims = allocated_claims(cp, start_daemon, 8)
     api = Overlap(await open_api(str(cp.kubeconfig)))
     writer = ClaimStatusWriter(api, DRIVER, workers=4, quiet_s=0.05, max_delay_s=0.3)
@@ -236,8 +237,10 @@ async def test_while_calls_still_come_statuses_go_out_one_at_a_time_and_together
             await until_idle(writer)
         during = [n for t, n in api.overlap if t < ended]
         after = [n for t, n in api.overlap if t >= ended]
+        begun = [t for t, _ in api.overlap if t < ended]
         assert len(during) >= len(claims)  # the stream's flushes went out while it lasted...
-        assert max(during) == 1  # ...one write at a time (four at once before)
+        assert max(during) == 1  # ...one write at a time (four at once before)...
+        assert min(b - a for a, b in zip(begun, begun[1:])) >= 0.045  # ...at most one every busy_interval_s
         assert max(after) > 1  # the lull's flush: the workers together
         assert writer.failed == 0
         for claim in claims:
