@@ -10,16 +10,23 @@ call). Floors, measured against the same daemon, directory and API server:
 * ``RPC``: an empty ``NodePrepareResources`` at the same concurrency;
 * ``write``: one durable append of a 512-byte line (write + fdatasync) in the plugin data dir, the
   durable work one Prepare or Unprepare does (docs/durable-state.md);
-* ``GET`` (cluster): a keep-alive GET of a ResourceClaim over one TLS connection.
+* ``GET`` (cluster): a keep-alive GET of a ResourceClaim over one TLS connection;
+* ``claim file read`` (standalone): reading and parsing one claim file as the daemon does (PyYAML's
+  C loader).
 
 The daemon's CDI dir is on tmpfs (``/dev/shm``), as ``/var/run/cdi`` is on a node; its checkpoint is on
 the disk, as ``/var/lib/kubelet`` is.
 
-Prepare's floor is RPC + write (+ GET in cluster mode), Unprepare's RPC + write. Also: cold start to
-GetInfo answered and to the first slice (cluster, from bench_startup.py), the event loop's longest
-stall while serving (``ascend_dra_event_loop_stall_max_seconds``) beside the same monitor in a bare
-process, and the daemon's RSS idle and after every phase beside a process that only imports the
-dependencies.
+Each timed phase follows ``--warmup`` untimed Prepares and Unprepares of other claims (default 8): the
+floors are measured in long warm runs, and on a VM the first calls after even a short idle spell are
+2-5x slower, the empty RPC as much as a Prepare. How a lone call fares is printed apart: the first
+empty RPC and the first Prepare after 1 s of idleness.
+
+Prepare's floor is RPC + write + GET (cluster mode) or claim file read (standalone), Unprepare's RPC
++ write. Also: cold start to GetInfo answered and to the first slice (cluster, from
+bench_startup.py), the event loop's longest stall while serving
+(``ascend_dra_event_loop_stall_max_seconds``) beside the same monitor in a bare process, and the
+daemon's RSS idle and after every phase beside a process that only imports the dependencies.
 """
 
 from __future__ import annotations
@@ -92,6 +99,46 @@ def get_floor(cp, name: str, rounds: int) -> Stats:
             raise RuntimeError(f"GET claim: {response.status}")
         latencies.append(time.perf_counter() - t)
     conn.close()
+    return Stats(latencies, time.perf_counter() - started)
+
+
+#: Calls after a second of idleness in the cold figure (each a fresh claim: a device of its own).
+COLD_ROUNDS = 5
+
+
+def cold_calls(node: Node, first_device: int, empty_call, prepare, unprepare) -> tuple[float, float]:
+    """(empty RPC, Prepare): the median latency in ms of the first call after 1 s of idleness,
+    over :data:`COLD_ROUNDS` rounds, each call's claim fresh.
+
+    On a VM the first calls after an idle spell are 2-5x slower than the steady state, the empty RPC
+    as much as a Prepare (docs/performance.md#cold-calls), and fall back over the next ~8 calls; the
+    timed phases are measured warm (``--warmup``), so this is how a lone Prepare fares, beside its floor.
+    """
+    rpc, prep = [], []
+    for claim in node.claims(COLD_ROUNDS, first_device):
+        time.sleep(1)
+        t = time.perf_counter()
+        empty_call(None)
+        rpc.append((time.perf_counter() - t) * 1000)
+        time.sleep(1)
+        t = time.perf_counter()
+        prepare(claim)
+        prep.append((time.perf_counter() - t) * 1000)
+        unprepare(claim)
+    return statistics.median(rpc), statistics.median(prep)
+
+
+def claim_file_floor(path: Path, rounds: int) -> Stats:
+    """Reading and parsing one standalone claim file as the daemon does (claims.py: the whole file,
+    PyYAML's C loader): what any Prepare in standalone mode must do to learn its claim."""
+    from ascend_dra.claims import _Loader
+
+    latencies = []
+    started = time.perf_counter()
+    for _ in range(rounds):
+        t = time.perf_counter()
+        __import__("yaml").load(path.read_text(), Loader=_Loader)
+        latencies.append(time.perf_counter() - t)
     return Stats(latencies, time.perf_counter() - started)
 
 
@@ -193,9 +240,9 @@ def bench_mode(mode: str, args, cp=None) -> tuple[list[tuple], dict]:
     root = Path(tempfile.mkdtemp(prefix="adm-", dir="/tmp"))
     held_counts = [0, 128] if args.quick else [0, 128, 1024]
     most = max(held_counts)
+    spare = most + args.batch + 1  # the first device after the held claims, a batch and the GET probe
     loopwatch = Path(args.loopwatch).with_suffix(f".{mode}.json") if args.loopwatch else None
-    node = Node(mode, root, devices=most + args.batch + 1, cp=cp,  # held claims, then one batch's devices
-                loopwatch=loopwatch)
+    node = Node(mode, root, devices=spare + max(args.warmup, COLD_ROUNDS), cp=cp, loopwatch=loopwatch)
     rows: list[tuple] = []
     extra: dict = {}
     try:
@@ -221,12 +268,16 @@ def bench_mode(mode: str, args, cp=None) -> tuple[list[tuple], dict]:
 
         run_calls(range(50), empty_call, 1)
         write = append_floor(node.daemon.checkpoint.parent, args.floor_rounds)
-        get = None
+        # The claim's fetch: a keep-alive GET (cluster), reading and parsing its file (standalone).
+        probe = node.claims(1, most + args.batch)[0]
         if cp is not None:
-            probe = node.claims(1, most + args.batch)[0]
             get = get_floor(cp, probe["metadata"]["name"], args.floor_rounds)
+        else:
+            get = claim_file_floor(node.daemon.root / "claims" / "default" / f"{probe['metadata']['name']}.yaml",
+                                   args.floor_rounds)
         rpc = {c: run_calls(range(args.floor_rounds if c == 1 else args.floor_rounds * 2), empty_call, c)
                for c in (1, 16, 64)}
+        extra["cold"] = cold_calls(node, spare, empty_call, prepare, unprepare)
         held: list[dict] = []
         getinfo_ms: list[float] = []  # GetInfo answers while 64 calls are in flight (the kubelet allows 1 s)
         for count in held_counts:
@@ -235,9 +286,13 @@ def bench_mode(mode: str, args, cp=None) -> tuple[list[tuple], dict]:
             held += extra_claims
             for c in (1, 16, 64):
                 batch = node.claims(args.batch, most)
+                if args.warmup:  # untimed, as the floors are measured warm (docs/performance.md#cold-calls)
+                    warm = node.claims(args.warmup, spare)
+                    run_calls(warm, prepare, min(c, args.warmup))
+                    run_calls(warm, unprepare, min(c, args.warmup))
                 with GetInfoProbe(node.daemon, getinfo_ms) if c == 64 else contextlib.nullcontext():
                     p, u = run_calls(batch, prepare, c), run_calls(batch, unprepare, c)
-                floor_p = rpc[c].p50_ms + write.p50_ms + (get.p50_ms if get else 0)
+                floor_p = rpc[c].p50_ms + write.p50_ms + get.p50_ms
                 floor_u = rpc[c].p50_ms + write.p50_ms
                 rows.append((mode, count, c, "prepare", p, floor_p))
                 rows.append((mode, count, c, "unprepare", u, floor_u))
@@ -246,8 +301,11 @@ def bench_mode(mode: str, args, cp=None) -> tuple[list[tuple], dict]:
         extra["floors"] = {"RPC p50/p99 ms (1/16/64)": " ".join(f"{rpc[c].p50_ms:.2f}/{rpc[c].p99_ms:.2f}"
                                                                for c in (1, 16, 64)),
                            "write p50/p99 ms": f"{write.p50_ms:.2f}/{write.p99_ms:.2f}",
-                           **({"GET p50/p99 ms": f"{get.p50_ms:.2f}/{get.p99_ms:.2f}"} if get else {})}
+                           f"{'GET' if cp is not None else 'claim file read'} p50/p99 ms":
+                               f"{get.p50_ms:.2f}/{get.p99_ms:.2f}"}
         extra["getinfo"] = getinfo_ms
+        extra["floor_rpc"] = rpc[1].p50_ms
+        extra["floor_prepare"] = rpc[1].p50_ms + write.p50_ms + get.p50_ms
         extra["stall"] = scrape_stall(node.metrics_port)
         extra["rss after"] = rss_mib(node.daemon.proc.pid)
         k.close()
@@ -264,6 +322,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--floor-rounds", type=int, default=500)
     parser.add_argument("--quick", action="store_true", help="0 and 128 held, batches of 64")
     parser.add_argument("--startup-runs", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=8,
+                        help="untimed Prepares and Unprepares (other claims) just before each timed phase, as "
+                             "the floors are measured warm; 0: none (docs/performance.md#cold-calls)")
     parser.add_argument("--loopwatch", metavar="PATH", help="record the daemon's longest event-loop callbacks and "
                         "the stacks inside them to PATH.<mode>.json (bench/loopwatch; slows the daemon a little)")
     args = parser.parse_args(argv)
@@ -297,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     loop_floor = stall_floor()
 
     print(f"\nascend-dra benchmark matrix: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, batches of "
-          f"{args.batch} single-device claims, fake profile")
+          f"{args.batch} single-device claims, fake profile, {args.warmup} untimed calls before each phase")
     header = f"{'mode':<11}{'held':>6}{'in flight':>10}  {'op':<10}{'p50 ms':>8}{'p99 ms':>8}{'claims/s':>9}" \
              f"{'floor ms':>9}{'p50/floor':>10}{'p99/floor':>10}"
     print(header)
@@ -308,6 +369,10 @@ def main(argv: list[str] | None = None) -> int:
     print("-" * len(header))
     for mode, extra in extras.items():
         print(f"{mode:<11} floors: " + ", ".join(f"{k} {v}" for k, v in extra["floors"].items()))
+        cold_rpc, cold_prepare = extra["cold"]
+        print(f"{mode:<11} first call after 1 s idle (median of {COLD_ROUNDS}): empty RPC {cold_rpc:.2f} ms, Prepare "
+              f"{cold_prepare:.2f} ms (ratio {cold_prepare / cold_rpc:.2f}; warm, the Prepare floor over the RPC "
+              f"floor is {(extra['floor_prepare'] / extra['floor_rpc']):.2f})")
         print(f"{mode:<11} longest event-loop stall while serving, the CPU wait taken out (loopstall.py): "
               f"{extra['stall'] * 1000:.1f} ms (floor, the same monitor in a bare asyncio process: "
               f"{loop_floor[0] * 1000:.1f} ms; its lateness with the CPU wait: {loop_floor[1] * 1000:.1f} ms)")
