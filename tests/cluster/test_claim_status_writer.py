@@ -8,6 +8,7 @@ scheduler allocated from the daemon's published slices.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import random
 import time
 from collections.abc import AsyncIterator
@@ -240,7 +241,7 @@ async def test_while_calls_still_come_statuses_go_out_one_at_a_time_and_together
         begun = [t for t, _ in api.overlap if t < ended]
         assert len(during) >= len(claims)  # the stream's flushes went out while it lasted...
         assert max(during) == 1  # ...one write at a time (four at once before)...
-        assert min(b - a for a, b in zip(begun, begun[1:])) >= 0.045  # ...at most one every busy_interval_s
+        assert min(b - a for a, b in itertools.pairwise(begun)) >= 0.045  # ...at most one every busy_interval_s
         assert max(after) > 1  # the lull's flush: the workers together
         assert writer.failed == 0
         for claim in claims:
