@@ -277,6 +277,9 @@ def bench_mode(mode: str, args, cp=None) -> tuple[list[tuple], dict]:
                                    args.floor_rounds)
         rpc = {c: run_calls(range(args.floor_rounds if c == 1 else args.floor_rounds * 2), empty_call, c)
                for c in (1, 16, 64)}
+        def prepare_floor(in_flight: int) -> float:
+            return rpc[in_flight].p50_ms + write.p50_ms + get.p50_ms
+
         extra["cold"] = cold_calls(node, spare, empty_call, prepare, unprepare)
         held: list[dict] = []
         getinfo_ms: list[float] = []  # GetInfo answers while 64 calls are in flight (the kubelet allows 1 s)
@@ -292,7 +295,7 @@ def bench_mode(mode: str, args, cp=None) -> tuple[list[tuple], dict]:
                     run_calls(warm, unprepare, min(c, args.warmup))
                 with GetInfoProbe(node.daemon, getinfo_ms) if c == 64 else contextlib.nullcontext():
                     p, u = run_calls(batch, prepare, c), run_calls(batch, unprepare, c)
-                floor_p = rpc[c].p50_ms + write.p50_ms + get.p50_ms
+                floor_p = prepare_floor(c)
                 floor_u = rpc[c].p50_ms + write.p50_ms
                 rows.append((mode, count, c, "prepare", p, floor_p))
                 rows.append((mode, count, c, "unprepare", u, floor_u))
@@ -305,7 +308,7 @@ def bench_mode(mode: str, args, cp=None) -> tuple[list[tuple], dict]:
                                f"{get.p50_ms:.2f}/{get.p99_ms:.2f}"}
         extra["getinfo"] = getinfo_ms
         extra["floor_rpc"] = rpc[1].p50_ms
-        extra["floor_prepare"] = rpc[1].p50_ms + write.p50_ms + get.p50_ms
+        extra["floor_prepare"] = prepare_floor(1)
         extra["stall"] = scrape_stall(node.metrics_port)
         extra["rss after"] = rss_mib(node.daemon.proc.pid)
         k.close()

@@ -17,6 +17,7 @@ from ascend_dra.profiles.ascend.carryover import carry, same_chip
 from ascend_dra.profiles.ascend.chip import NpuChip
 from ascend_dra.profiles.ascend.chips import ChipFamily
 from ascend_dra.profiles.ascend.npu910 import Npu910Profile
+from ascend_dra.profiles.base import ProfileContext
 from tests.unit.test_ascend_discovery import ANSWERS_910A, tree_910a
 from tests.unit.test_ascend_profiles import context
 from tests.unit.test_ascend_support import fake_npu_smi, fixture
@@ -39,18 +40,23 @@ def full_answers(tmp_path: Path) -> dict:
     return {**ANSWERS_910A, "info -t common -i 0": str(common)}
 
 
+def full_and_failing(tmp_path: Path, *failed: str) -> tuple[Npu910Profile, ProfileContext, ProfileContext]:
+    """A fresh profile on the 910A tree; a context whose npu-smi answers every call of
+    :func:`full_answers`, and one whose npu-smi fails the calls ``failed`` (e.g. ``"info -m"``)."""
+    dev, sys_root = tree_910a(tmp_path)
+    answers = full_answers(tmp_path)
+    failing = {k: v for k, v in answers.items() if k not in failed}
+    ctx = context(tmp_path, npu_smi(tmp_path, "full", answers), dev, sys_root)
+    return Npu910Profile(), ctx, attrs.evolve(ctx, npu_smi=str(npu_smi(tmp_path, "broken", failing)))
+
+
 def by_physical(inventory) -> dict:
     return {d.attributes["physicalID"]: d for d in inventory.devices}
 
 
 async def test_failed_board_common_and_topo_calls_keep_uuid_aicore_and_topology(tmp_path: Path) -> None:
-    dev, sys_root = tree_910a(tmp_path)
-    answers = full_answers(tmp_path)
-    failing = {k: v for k, v in answers.items()
-               if k not in ("info -t board -i 0 -c 0", "info -t common -i 0", "info -t topo")}
-    ctx = context(tmp_path, npu_smi(tmp_path, "full", answers), dev, sys_root)
-    broken = attrs.evolve(ctx, npu_smi=str(npu_smi(tmp_path, "broken", failing)))
-    profile = Npu910Profile()
+    profile, ctx, broken = full_and_failing(tmp_path, "info -t board -i 0 -c 0", "info -t common -i 0",
+                                            "info -t topo")
     before = await profile.discover(ctx)
     after = await profile.discover(broken)
     cold = await Npu910Profile().discover(broken)
@@ -72,12 +78,7 @@ async def test_failed_board_common_and_topo_calls_keep_uuid_aicore_and_topology(
 
 
 async def test_a_second_failing_rediscovery_still_keeps_them(tmp_path: Path) -> None:
-    dev, sys_root = tree_910a(tmp_path)
-    answers = full_answers(tmp_path)
-    failing = {k: v for k, v in answers.items() if k != "info -t board -i 0 -c 0"}
-    ctx = context(tmp_path, npu_smi(tmp_path, "full", answers), dev, sys_root)
-    broken = attrs.evolve(ctx, npu_smi=str(npu_smi(tmp_path, "broken", failing)))
-    profile = Npu910Profile()
+    profile, ctx, broken = full_and_failing(tmp_path, "info -t board -i 0 -c 0")
     await profile.discover(ctx)
     await profile.discover(broken)
     again = await profile.discover(broken)
@@ -136,12 +137,7 @@ def test_only_the_same_chip_in_the_same_slot_gives_its_facts() -> None:
 async def test_a_failing_info_m_keeps_the_logic_ids_so_no_device_is_renamed(tmp_path: Path) -> None:
     """910A 9010: logic IDs are not in physical order, so the rank rule alone would rename devices
     under allocated claims when ``-m`` (and ``phyid-remap``) fail during a rediscovery."""
-    dev, sys_root = tree_910a(tmp_path)
-    answers = full_answers(tmp_path)
-    failing = {k: v for k, v in answers.items() if k != "info -m"}
-    ctx = context(tmp_path, npu_smi(tmp_path, "full", answers), dev, sys_root)
-    broken = attrs.evolve(ctx, npu_smi=str(npu_smi(tmp_path, "broken", failing)))
-    profile = Npu910Profile()
+    profile, ctx, broken = full_and_failing(tmp_path, "info -m")
     before = {d.name: d.attributes["physicalID"] for d in (await profile.discover(ctx)).devices}
     after = {d.name: d.attributes["physicalID"] for d in (await profile.discover(broken)).devices}
     cold = {d.name: d.attributes["physicalID"] for d in (await Npu910Profile().discover(broken)).devices}

@@ -22,7 +22,7 @@ import attrs
 
 from ascend_dra.profiles.ascend.chip import NpuChip
 
-__all__ = ("FACTS", "TOPOLOGY_FACTS", "carry", "describe_carried", "kept_logic_ids", "same_chip")
+__all__ = ("FACTS", "TOPOLOGY_FACTS", "carry", "carry_counted", "describe_carried", "kept_logic_ids", "same_chip")
 
 #: The fields from ``-t topo`` (HCCS links and CPU affinity): physical wiring.
 TOPOLOGY_FACTS = ("hccs", "topology_group", "cpu_affinity")
@@ -61,6 +61,15 @@ def carry(chip: NpuChip, known: Mapping[int, NpuChip] | None, fields: Iterable[s
         return chip, ()
     taken = {f: getattr(old, f) for f in fields if getattr(old, f) is not None and getattr(chip, f) != getattr(old, f)}
     return (attrs.evolve(chip, **taken), tuple(taken)) if taken else (chip, ())
+
+
+def carry_counted(chip: NpuChip, known: Mapping[int, NpuChip] | None, fields: Iterable[str],
+                  carried: dict[str, int]) -> NpuChip:
+    """:func:`carry`, adding one to ``carried[field]`` for each field taken (for :func:`describe_carried`)."""
+    chip, taken = carry(chip, known, fields)
+    for field in taken:
+        carried[field] = carried.get(field, 0) + 1
+    return chip
 
 
 def kept_logic_ids(chips: Sequence[NpuChip], known: Mapping[int, NpuChip] | None) -> list[NpuChip] | None:

@@ -23,7 +23,7 @@ import anyio
 import attrs
 
 from ascend_dra.profiles.ascend import devfs
-from ascend_dra.profiles.ascend.carryover import FACTS, carry, describe_carried
+from ascend_dra.profiles.ascend.carryover import FACTS, carry_counted, describe_carried
 from ascend_dra.profiles.ascend.chip import DroppedChip, NpuChip
 from ascend_dra.profiles.ascend.chips import ChipModel
 from ascend_dra.profiles.ascend.errors import NpuSmiError, NpuSmiNotFound
@@ -163,12 +163,7 @@ def _devfs_facts(chips: tuple[NpuChip, ...], known: Mapping[int, NpuChip] | None
     """What the devfs tier cannot read (uuid, memory, AI cores, model, topology), kept per chip from
     the last npu-smi answer when it saw the same chip in the same slot (:mod:`.carryover`)."""
     carried: dict[str, int] = {}
-    out = []
-    for chip in chips:
-        chip, taken = carry(chip, known, [f for f in FACTS if getattr(chip, f) is None])
-        out.append(chip)
-        for field in taken:
-            carried[field] = carried.get(field, 0) + 1
+    out = [carry_counted(c, known, [f for f in FACTS if getattr(c, f) is None], carried) for c in chips]
     if not carried:
         return chips, ()
     logger.info("devfs tier: attributes kept from the last npu-smi answer",

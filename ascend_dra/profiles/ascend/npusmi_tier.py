@@ -31,7 +31,7 @@ import anyio
 import attrs
 
 from ascend_dra.profiles.ascend import devfs
-from ascend_dra.profiles.ascend.carryover import TOPOLOGY_FACTS, carry, describe_carried, kept_logic_ids
+from ascend_dra.profiles.ascend.carryover import TOPOLOGY_FACTS, carry_counted, describe_carried, kept_logic_ids
 from ascend_dra.profiles.ascend.chip import DroppedChip, NpuChip
 from ascend_dra.profiles.ascend.chips import (
     ChipFamily,
@@ -172,24 +172,22 @@ async def discover_npu_smi(npu_smi: NpuSmi, *, dev_root: Path, sys_root: Path,
         kept = None if remaps else kept_logic_ids(chips, known)
         if kept is not None:  # a running daemon: the names its last answer gave stay (carryover.py)
             chips = kept
-            notes.append("npu-smi info -m failed: logic IDs kept from the last npu-smi answer; "
-                         "the other fields come from npu-smi info and -t board/common")
             logger.warning("npu-smi info -m failed; logic IDs kept from the last npu-smi answer",
                            extra={"chips": len(partial), "tier": "npu-smi"})
         else:
-            notes.append("npu-smi info -m failed: logic IDs from phyid-remap or the physical order; "
-                         "the other fields come from npu-smi info and -t board/common")
             logger.warning("npu-smi info -m failed; logic IDs come from phyid-remap or the physical order",
                            extra={"chips": len(partial), "tier": "npu-smi"})
+        source = "kept from the last npu-smi answer" if kept is not None else "from phyid-remap or the physical order"
+        notes.append(f"npu-smi info -m failed: logic IDs {source}; "
+                     "the other fields come from npu-smi info and -t board/common")
     carried: dict[str, int] = {}
-    chips = [_keep(c, known, _unread(c, boards, commons, chip_boards), carried) for c in chips]
+    chips = [carry_counted(c, known, _unread(c, boards, commons, chip_boards), carried) for c in chips]
     chips = _without_shared_uuids(chips)
     if any(c.family in TOPOLOGY_FAMILIES for c in chips):
         topo = await _optional(npu_smi.topo, "npu-smi info -t topo", budget)
         if topo is None:
-            chips = [_keep(c, known, TOPOLOGY_FACTS, carried) for c in chips]
-            lost = [c for c in chips if c.family in TOPOLOGY_FAMILIES and c.hccs is None]
-            if lost:
+            chips = [carry_counted(c, known, TOPOLOGY_FACTS, carried) for c in chips]
+            if any(c.family in TOPOLOGY_FAMILIES and c.hccs is None for c in chips):
                 notes.append("npu-smi info -t topo gave no answer: hccs, topologyGroup and cpuAffinity omitted")
         else:
             chips, topo_notes = with_topology(chips, topo)
@@ -240,14 +238,6 @@ def _unread(chip: NpuChip, boards: Mapping[int, BoardInfo | None], commons: Mapp
     if commons.get(npu) is None:
         unread.append("aicore_count")  # replaces the catalogue's count only with one read from this chip
     return tuple(unread)
-
-
-def _keep(chip: NpuChip, known: Mapping[int, NpuChip] | None, fields: tuple[str, ...],
-          carried: dict[str, int]) -> NpuChip:
-    chip, taken = carry(chip, known, fields)
-    for field in taken:
-        carried[field] = carried.get(field, 0) + 1
-    return chip
 
 
 def _davinci_nodes(dev_root: Path, sys_root: Path) -> tuple[list[int], dict[str, int]]:
