@@ -4,8 +4,10 @@ Run: ``.venv/bin/python bench/bench_matrix.py [--quick] [--modes standalone,clus
 
 For each mode (``standalone``: claim files; ``cluster``: claims in the real test API server, the daemon
 GETs each one) and each number of claims already prepared (0, 128, 1,024), ``--batch`` claims are
-prepared and then unprepared from 1, 16 and 64 client threads (grpcio, one channel, one claim per
-call). Floors, measured against the same daemon, directory and API server:
+prepared and then unprepared 1, 16 and 64 at a time (grpcio, one channel, one claim per call; with
+more than one in flight the answers' callbacks send the next calls,
+docs/performance.md#the-benchmarks-client). Floors, measured against the same daemon, directory and
+API server:
 
 * ``RPC``: an empty ``NodePrepareResources`` at the same concurrency;
 * ``write``: one durable append of a 512-byte line (write + fdatasync) in the plugin data dir, the
@@ -52,7 +54,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_prepare import Stats, run_calls  # noqa: E402
+from bench_prepare import Call, Stats, run_calls  # noqa: E402
 from bench_startup import import_floor, rss_mib  # noqa: E402
 
 from tests.claimfiles import claim_object, create_in_api, write_claim  # noqa: E402
@@ -252,19 +254,14 @@ def bench_mode(mode: str, args, cp=None) -> tuple[list[tuple], dict]:
         extra["rss idle"] = rss_mib(node.daemon.proc.pid)
         k = Kubelet(node.daemon)
         empty = v1_pb2.NodePrepareResourcesRequest(claims=[])
+        empty_call = Call(k.v1.NodePrepareResources, lambda _: empty)
 
-        def empty_call(_: object) -> None:
-            k.v1.NodePrepareResources(empty, timeout=45)
+        def answered(claim: dict, reply) -> None:
+            if reply.claims[claim["metadata"]["uid"]].error:
+                raise RuntimeError(reply.claims[claim["metadata"]["uid"]].error)
 
-        def prepare(claim: dict) -> None:
-            answer = k.prepare(claim).claims[claim["metadata"]["uid"]]
-            if answer.error:
-                raise RuntimeError(answer.error)
-
-        def unprepare(claim: dict) -> None:
-            answer = k.unprepare(claim).claims[claim["metadata"]["uid"]]
-            if answer.error:
-                raise RuntimeError(answer.error)
+        prepare = Call(k.v1.NodePrepareResources, k.prepare_request, answered)
+        unprepare = Call(k.v1.NodeUnprepareResources, k.unprepare_request, answered)
 
         run_calls(range(50), empty_call, 1)
         write = append_floor(node.daemon.checkpoint.parent, args.floor_rounds)

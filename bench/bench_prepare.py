@@ -11,8 +11,9 @@ Phases (each figure is per claim; each RPC carries one claim):
 
 * ``sequential``: Prepare every claim one after the other (the checkpoint grows to ``--claims``
   records), then Unprepare them one after the other;
-* ``concurrent``: the same with ``--concurrency`` client threads sharing one channel (as the kubelet
-  shares one connection across pod workers), each thread sending one claim per call.
+* ``concurrent``: the same with ``--concurrency`` calls in flight on one channel (as the kubelet
+  shares one connection across pod workers), one claim per call, kept in flight from grpcio's own
+  thread (:func:`run_calls` with a :class:`Call`).
 
 Floors, measured in the same run against the same daemon and directory:
 
@@ -40,6 +41,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -83,8 +85,36 @@ class Stats:
         return len(self.latencies) / self.wall_s
 
 
+class Call:
+    """One kind of RPC the benchmark's client sends: ``method`` (a grpcio multi-callable) with the
+    request ``request(item)`` builds; ``check(item, answer)`` raises if the answer refuses the item."""
+
+    def __init__(self, method: Any, request: Callable[[object], Any],
+                 check: Callable[[object, Any], None] | None = None) -> None:
+        self.method, self.request, self.check = method, request, check
+
+    def __call__(self, item: object) -> None:
+        """Send it and wait for the answer (blocking)."""
+        answer = self.method(self.request(item), timeout=45)
+        if self.check is not None:
+            self.check(item, answer)
+
+    def start(self, item: object) -> Any:
+        """Send it; the answer comes as a ``grpc.Future``."""
+        return self.method.future(self.request(item), timeout=45)
+
+
 def run_calls(items: Sequence[object], call: Callable[[object], None], concurrency: int) -> Stats:
-    """Call ``call(item)`` for every item from ``concurrency`` threads; return latencies and wall time."""
+    """Call ``call(item)`` for every item, ``concurrency`` at a time; return latencies and wall time.
+
+    One at a time, or for a plain callable, from ``concurrency`` threads that each wait for their
+    answer. A :class:`Call` with ``concurrency`` > 1 is kept in flight from grpcio's own thread
+    instead (:func:`_run_pipelined`): 64 Python threads waiting on blocking calls cost the client
+    0.3-0.5 ms of CPU per Prepare, taken from the 2 cores the daemon and the API server share
+    (docs/performance.md#the-benchmarks-client).
+    """
+    if concurrency > 1 and isinstance(call, Call):
+        return _run_pipelined(items, call, concurrency)
     latencies: list[float] = []
     errors: list[BaseException] = []
     work: queue.SimpleQueue[object] = queue.SimpleQueue()
@@ -115,6 +145,60 @@ def run_calls(items: Sequence[object], call: Callable[[object], None], concurren
         thread.start()
     for thread in threads:
         thread.join()
+    wall = time.perf_counter() - start
+    if errors:
+        raise RuntimeError(f"{len(errors)} call(s) failed; first: {errors[0]!r}") from errors[0]
+    return Stats(latencies, wall)
+
+
+def _run_pipelined(items: Sequence[object], call: Call, concurrency: int) -> Stats:
+    """``concurrency`` calls in flight with no thread of ours waiting: each answer's callback (on
+    grpcio's thread) records its latency and sends the next item. The first failure stops sending."""
+    todo = list(items)
+    latencies: list[float] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    finished = threading.Event()
+    sent = answered = 0
+    none = object()
+
+    def take() -> object:  # under lock: the next item to send, or ``none``
+        nonlocal sent
+        if errors or sent == len(todo):
+            return none
+        sent += 1
+        return todo[sent - 1]
+
+    def send(item: object) -> None:  # outside the lock: a call already answered runs done() at once
+        began = time.perf_counter()
+        call.start(item).add_done_callback(lambda future: done(item, future, began))
+
+    def done(item: object, future: Any, began: float) -> None:
+        nonlocal answered
+        took = time.perf_counter() - began
+        try:
+            answer = future.result()
+            if call.check is not None:
+                call.check(item, answer)
+        except BaseException as exc:
+            errors.append(exc)
+        with lock:
+            latencies.append(took)
+            answered += 1
+            following = take()
+            if following is none and answered == sent:
+                finished.set()
+        if following is not none:
+            send(following)
+
+    start = time.perf_counter()
+    with lock:
+        first = [item for item in (take() for _ in range(concurrency)) if item is not none]
+        if not first:
+            finished.set()
+    for item in first:
+        send(item)
+    finished.wait()
     wall = time.perf_counter() - start
     if errors:
         raise RuntimeError(f"{len(errors)} call(s) failed; first: {errors[0]!r}") from errors[0]
@@ -208,21 +292,20 @@ def start_daemon(daemon: DaemonProcess, profile: Path | None) -> None:
 
 def measure(kubelet: Kubelet, daemon: DaemonProcess, claims: list[dict], args: argparse.Namespace) -> dict:
     empty = v1_pb2.NodePrepareResourcesRequest(claims=[])
+    empty_call = Call(kubelet.v1.NodePrepareResources, lambda _: empty)
 
-    def empty_call(_: object) -> None:
-        kubelet.v1.NodePrepareResources(empty, timeout=45)
-
-    def prepare(claim: object) -> None:
-        reply = kubelet.prepare(claim)
+    def prepared(claim: object, reply: Any) -> None:
         uid = claim["metadata"]["uid"]
         if reply.claims[uid].error or len(reply.claims[uid].devices) != 1:
             raise RuntimeError(f"prepare {uid}: {reply.claims[uid].error or 'no device'}")
 
-    def unprepare(claim: object) -> None:
-        reply = kubelet.unprepare(claim)
+    def unprepared(claim: object, reply: Any) -> None:
         uid = claim["metadata"]["uid"]
         if reply.claims[uid].error:
             raise RuntimeError(f"unprepare {uid}: {reply.claims[uid].error}")
+
+    prepare = Call(kubelet.v1.NodePrepareResources, kubelet.prepare_request, prepared)
+    unprepare = Call(kubelet.v1.NodeUnprepareResources, kubelet.unprepare_request, unprepared)
 
     # Warm up the channel and the daemon's code paths.
     run_calls(range(50), empty_call, 1)

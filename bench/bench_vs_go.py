@@ -63,7 +63,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_matrix import tmpfs_cdi_dir  # noqa: E402
-from bench_prepare import Stats, run_calls  # noqa: E402
+from bench_prepare import Call, Stats, run_calls  # noqa: E402
 from bench_startup import CLK_TCK, cpu_s, delete_slices, driver_slices, rss_mib  # noqa: E402
 
 from tests.claimfiles import claim_object, create_in_api  # noqa: E402
@@ -320,27 +320,28 @@ def measure(driver: Driver, args: argparse.Namespace) -> dict[str, float]:
     stub = v1_grpc.DRAPluginStub(channel)
     try:
         empty = v1_pb2.NodePrepareResourcesRequest(claims=[])
+        empty_call = Call(stub.NodePrepareResources, lambda _: empty)
 
-        def empty_call(_: object) -> None:
-            stub.NodePrepareResources(empty, timeout=45)
-
-        def prepare(claim: dict) -> None:
+        def claim_of(claim: dict):
             meta = claim["metadata"]
-            request = v1_pb2.NodePrepareResourcesRequest(
-                claims=[v1_pb2.Claim(namespace=meta["namespace"], name=meta["name"], uid=meta["uid"])])
-            reply = stub.NodePrepareResources(request, timeout=45)
-            if meta["uid"] not in reply.claims:
-                raise RuntimeError(f"{driver.name}: no answer for claim {meta['uid']}")
-            driver.check_prepared(claim, reply.claims[meta["uid"]])
+            return v1_pb2.Claim(namespace=meta["namespace"], name=meta["name"], uid=meta["uid"])
 
-        def unprepare(claim: dict) -> None:
-            meta = claim["metadata"]
-            request = v1_pb2.NodeUnprepareResourcesRequest(
-                claims=[v1_pb2.Claim(namespace=meta["namespace"], name=meta["name"], uid=meta["uid"])])
-            reply = stub.NodeUnprepareResources(request, timeout=45)
-            if meta["uid"] not in reply.claims or reply.claims[meta["uid"]].error:
-                raise RuntimeError(f"{driver.name}: unprepare {meta['uid']}: "
-                                   f"{reply.claims[meta['uid']].error if meta['uid'] in reply.claims else 'no answer'}")
+        def prepared(claim: dict, reply) -> None:
+            uid = claim["metadata"]["uid"]
+            if uid not in reply.claims:
+                raise RuntimeError(f"{driver.name}: no answer for claim {uid}")
+            driver.check_prepared(claim, reply.claims[uid])
+
+        def unprepared(claim: dict, reply) -> None:
+            uid = claim["metadata"]["uid"]
+            if uid not in reply.claims or reply.claims[uid].error:
+                raise RuntimeError(f"{driver.name}: unprepare {uid}: "
+                                   f"{reply.claims[uid].error if uid in reply.claims else 'no answer'}")
+
+        prepare = Call(stub.NodePrepareResources,
+                       lambda claim: v1_pb2.NodePrepareResourcesRequest(claims=[claim_of(claim)]), prepared)
+        unprepare = Call(stub.NodeUnprepareResources,
+                         lambda claim: v1_pb2.NodeUnprepareResourcesRequest(claims=[claim_of(claim)]), unprepared)
 
         def phase(items, call, concurrency: int) -> tuple[Stats, float, int]:
             """Run the calls; return their stats, the driver's CPU seconds beyond its idle rate (from

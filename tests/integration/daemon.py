@@ -173,14 +173,22 @@ class Kubelet:
         return self.registration.GetInfo(reg_pb2.InfoRequest(), timeout=1)
 
     def prepare(self, *claims: dict, api: str = "v1"):
-        pb, stub = (v1_pb2, self.v1) if api == "v1" else (v1beta1_pb2, self.v1beta1)
-        request = pb.NodePrepareResourcesRequest(claims=[_claim(pb, c) for c in claims])
-        return stub.NodePrepareResources(request, timeout=45)
+        stub = self.v1 if api == "v1" else self.v1beta1
+        return stub.NodePrepareResources(self.prepare_request(*claims, api=api), timeout=45)
 
     def unprepare(self, *claims: dict, api: str = "v1"):
-        pb, stub = (v1_pb2, self.v1) if api == "v1" else (v1beta1_pb2, self.v1beta1)
-        request = pb.NodeUnprepareResourcesRequest(claims=[_claim(pb, c) for c in claims])
-        return stub.NodeUnprepareResources(request, timeout=45)
+        stub = self.v1 if api == "v1" else self.v1beta1
+        return stub.NodeUnprepareResources(self.unprepare_request(*claims, api=api), timeout=45)
+
+    @staticmethod
+    def prepare_request(*claims: dict, api: str = "v1"):
+        pb = v1_pb2 if api == "v1" else v1beta1_pb2
+        return pb.NodePrepareResourcesRequest(claims=[_claim(pb, c) for c in claims])
+
+    @staticmethod
+    def unprepare_request(*claims: dict, api: str = "v1"):
+        pb = v1_pb2 if api == "v1" else v1beta1_pb2
+        return pb.NodeUnprepareResourcesRequest(claims=[_claim(pb, c) for c in claims])
 
     def first_health(self, api: str = "v1alpha1"):
         stub, pb = (self.health, health_pb2) if api == "v1alpha1" else (self.health_v1, health_v1_pb2)
