@@ -84,9 +84,10 @@ class FakeProfile:
         """Return ``ctx.fake_devices`` simulated chips and create the simulated driver directory."""
         driver_dir = ctx.state_dir / "fake-driver"
         await anyio.to_thread.run_sync(_write_driver_dir, driver_dir)
-        return Inventory(
-            devices=tuple(_device(ctx.node_name, i) for i in range(ctx.fake_devices)), source="simulated"
-        )
+        # Built off the loop: a benchmark's 1,300 devices took 10-20 ms of CPU, each rediscovery.
+        devices = await anyio.to_thread.run_sync(lambda: tuple(_device(ctx.node_name, i)
+                                                               for i in range(ctx.fake_devices)))
+        return Inventory(devices=devices, source="simulated")
 
     async def health(self, ctx: ProfileContext, inventory: Inventory) -> Mapping[str, bool | None]:
         """Simulated health: a file ``<state dir>/fake-health/<device>`` holding ``unhealthy`` or
