@@ -85,8 +85,8 @@ class FakeProfile:
         driver_dir = ctx.state_dir / "fake-driver"
         await anyio.to_thread.run_sync(_write_driver_dir, driver_dir)
         # Built off the loop: a benchmark's 1,300 devices took 10-20 ms of CPU, each rediscovery.
-        devices = await anyio.to_thread.run_sync(lambda: tuple(_device(ctx.node_name, i)
-                                                               for i in range(ctx.fake_devices)))
+        devices = await anyio.to_thread.run_sync(
+            lambda: tuple(_device(ctx.node_name, i) for i in range(ctx.fake_devices)), abandon_on_cancel=True)
         return Inventory(devices=devices, source="simulated")
 
     async def health(self, ctx: ProfileContext, inventory: Inventory) -> Mapping[str, bool | None]:
