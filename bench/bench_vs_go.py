@@ -67,7 +67,7 @@ from bench_prepare import Call, Stats, run_calls  # noqa: E402
 from bench_startup import CLK_TCK, cpu_s, delete_slices, driver_slices, rss_mib  # noqa: E402
 
 from tests.claimfiles import claim_object, create_in_api  # noqa: E402
-from tests.integration.daemon import DaemonProcess, accepts  # noqa: E402
+from tests.integration.daemon import DaemonProcess, Kubelet, accepts  # noqa: E402
 from tests.kubelet_pb.dra.v1 import api_pb2 as v1_pb2  # noqa: E402
 from tests.kubelet_pb.dra.v1 import api_pb2_grpc as v1_grpc  # noqa: E402
 
@@ -322,10 +322,6 @@ def measure(driver: Driver, args: argparse.Namespace) -> dict[str, float]:
         empty = v1_pb2.NodePrepareResourcesRequest(claims=[])
         empty_call = Call(stub.NodePrepareResources, lambda _: empty)
 
-        def claim_of(claim: dict):
-            meta = claim["metadata"]
-            return v1_pb2.Claim(namespace=meta["namespace"], name=meta["name"], uid=meta["uid"])
-
         def prepared(claim: dict, reply) -> None:
             uid = claim["metadata"]["uid"]
             if uid not in reply.claims:
@@ -338,10 +334,8 @@ def measure(driver: Driver, args: argparse.Namespace) -> dict[str, float]:
                 raise RuntimeError(f"{driver.name}: unprepare {uid}: "
                                    f"{reply.claims[uid].error if uid in reply.claims else 'no answer'}")
 
-        prepare = Call(stub.NodePrepareResources,
-                       lambda claim: v1_pb2.NodePrepareResourcesRequest(claims=[claim_of(claim)]), prepared)
-        unprepare = Call(stub.NodeUnprepareResources,
-                         lambda claim: v1_pb2.NodeUnprepareResourcesRequest(claims=[claim_of(claim)]), unprepared)
+        prepare = Call(stub.NodePrepareResources, Kubelet.prepare_request, prepared)
+        unprepare = Call(stub.NodeUnprepareResources, Kubelet.unprepare_request, unprepared)
 
         def phase(items, call, concurrency: int) -> tuple[Stats, float, int]:
             """Run the calls; return their stats, the driver's CPU seconds beyond its idle rate (from
