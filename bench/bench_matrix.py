@@ -7,7 +7,9 @@ GETs each one) and each number of claims already prepared (0, 128, 1,024), ``--b
 prepared and then unprepared 1, 16 and 64 at a time (grpcio, one channel, one claim per call; with
 more than one in flight the answers' callbacks send the next calls,
 docs/performance.md#the-benchmarks-client). Floors, measured against the same daemon, directory and
-API server:
+API server, again for each number of claims held (the RPC just before each phase, at its
+concurrency), so that a figure and its floor are minutes apart at most: this VM's speed drifts by
+a third within an hour, and a full matrix takes about 11 minutes:
 
 * ``RPC``: an empty ``NodePrepareResources`` at the same concurrency;
 * ``write``: one durable append of a 512-byte line (write + fdatasync) in the plugin data dir, the
@@ -238,6 +240,12 @@ class Node:
         return made
 
 
+def _span(values) -> str:
+    """``"lo-hi"`` of floats in ms (one value: just it), for the floors measured at each held count."""
+    lo, hi = min(values := list(values)), max(values)
+    return f"{lo:.2f}" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}-{hi:.2f}"
+
+
 def bench_mode(mode: str, args, cp=None) -> tuple[list[tuple], dict]:
     root = Path(tempfile.mkdtemp(prefix="adm-", dir="/tmp"))
     held_counts = [0, 128] if args.quick else [0, 128, 1024]
@@ -264,27 +272,39 @@ def bench_mode(mode: str, args, cp=None) -> tuple[list[tuple], dict]:
         unprepare = Call(k.v1.NodeUnprepareResources, k.unprepare_request, answered)
 
         run_calls(range(50), empty_call, 1)
-        write = append_floor(node.daemon.checkpoint.parent, args.floor_rounds)
         # The claim's fetch: a keep-alive GET (cluster), reading and parsing its file (standalone).
         probe = node.claims(1, most + args.batch)[0]
-        if cp is not None:
-            get = get_floor(cp, probe["metadata"]["name"], args.floor_rounds)
-        else:
-            get = claim_file_floor(node.daemon.root / "claims" / "default" / f"{probe['metadata']['name']}.yaml",
-                                   args.floor_rounds)
-        rpc = {c: run_calls(range(args.floor_rounds if c == 1 else args.floor_rounds * 2), empty_call, c)
-               for c in (1, 16, 64)}
+
+        def fetch_floor() -> Stats:
+            if cp is not None:
+                return get_floor(cp, probe["metadata"]["name"], args.floor_rounds)
+            return claim_file_floor(node.daemon.root / "claims" / "default" / f"{probe['metadata']['name']}.yaml",
+                                    args.floor_rounds)
+
+        def rpc_floor(in_flight: int) -> Stats:
+            rounds = args.floor_rounds if in_flight == 1 else args.floor_rounds * 2
+            return run_calls(range(rounds), empty_call, in_flight)
+
+        # Measured again just before each held count's phases (the RPC before each phase): this
+        # VM's speed drifts by a third within an hour, and a full matrix takes several minutes.
+        write, get = append_floor(node.daemon.checkpoint.parent, args.floor_rounds), fetch_floor()
+        rpc = {1: rpc_floor(1)}  # 16 and 64: before their phases
+        snapshots: list[tuple[dict[int, Stats], Stats, Stats]] = []
+
         def prepare_floor(in_flight: int) -> float:
             return rpc[in_flight].p50_ms + write.p50_ms + get.p50_ms
 
         extra["cold"] = cold_calls(node, spare, empty_call, prepare, unprepare)
+        extra["floor_rpc"], extra["floor_prepare"] = rpc[1].p50_ms, prepare_floor(1)  # what the cold calls face
         held: list[dict] = []
         getinfo_ms: list[float] = []  # GetInfo answers while 64 calls are in flight (the kubelet allows 1 s)
         for count in held_counts:
             extra_claims = node.claims(count - len(held), len(held))
             run_calls(extra_claims, prepare, 16)
             held += extra_claims
+            write, get = append_floor(node.daemon.checkpoint.parent, args.floor_rounds), fetch_floor()
             for c in (1, 16, 64):
+                rpc[c] = rpc_floor(c)
                 batch = node.claims(args.batch, most)
                 if args.warmup:  # untimed, as the floors are measured warm (docs/performance.md#cold-calls)
                     warm = node.claims(args.warmup, spare)
@@ -296,16 +316,19 @@ def bench_mode(mode: str, args, cp=None) -> tuple[list[tuple], dict]:
                 floor_u = rpc[c].p50_ms + write.p50_ms
                 rows.append((mode, count, c, "prepare", p, floor_p))
                 rows.append((mode, count, c, "unprepare", u, floor_u))
-        # The floors' own p99 beside their p50: the p99 targets are ratios to the p50 floor, and
-        # a GET or an fdatasync alone can take twice its p50 now and then.
-        extra["floors"] = {"RPC p50/p99 ms (1/16/64)": " ".join(f"{rpc[c].p50_ms:.2f}/{rpc[c].p99_ms:.2f}"
+            snapshots.append((dict(rpc), write, get))
+
+        # The floors' own p99 beside their p50, over the held counts: the p99 targets are ratios to
+        # the p50 floor, and a GET or an fdatasync alone can take twice its p50 now and then.
+        def spread(stats: list[Stats]) -> str:
+            return f"{_span(s.p50_ms for s in stats)}/{_span(s.p99_ms for s in stats)}"
+
+        extra["floors"] = {"RPC p50/p99 ms (1/16/64)": " ".join(spread([r[c] for r, _, _ in snapshots])
                                                                for c in (1, 16, 64)),
-                           "write p50/p99 ms": f"{write.p50_ms:.2f}/{write.p99_ms:.2f}",
+                           "write p50/p99 ms": spread([w for _, w, _ in snapshots]),
                            f"{'GET' if cp is not None else 'claim file read'} p50/p99 ms":
-                               f"{get.p50_ms:.2f}/{get.p99_ms:.2f}"}
+                               spread([g for _, _, g in snapshots])}
         extra["getinfo"] = getinfo_ms
-        extra["floor_rpc"] = rpc[1].p50_ms
-        extra["floor_prepare"] = prepare_floor(1)
         extra["stall"] = scrape_stall(node.metrics_port)
         extra["rss after"] = rss_mib(node.daemon.proc.pid)
         k.close()
