@@ -120,7 +120,11 @@ class Planner:
             groups[self._device_profile[result.device]].append(result)
 
         decoded: dict[int, Any] = {}
-        specs: dict[str, Spec] = {}
+        # CDI kind -> the claim's CDI devices of that kind, and the profiles that made them: profiles
+        # may share a CDI class (npu-910 and npu-310P are both ``npu``), and the claim's spec file
+        # is named by kind and claim, so one file must hold the devices of every such profile.
+        kind_devices: dict[str, list[CdiDevice]] = defaultdict(list)
+        kind_profiles: dict[str, list[str]] = defaultdict(list)
         records: list[DeviceRecord] = []
         for profile_name, results in groups.items():
             profile = self.profiles[profile_name]
@@ -146,10 +150,10 @@ class Planner:
                         raise PlanError(f"{ref}: profile {profile_name} returned no container edits for "
                                            f"device {member.device}")
                     edits[(member.device, member.share_id)] = applied[member.device]
-            cdi_devices = []
+            kind_profiles[kind].append(profile_name)
             for result in results:
                 name = naming.claim_device_name(claim.uid, result.device, result.share_id)
-                cdi_devices.append(CdiDevice(name, edits[(result.device, result.share_id)]))
+                kind_devices[kind].append(CdiDevice(name, edits[(result.device, result.share_id)]))
                 records.append(DeviceRecord(
                     request=result.request, pool=result.pool, device=result.device,
                     # The device's own ID first: the kubelet names the device by its first CDI ID in
@@ -160,11 +164,15 @@ class Planner:
                     share_id=result.share_id, consumed_capacity=dict(result.consumed_capacity),
                     admin_access=result.admin_access,
                 ))
+        specs: dict[str, Spec] = {}
+        for kind, cdi_devices in kind_devices.items():
             spec = Spec(kind, tuple(cdi_devices))
             try:
                 spec.validate()
             except ValueError as exc:
-                raise PlanError(f"{ref}: profile {profile_name} produced {exc}") from None
+                makers = kind_profiles[kind]
+                raise PlanError(f"{ref}: profile{'s' if len(makers) > 1 else ''} {', '.join(makers)} produced "
+                                f"{exc}") from None
             specs[naming.claim_spec_file(kind, claim.uid)] = spec
         nodes = tuple(dict.fromkeys(n.host_path or n.path for spec in specs.values() for d in spec.devices
                                     for n in d.container_edits.device_nodes))

@@ -14,6 +14,7 @@ from typing import Any
 
 import attrs
 import pytest
+import yaml
 
 from ascend_dra import checkpoint as ckpt
 from ascend_dra.cdi import naming
@@ -476,3 +477,38 @@ async def test_a_record_an_older_release_wrote_with_common_first_is_answered_own
     [first, second] = (await restarted.prepare([ref(obj)]))[uid]
     assert first.cdi_device_ids == (f"{FAKE_KIND}={uid}-npu-0-0", f"{FAKE_KIND}=common")
     assert second.cdi_device_ids == (f"{FAKE_KIND}={uid}-npu-1-0", f"{FAKE_KIND}=common")
+
+
+class SecondNpuProfile(SharedProfile):
+    """A second profile of CDI class ``npu`` (as npu-910 and npu-310P, both in the chart's default list)."""
+
+    name = "second-npu"
+    cdi_class = "npu"
+
+    async def discover(self, ctx: ProfileContext) -> Inventory:
+        return Inventory(devices=(Device("chip-9"),))
+
+
+def resolvable_cdi_ids(cdi_dir: Path) -> set[str]:
+    """Every ``kind=device`` a runtime can resolve from the spec files in ``cdi_dir``."""
+    ids = set()
+    for path in cdi_dir.glob("*.yaml"):
+        spec = yaml.safe_load(path.read_text())
+        ids.update(f"{spec['kind']}={d['name']}" for d in spec["devices"])
+    return ids
+
+
+async def test_devices_of_two_profiles_of_one_cdi_class_in_one_claim_all_resolve(tmp_path):
+    """Two profiles share a CDI kind, so the claim's spec file of that kind is one file: it must hold
+    both profiles' devices (before, the second profile's spec replaced the first's and the answer
+    named a CDI device no spec held; the class of fault of sriov-network-device-plugin#576)."""
+    state = await make_state(tmp_path, {"fake": FakeProfile(), "second-npu": SecondNpuProfile()})
+    obj = write_claim(tmp_path, claim_object("mixed", results=[("a", "npu-0-0"), ("b", "chip-9")]))
+    uid = obj["metadata"]["uid"]
+    devices = (await state.prepare([ref(obj)]))[uid]
+    assert [d.device_name for d in devices] == ["npu-0-0", "chip-9"]
+    answered = {cdi_id for d in devices for cdi_id in d.cdi_device_ids}
+    assert answered <= resolvable_cdi_ids(tmp_path / "cdi")
+    assert on_disk(tmp_path).claims[uid].cdi_specs == (naming.claim_spec_file(FAKE_KIND, uid),)
+    assert await state.unprepare([ref(obj)]) == {uid: None}
+    assert not (tmp_path / "cdi" / naming.claim_spec_file(FAKE_KIND, uid)).exists()
