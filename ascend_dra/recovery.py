@@ -68,8 +68,13 @@ class RecoveryMixin:
             await self._save(compact=True)
 
     async def _remove_orphan_specs(self: DeviceState) -> None:
-        """Remove per-claim specs of our kinds that no record names; a failure is retried later."""
-        kinds = [self.cdi_kind(p) for p in self.profiles]
+        """Remove per-claim specs of our kinds that no record names; a failure is retried later.
+
+        The kinds are the loaded profiles' and every kind a record's CDI ids name (a profile no
+        longer loaded), so that each file is read with its own kind's stem (``CdiStore.claim_specs``).
+        """
+        kinds = {self.cdi_kind(p) for p in self.profiles}
+        kinds.update(k for r in self._records.values() for k in self._kinds_of(r))
         live = {name for r in self._records.values() for name in r.cdi_specs}
         live.update(name for r in self._records.unreadable.values() for name in r.cdi_specs)
         found = await anyio.to_thread.run_sync(self.cdi.claim_specs, kinds)

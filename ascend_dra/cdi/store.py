@@ -59,8 +59,14 @@ class CdiStore:
         return remove_durably(self.path(filename), durable=False)
 
     def claim_specs(self, kinds: Iterable[str]) -> dict[str, list[str]]:
-        """Return ``{claim_uid: [file names]}`` for every per-claim spec of ``kinds`` in the directory."""
-        prefixes = [naming.spec_file_prefix(k) + "_" for k in kinds]
+        """Return ``{claim_uid: [file names]}`` for every per-claim spec of ``kinds`` in the directory.
+
+        A file belongs to the kind with the longest matching stem: a CDI class may hold ``_``, so
+        ``<vendor>-npu_x_common.yaml`` (the common spec of class ``npu_x``) also starts with the stem
+        ``<vendor>-npu_`` of class ``npu``, and read with that stem it would pass for the spec of a
+        claim ``x_common``. Each file is listed once, whatever the number of kinds it matches.
+        """
+        prefixes = sorted({naming.spec_file_prefix(k) + "_" for k in kinds}, key=len, reverse=True)
         found: dict[str, list[str]] = {}
         try:
             names = os.listdir(self.root)
@@ -69,9 +75,9 @@ class CdiStore:
         for name in names:
             if not name.endswith(".yaml"):
                 continue
-            for prefix in prefixes:
-                if name.startswith(prefix):
-                    uid = name[len(prefix):-len(".yaml")]
-                    if uid != naming.COMMON_DEVICE:
-                        found.setdefault(uid, []).append(name)
+            prefix = next((p for p in prefixes if name.startswith(p)), None)
+            if prefix is not None:
+                uid = name[len(prefix):-len(".yaml")]
+                if uid != naming.COMMON_DEVICE:
+                    found.setdefault(uid, []).append(name)
         return found

@@ -493,6 +493,8 @@ def resolvable_cdi_ids(cdi_dir: Path) -> set[str]:
     """Every ``kind=device`` a runtime can resolve from the spec files in ``cdi_dir``."""
     ids = set()
     for path in cdi_dir.glob("*.yaml"):
+        if not path.is_file():
+            continue
         spec = yaml.safe_load(path.read_text())
         ids.update(f"{spec['kind']}={d['name']}" for d in spec["devices"])
     return ids
@@ -512,3 +514,35 @@ async def test_devices_of_two_profiles_of_one_cdi_class_in_one_claim_all_resolve
     assert on_disk(tmp_path).claims[uid].cdi_specs == (naming.claim_spec_file(FAKE_KIND, uid),)
     assert await state.unprepare([ref(obj)]) == {uid: None}
     assert not (tmp_path / "cdi" / naming.claim_spec_file(FAKE_KIND, uid)).exists()
+
+
+class UnderscoreClassProfile(SharedProfile):
+    """A profile whose CDI class holds ``_`` (CDI allows it), so its spec files start with the
+    ``<vendor>-npu_`` stem of class ``npu`` too."""
+
+    name = "npu-x"
+    cdi_class = "npu_x"
+
+    async def discover(self, ctx: ProfileContext) -> Inventory:
+        return Inventory(devices=(Device("x-0"),))
+
+
+async def test_orphan_cleanup_leaves_the_files_of_a_kind_whose_class_extends_another_alone(tmp_path):
+    """Orphan specs are found by file name; ``<vendor>-npu_x_common.yaml`` is kind npu_x's common spec,
+    not a claim spec of kind npu for claim ``x_common``. Before, every cleanup retry removed it (the
+    class of fault of canonical/lxd#14843: cleanup that matches spec file names wrongly)."""
+    profiles = {"fake": FakeProfile(), "npu-x": UnderscoreClassProfile()}
+    x_kind = f"k8s.{DRIVER}/npu_x"
+    # An orphan that cannot be removed (a directory under a spec file's name) keeps a retry pending.
+    (tmp_path / "cdi" / naming.claim_spec_file(FAKE_KIND, "0rphan")).mkdir(parents=True)
+    state = await make_state(tmp_path, profiles)
+    assert state.cleanup_pending
+    obj = write_claim(tmp_path, claim_object("x", results=[("x", "x-0")]))
+    uid = obj["metadata"]["uid"]
+    devices = (await state.prepare([ref(obj)]))[uid]
+    await state.retry_cleanup()
+    common = tmp_path / "cdi" / naming.common_spec_file(x_kind)
+    assert common.is_file()
+    assert {cdi_id for d in devices for cdi_id in d.cdi_device_ids} <= resolvable_cdi_ids(tmp_path / "cdi")
+    assert state.cdi.claim_specs([FAKE_KIND, x_kind]) == {
+        "0rphan": [naming.claim_spec_file(FAKE_KIND, "0rphan")], uid: [naming.claim_spec_file(x_kind, uid)]}
