@@ -24,8 +24,9 @@ Claim names (direct mode, docs/ascend-hardware.md#conversion-rules step 1-2):
 ``<namespace>-<rand5>-...`` with ``generateName``; longer than 63 -> ``name[:54].rstrip("-") + "-" +
 sha256(name)[:8 hex]``. Gaps of HAMi-DRA fixed here (issue 10): a dotted pod name has its dots
 turned into ``-`` (a pod claim name must be a DNS label); a memory written with a unit (``8Gi``) is
-read as bytes, never multiplied again; values that are not whole counts, negative, or over 100 % are
-refused naming the field; an annotation with no usable value is refused with its name (as HAMi-DRA).
+read as bytes, never multiplied again; values that are not whole counts, negative, over 100 %, or
+memory over HAMi's 2147483647 MiB are refused naming the field; an annotation with no usable value is
+refused with its name (as HAMi-DRA).
 
 Template mode (the default): one ResourceClaimTemplate per distinct claim spec, named
 ``hami-<lower(commonWord)>-<sha256(spec)[:10 hex]>`` and shared by every pod with that request; the
@@ -84,6 +85,10 @@ MANAGED_BY = ("app.kubernetes.io/managed-by", "ascend-dra-webhook")
 #: On a direct claim: the pod it was made for (``<name>`` or ``<generateName>*``), for the owner loop.
 POD_ANNOTATION = "ascend.project-hami.io/pod"
 
+#: The largest ``-memory`` in MiB: HAMi keeps it as an int32 of MiB and refuses more as a wrong unit
+#: ("memory unit is treated as MB not Byte"; Project-HAMi/HAMi pkg/device/ascend/device.go
+#: ``GenerateResourceRequests``, docs/ascend-hardware.md#hami-device-plugin-conventions).
+MAX_MEMORY_MIB = 2**31 - 1
 _SUFFIX = re.compile(r"[+-]?[0-9.]+([a-zA-Z]*|[eE][+-]?[0-9]+)")
 _BYTE_UNITS = frozenset(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "k", "M", "G", "T", "P", "E"))
 _RAND_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # apimachinery util/rand: no vowels, no 0/1/3
@@ -201,8 +206,10 @@ def _memory_bytes(value: object) -> int:
     """``-memory`` in bytes: a plain number is MiB (rounded up, as ``Quantity.Value()``); a value
     written with a byte unit (``8Gi``, ``500M``) is bytes (rounded up).
 
-    :raises ValueError: not a quantity, not above 0, or a value with a unit under 1 MiB (``4k``:
-        HAMi reads it as 4000 MiB, we as 4000 bytes; no share is that small, so it is a unit slip).
+    :raises ValueError: not a quantity, not above 0, a value with a unit under 1 MiB (``4k``:
+        HAMi reads it as 4000 MiB, we as 4000 bytes; no share is that small, so it is a unit slip),
+        or more than :data:`MAX_MEMORY_MIB` MiB (HAMi's int32 bound, also a unit slip: bytes
+        written without a unit, ``8589934592`` for 8 GiB).
     """
     number = _quantity(value)
     text = str(value).strip()
@@ -213,7 +220,11 @@ def _memory_bytes(value: object) -> int:
     if has_unit and number < 1024 * 1024:
         raise ValueError(f"{text!r} is {math.ceil(number)} bytes, less than 1 MiB: a plain number is MiB "
                          "(4000 for 4000 MiB), a value with a unit is bytes (4000Mi)")
-    return math.ceil(number) if has_unit else math.ceil(number) * 1024 * 1024
+    memory = math.ceil(number) if has_unit else math.ceil(number) * 1024 * 1024
+    if memory > MAX_MEMORY_MIB * 1024 * 1024:
+        raise ValueError(f"{text!r} is more than {MAX_MEMORY_MIB} MiB, the most HAMi accepts: a plain number is "
+                         "MiB (8192 for 8 GiB), a value with a unit is bytes (8Gi)")
+    return memory
 
 
 def _limit_path(path: str, section: str, key: str) -> str:

@@ -234,3 +234,20 @@ def test_every_common_word_is_converted():
     for word in COMMON_WORDS:
         [planned] = convert_pod(pod_with({f"huawei.com/{word}": "1"}), "ns", mode=Mode.CLAIM).claims
         assert planned.object_name == f"ns-p-c-{word.lower()}"
+
+
+@pytest.mark.parametrize("memory", ["2147483648", "8589934592", "2Pi"],
+                         ids=["int32 + 1 MiB", "8 GiB written as bytes", "unit over the bound"])
+def test_memory_above_hamis_int32_mib_is_refused_as_a_unit_slip(memory):
+    """HAMi keeps ``-memory`` as an int32 of MiB and refuses more than 2147483647 as a wrong unit
+    (Project-HAMi/HAMi pkg/device/ascend/device.go ``GenerateResourceRequests``); such a claim
+    would otherwise stay pending with no message (2 PiB fits no chip)."""
+    with pytest.raises(ConversionError) as caught:
+        convert_pod(pod_with({"huawei.com/Ascend310P": "1", "huawei.com/Ascend310P-memory": memory}), "ns")
+    [(field, reason)] = caught.value.problems
+    assert field == 'spec.containers[0].resources.limits["huawei.com/Ascend310P-memory"]'
+    assert "more than 2147483647 MiB" in reason and "plain number is MiB" in reason
+    [planned] = convert_pod(pod_with({"huawei.com/Ascend310P": "1", "huawei.com/Ascend310P-memory": "2147483647"}),
+                            "ns").claims
+    assert planned.spec["devices"]["requests"][0]["exactly"]["capacity"]["requests"]["memory"] == str(
+        2147483647 * 1024 * 1024)
