@@ -332,6 +332,23 @@ def _random5() -> str:
     return "".join(secrets.choice(_RAND_ALPHABET) for _ in range(5))
 
 
+def _privileged(spec: Mapping[str, Any], problems: list[tuple[str, str]]) -> None:
+    """Refuse every privileged container of a pod that asks for NPUs.
+
+    HAMi's webhook denies such a pod (Project-HAMi/HAMi ``pkg/scheduler/webhook.go``,
+    ``privilegedContainerName``, init containers included): a privileged container gets every device
+    node of the host and may remount ``/etc/ld.so.preload``, so neither the chip nor the share the
+    claim books can be enforced on it.
+    """
+    for section in ("initContainers", "containers"):
+        for index, container in enumerate(spec.get(section) or ()):
+            context = container.get("securityContext") if isinstance(container, Mapping) else None
+            if isinstance(context, Mapping) and context.get("privileged") is True:
+                problems.append((f"spec.{section}[{index}].securityContext.privileged",
+                                 "a privileged container sees every NPU of the node, so the pod's NPU share "
+                                 "cannot be enforced; remove privileged: true (HAMi refuses such pods too)"))
+
+
 def convert_pod(
     pod: Mapping[str, Any], namespace: str, *, mode: Mode = Mode.TEMPLATE,
     driver_name: str = "ascend.project-hami.io", random5: Callable[[], str] = _random5,
@@ -358,6 +375,8 @@ def convert_pod(
                 found.append((section, index, container, chips))
     if not found and not problems:
         return None
+    if found:
+        _privileged(spec, problems)
     pod_name = metadata.get("name") or random5()
     existing = {c.get("name") for c in spec.get("resourceClaims") or () if isinstance(c, Mapping)}
     planned: list[PlannedClaim] = []

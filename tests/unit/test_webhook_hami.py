@@ -251,3 +251,23 @@ def test_memory_above_hamis_int32_mib_is_refused_as_a_unit_slip(memory):
                             "ns").claims
     assert planned.spec["devices"]["requests"][0]["exactly"]["capacity"]["requests"]["memory"] == str(
         2147483647 * 1024 * 1024)
+
+
+def test_a_privileged_container_in_a_pod_with_hami_resources_is_refused():
+    """HAMi's webhook denies a pod with device resources when any container, init containers
+    included, is privileged (Project-HAMi/HAMi pkg/scheduler/webhook.go, #2139): a privileged
+    container gets every device node of the host, so no share of a chip can be enforced."""
+    pod = pod_with({"huawei.com/Ascend310P": "1"})
+    pod["spec"]["initContainers"] = [{"name": "setup", "securityContext": {"privileged": True}}]
+    with pytest.raises(ConversionError) as caught:
+        convert_pod(pod, "ns")
+    assert caught.value.problems == (
+        ("spec.initContainers[0].securityContext.privileged",
+         "a privileged container sees every NPU of the node, so the pod's NPU share cannot be enforced; "
+         "remove privileged: true (HAMi refuses such pods too)"),)
+    pod["spec"]["initContainers"][0]["securityContext"]["privileged"] = False
+    assert convert_pod(pod, "ns") is not None
+    plain = {"metadata": {"name": "p"}, "spec": {"containers": [
+        {"name": "c", "securityContext": {"privileged": True}}]}}
+    assert convert_pod(plain, "ns") is None  # no HAMi resources: not ours to judge
+
