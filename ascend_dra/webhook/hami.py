@@ -332,6 +332,21 @@ def _random5() -> str:
     return "".join(secrets.choice(_RAND_ALPHABET) for _ in range(5))
 
 
+def _bound_to_a_node(spec: Mapping[str, Any], problems: list[tuple[str, str]]) -> None:
+    """Refuse a pod that asks for NPUs and names its node at creation (``spec.nodeName``).
+
+    HAMi's webhook denies it ("pod has node assigned", Project-HAMi/HAMi ``pkg/scheduler/webhook.go``).
+    Under DRA the scheduler never sees such a pod, so nothing allocates its claims and the kubelet
+    waits for them forever (kubernetes.io, "How DRA Works", "Pre-scheduled Pods").
+    """
+    node = spec.get("nodeName")
+    if node:
+        problems.append(("spec.nodeName",
+                         f"{str(node)!r}: a pod bound to a node at creation bypasses the scheduler, so its "
+                         f"ResourceClaims are never allocated; use nodeSelector kubernetes.io/hostname: {node} "
+                         "instead (HAMi refuses such pods too)"))
+
+
 def _privileged(spec: Mapping[str, Any], problems: list[tuple[str, str]]) -> None:
     """Refuse every privileged container of a pod that asks for NPUs.
 
@@ -376,6 +391,7 @@ def convert_pod(
     if not found and not problems:
         return None
     if found:
+        _bound_to_a_node(spec, problems)
         _privileged(spec, problems)
     pod_name = metadata.get("name") or random5()
     existing = {c.get("name") for c in spec.get("resourceClaims") or () if isinstance(c, Mapping)}

@@ -271,3 +271,18 @@ def test_a_privileged_container_in_a_pod_with_hami_resources_is_refused():
         {"name": "c", "securityContext": {"privileged": True}}]}}
     assert convert_pod(plain, "ns") is None  # no HAMi resources: not ours to judge
 
+
+def test_a_pod_bound_to_a_node_at_creation_is_refused():
+    """HAMi's webhook denies a pod with device resources whose ``spec.nodeName`` is set ("pod has
+    node assigned", Project-HAMi/HAMi pkg/scheduler/webhook.go). Under DRA nothing would allocate
+    its claims: the scheduler never sees the pod and the kubelet waits for them forever."""
+    pod = pod_with({"huawei.com/Ascend310P": "1"})
+    pod["spec"]["nodeName"] = "node-1"
+    with pytest.raises(ConversionError) as caught:
+        convert_pod(pod, "ns")
+    assert caught.value.problems == (
+        ("spec.nodeName",
+         "'node-1': a pod bound to a node at creation bypasses the scheduler, so its ResourceClaims are never "
+         "allocated; use nodeSelector kubernetes.io/hostname: node-1 instead (HAMi refuses such pods too)"),)
+    plain = {"metadata": {"name": "p"}, "spec": {"nodeName": "node-1", "containers": [{"name": "c"}]}}
+    assert convert_pod(plain, "ns") is None
