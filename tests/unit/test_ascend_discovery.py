@@ -273,3 +273,15 @@ async def test_a_vdie_id_reported_by_two_chips_is_dropped(tmp_path: Path) -> Non
     dev, sys_root = tree_910a(tmp_path)
     found = await run_chain(tmp_path, fake_npu_smi(tmp_path, answers), dev, sys_root)
     assert [c.uuid for c in found.chips[:3]] == [None, None, "901421D4-02103514-1711E613-6DA7040A-00102001"]
+
+
+async def test_npu_smi_tier_950_aicore_count_from_the_one_block_common(tmp_path: Path) -> None:
+    """The 950's ``-t common -i N`` prints one block without ``Chip ID``: its ``Aicore Count`` is
+    the count of the NPU's one chip (chip 0 in ``npu-smi info``); the catalogue has no 950 model."""
+    exe = fake_npu_smi(tmp_path, {"info": "950PR_info_Alarm_processes_drv25.7.rc1.txt",
+                                  "info -t common -i 0": "950_info_-t_common_-i_0.txt"})
+    dev = dev_tree(tmp_path, ["davinci0", "davinci1", "davinci2", *SHARED])
+    davinci = {2: "0000:71:00.0", 1: "0000:61:00.0", 0: "0000:81:00.0"}
+    sys_root = sys_tree(tmp_path, {bus: ("0x19e5", "0xd806", 0) for bus in davinci.values()}, davinci)
+    found = await run_chain(tmp_path, exe, dev, sys_root)
+    assert {c.npu_id: c.aicore_count for c in found.chips} == {0: 32, 1: None, 2: None}

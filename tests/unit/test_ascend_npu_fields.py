@@ -11,7 +11,7 @@ import pytest
 
 from ascend_dra.profiles.ascend import keyvalue, readings
 from ascend_dra.profiles.ascend.errors import NpuSmiParseError
-from ascend_dra.profiles.ascend.readings import ChipMemory, ChipUsages
+from ascend_dra.profiles.ascend.readings import ChipCommon, ChipMemory, ChipUsages
 from tests.unit.test_ascend_support import fixture
 
 DDIE = "870408E3-2120D518-77936EE6-80B40A0A-D4100003"
@@ -117,3 +117,23 @@ def test_chip_board_ddie_id_is_the_uuid() -> None:
             + _kv("DDie ID", DDIE.replace("-", " ")) + _kv("Chip Position ID", 0))
     chip = keyvalue.parse_chip_board(text)
     assert (chip.vdie_id, chip.ndie_id, chip.fields["DDie Count"]) == (DDIE, None, "1")
+
+
+# -- 950: -t common prints one block (no Chip Count / Chip ID) ------------------------------------
+
+
+def test_common_950_one_block_is_one_chip_with_its_aicore_count() -> None:
+    """The 950's ``-t common -i N`` names one device: ``NPU ID`` and the readings in one block,
+    no ``Chip Count``, no ``Chip ID``, no ``mcu`` block (Huawei's Ascend 950 npu-smi manual)."""
+    common = readings.parse_common(fixture("950_info_-t_common_-i_0.txt"))
+    assert (common.npu_id, common.chip_count, common.mcu) == (0, None, None)
+    assert common.chips == (ChipCommon(chip_id=None, memory_usage_percent=0, hbm_usage_percent=3,
+                                       aicore_usage_percent=0, aicore_freq_mhz=1650, aicore_cur_freq_mhz=100,
+                                       aicore_count=32, temperature_c=65, power_w=298.6),)
+
+
+def test_common_head_block_with_chip_count_and_no_chip_blocks_is_no_chip() -> None:
+    """A head that says ``Chip Count`` keeps the per-chip layout: its own lines are no chip's readings."""
+    with pytest.raises(NpuSmiParseError) as caught:
+        readings.parse_common(_kv("NPU ID", 0) + _kv("Chip Count", 1))
+    assert caught.value.reason == "says 1 chips but 0 are printed"

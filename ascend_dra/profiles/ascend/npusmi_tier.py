@@ -264,7 +264,8 @@ def _assemble(info: InfoTable, row: InfoChip, mapping: tuple[MappingRow, ...] | 
     memory = (hbm if kind is MemoryKind.HBM else ddr) or None
     aicore = None
     if common is not None:
-        aicore = next((c.aicore_count for c in common.chips if c.chip_id == row.chip_id), None)
+        # chip_id None: the 950's one-block output, which names its NPU's only chip
+        aicore = next((c.aicore_count for c in common.chips if c.chip_id in (row.chip_id, None)), None)
     if aicore is None and model is not None:
         aicore = model.aicore
     driver = (board.software_version if board else None) or info.driver_version

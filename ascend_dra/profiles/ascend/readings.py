@@ -189,9 +189,12 @@ def _check_count(command: str, head: KeyValueBlock, expected: int | None, found:
 
 @attrs.frozen
 class ChipCommon:
-    """One chip of ``-t common``. ``aicore_count`` is absent on 310P (no ``Aicore Count`` line)."""
+    """One chip of ``-t common``. ``aicore_count`` is absent on 310P (no ``Aicore Count`` line).
 
-    chip_id: int
+    :ivar chip_id: None on the 950, whose output names no chip (one device per ``-i``).
+    """
+
+    chip_id: int | None
     memory_usage_percent: int | None
     hbm_usage_percent: int | None
     aicore_usage_percent: int | None
@@ -221,10 +224,13 @@ class CommonInfo:
 
 
 def parse_common(text: str, *, command: str = "npu-smi info -t common -i <N>") -> CommonInfo:
-    """Parse ``npu-smi info -t common -i N``: blocks start with ``Chip ID``; ``Chip Name : mcu`` ends it.
+    """Parse ``npu-smi info -t common -i N``: a head block (``NPU ID``, ``Chip Count``), then blocks
+    that start with ``Chip ID``; ``Chip Name : mcu`` ends it. The 950 prints one block, ``NPU ID`` and
+    the readings of its one chip (``chip_id`` None), as in ``-t usages``.
 
     Samples: ``910A_info_-t_common_-i_0_with_mcu.txt`` (Aicore Count 32), ``910B1_info_-t_common_-i_1.txt``
-    (Aicore Count 24), ``310P-duo_info_-t_common_-i_1_2chips.txt`` (two chips, no Aicore Count).
+    (Aicore Count 24), ``310P-duo_info_-t_common_-i_1_2chips.txt`` (two chips, no Aicore Count),
+    ``950_info_-t_common_-i_0.txt`` (one block, Aicore Count 32).
 
     :raises NpuSmiParseError: on a layout error, an unknown block, or a ``Chip Count`` mismatch.
     """
@@ -234,6 +240,8 @@ def parse_common(text: str, *, command: str = "npu-smi info -t common -i <N>") -
     chip_count = head.integer(command, "Chip Count")
     chips: list[ChipCommon] = []
     mcu: McuCommon | None = None
+    if not body and chip_count is None and len(head.entries) > 1:
+        chips.append(_chip_common(command, head, None))  # the 950: one device, no Chip ID
     for block in body:
         first = block.entries[0]
         if first[0] == "Chip Name" and first[1].lower() == "mcu":
@@ -242,21 +250,25 @@ def parse_common(text: str, *, command: str = "npu-smi info -t common -i <N>") -
                 power_w=block.number(command, "NPU Real-time Power(W)"),
             )
         elif first[0] == "Chip ID":
-            chips.append(ChipCommon(
-                chip_id=block.required_integer(command, "Chip ID"),
-                memory_usage_percent=block.integer(command, "Memory Usage Rate(%)"),
-                hbm_usage_percent=block.integer(command, "HBM Usage Rate(%)"),
-                aicore_usage_percent=block.integer(command, "Aicore Usage Rate(%)"),
-                aicore_freq_mhz=block.integer(command, "Aicore Freq(MHZ)"),
-                aicore_cur_freq_mhz=block.integer(command, "Aicore curFreq(MHZ)"),
-                aicore_count=block.amount(command, "Aicore Count"),
-                temperature_c=block.integer(command, "Temperature(C)"),
-                power_w=block.number(command, "NPU Real-time Power(W)"),
-            ))
+            chips.append(_chip_common(command, block, block.required_integer(command, "Chip ID")))
         else:
             raise NpuSmiParseError(command, first[2], first[3], "a block must start with 'Chip ID' or 'Chip Name'")
     _check_count(command, head, chip_count, len(chips))
     return CommonInfo(npu_id=npu_id, chip_count=chip_count, chips=tuple(chips), mcu=mcu)
+
+
+def _chip_common(command: str, block: KeyValueBlock, chip_id: int | None) -> ChipCommon:
+    return ChipCommon(
+        chip_id=chip_id,
+        memory_usage_percent=block.integer(command, "Memory Usage Rate(%)"),
+        hbm_usage_percent=block.integer(command, "HBM Usage Rate(%)"),
+        aicore_usage_percent=block.integer(command, "Aicore Usage Rate(%)"),
+        aicore_freq_mhz=block.integer(command, "Aicore Freq(MHZ)"),
+        aicore_cur_freq_mhz=block.integer(command, "Aicore curFreq(MHZ)"),
+        aicore_count=block.amount(command, "Aicore Count"),
+        temperature_c=block.integer(command, "Temperature(C)"),
+        power_w=block.number(command, "NPU Real-time Power(W)"),
+    )
 
 
 # -- npu-smi info -t health -i N -c C -------------------------------------------------------------
