@@ -137,3 +137,18 @@ def test_common_head_block_with_chip_count_and_no_chip_blocks_is_no_chip() -> No
     with pytest.raises(NpuSmiParseError) as caught:
         readings.parse_common(_kv("NPU ID", 0) + _kv("Chip Count", 1))
     assert caught.value.reason == "says 1 chips but 0 are printed"
+
+
+# -- 950: -t health says Health, not Health Status ----------------------------------------------
+
+
+def test_health_950_reads_the_health_key() -> None:
+    """The 950's ``-t health -i N`` (no ``-c``) prints ``Health`` where the others print ``Health Status``."""
+    health = readings.parse_health(fixture("950_info_-t_health_-i_0.txt"))
+    assert (health.status, health.error_code, health.error_information) == ("OK", None, None)
+
+
+def test_health_without_either_key_names_both() -> None:
+    with pytest.raises(NpuSmiParseError) as caught:
+        readings.parse_health(_kv("NPU ID", 0) + _kv("Error Code", "NA"))
+    assert caught.value.reason == "missing 'Health Status' (950: 'Health')"

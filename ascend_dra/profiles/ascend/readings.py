@@ -285,14 +285,16 @@ class HealthInfo:
 
 
 def parse_health(text: str, *, command: str = "npu-smi info -t health -i <N> -c <C>") -> HealthInfo:
-    """Parse ``npu-smi info -t health -i N -c C``. Sample: ``910A_info_-t_health.txt``.
+    """Parse ``npu-smi info -t health -i N -c C`` (the 950: ``-t health -i N``, whose status line is
+    ``Health``, not ``Health Status``). Samples: ``910A_info_-t_health.txt``, ``950_info_-t_health_-i_0.txt``.
 
-    :raises NpuSmiParseError: when ``Health Status`` is missing.
+    :raises NpuSmiParseError: when neither ``Health Status`` nor ``Health`` is printed.
     """
     block = KeyValueBlock.merged(parse_key_values(text, command=command))
-    status = block.text("Health Status")
+    key = block.first_key("Health Status", "Health")
+    status = block.text(key)
     if status is None:
-        raise NpuSmiParseError(command, *block.where("Health Status"), "missing 'Health Status'")
+        raise NpuSmiParseError(command, *block.where(key), "missing 'Health Status' (950: 'Health')")
     return HealthInfo(
         status=status,
         error_code=block.text("Error Code"),
