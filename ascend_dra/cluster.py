@@ -144,6 +144,11 @@ def dropped_fields(sent: Mapping[str, Any], stored: Mapping[str, Any]) -> tuple[
     return fields, gates
 
 
+def _owner_uids(obj: Mapping[str, Any]) -> list[Any]:
+    """The uids of a stored object's ``metadata.ownerReferences`` (ours: one, the Node's)."""
+    return [ref.get("uid") for ref in (obj.get("metadata") or {}).get("ownerReferences") or ()]
+
+
 def _content(spec: Mapping[str, Any]) -> bytes:
     """What identifies a slice's content, ignoring the pool's generation and slice count."""
     return orjson.dumps({k: v for k, v in spec.items() if k != "pool"}, option=orjson.OPT_SORT_KEYS)
@@ -285,13 +290,26 @@ class ApiPublisher:
                     self.first_attempt.set()
 
     async def _node_owner(self) -> dict[str, str]:
+        """The slices' owner reference: our Node's name and its uid, read again at every reconcile.
+
+        A Node deleted and created again under the same name (a node re-imaged, or re-registered
+        by its kubelet) has a new uid; slices that still name the old one have no owner, and the
+        garbage collector deletes them, again after every republish, for as long as the daemon
+        kept the uid it read at start (one GET a reconcile: at most one a ``resync_interval``
+        while nothing changes).
+
+        :raises ApiError: the Node cannot be read (404 while it is gone: nothing is written then).
+        """
         assert self._api is not None
-        if self._owner is None:
-            try:
-                node = await self._api.call("GET", f"/api/v1/nodes/{self.node_name}")
-            except ApiError as exc:
-                raise ApiError(exc.status, f"reading Node {self.node_name} for the owner reference: {exc}") from None
-            self._owner = {"name": self.node_name, "uid": node["metadata"]["uid"]}
+        try:
+            node = await self._api.call("GET", f"/api/v1/nodes/{self.node_name}")
+        except ApiError as exc:
+            raise ApiError(exc.status, f"reading Node {self.node_name} for the owner reference: {exc}") from None
+        uid = node["metadata"]["uid"]
+        if self._owner is not None and self._owner["uid"] != uid:
+            log.info("our Node was created again; its ResourceSlices are republished with its new uid",
+                     extra={"node": self.node_name, "uid": uid})
+        self._owner = {"name": self.node_name, "uid": uid}
         return self._owner
 
     async def list_slices(self) -> list[dict[str, Any]]:
@@ -321,6 +339,7 @@ class ApiPublisher:
             and len(existing) == len(desired)
             and all(s["spec"]["pool"].get("generation") == current for s in existing)
             and all(s["spec"]["pool"].get("resourceSliceCount") == len(desired) for s in existing)
+            and all(_owner_uids(s) == [owner["uid"]] for s in existing)  # the Node was not created again
         )
         if up_to_date:
             self.generation = current

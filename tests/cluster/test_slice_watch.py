@@ -6,11 +6,13 @@ loop: 55 ms each time the watch began)."""
 
 from __future__ import annotations
 
+import uuid
+
 import anyio
 import pytest
 
 from ascend_dra import apiclient, cluster
-from tests.cluster.test_publish import RES, ok
+from tests.cluster.test_publish import RES, delete_our_slices, ok, our_slices
 from tests.integration.daemon import DRIVER
 
 pytestmark = [pytest.mark.cluster, pytest.mark.anyio]
@@ -113,3 +115,36 @@ async def test_event_lines_are_split_wherever_the_chunks_end():
     chunks = [body[i:i + 7000] for i in range(0, len(body), 7000)]
     assert [line async for line in cluster._lines(_Chunks(chunks))] == [b'{"type":"ADDED"}', big, b'{"type":"DELETED"}']
     assert [line async for line in cluster._lines(_Chunks([b"a\nb", b"c\n", b"\n"]))] == [b"a", b"bc"]
+
+
+async def test_slices_follow_a_node_created_again_under_the_same_name(cp):
+    """A Node deleted and created again (re-imaged, re-registered) has a new uid; the publisher
+    kept the uid it read first, so its slices named an owner that no longer existed, and the
+    garbage collector deleted them after every republish (the class of fault of
+    qvest-digital/mxl-k8s#233: an owner reference cached across its owner's re-creation)."""
+    from ascend_dra.model import Device, Inventory
+
+    node = f"owner-{uuid.uuid4().hex[:8]}"
+    body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}
+    first = (await anyio.to_thread.run_sync(ok, cp, "POST", "/api/v1/nodes", body))["metadata"]["uid"]
+    api = await apiclient.connect_api(str(cp.kubeconfig))
+    publisher = cluster.ApiPublisher(str(cp.kubeconfig), driver_name=DRIVER, node_name=node, api=api)
+    publisher._inventory = Inventory(devices=(Device("npu-0"),), source="test")
+
+    async def owners() -> list[str]:
+        slices = await anyio.to_thread.run_sync(our_slices, cp, node)
+        return [ref["uid"] for s in slices for ref in s["metadata"].get("ownerReferences") or ()]
+
+    try:
+        assert await publisher.sync()
+        assert await owners() == [first]
+        await anyio.to_thread.run_sync(ok, cp, "DELETE", f"/api/v1/nodes/{node}")
+        second = (await anyio.to_thread.run_sync(ok, cp, "POST", "/api/v1/nodes", body))["metadata"]["uid"]
+        assert second != first
+        await publisher.sync()
+        assert await owners() == [second]  # rewritten (or, if the collector was first, created) with the new uid
+        assert not await publisher.sync()  # and then left alone
+    finally:
+        await anyio.to_thread.run_sync(delete_our_slices, cp, node)
+        await anyio.to_thread.run_sync(cp.api, "DELETE", f"/api/v1/nodes/{node}")
+        await close_api(api)
