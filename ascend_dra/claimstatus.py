@@ -34,7 +34,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -204,12 +204,15 @@ class ClaimStatusWriter:
     :param max_delay_s: seconds the oldest pending job waits at most for a lull.
     :param busy_interval_s: while jobs still come, seconds between the beginnings of two writes at
         least (0.05: at most 20 a second, about 5 % of two cores for the API server's applies).
+    :param on_result: called with ``"ok"`` for each write applied and ``"failed"`` for each given up
+        or dropped (the daemon's ``ascend_dra_claim_status_writes_total``).
     """
 
     def __init__(self, api: Any, driver_name: str, *, attempts: int = 4, workers: int = 4,
                  max_pending: int = 4096, quiet_s: float = 0.05, max_delay_s: float = 1.0,
-                 busy_interval_s: float = 0.05) -> None:
+                 busy_interval_s: float = 0.05, on_result: Callable[[str], None] | None = None) -> None:
         self.api = api
+        self.on_result = on_result
         self.driver_name = driver_name
         self.attempts = attempts
         self.workers = workers
@@ -227,6 +230,19 @@ class ClaimStatusWriter:
         self.applied = 0
         self.failed = 0
 
+    @property
+    def backlog(self) -> int:
+        """Claims whose write waits or is under way (read from the metrics thread: two ``len``)."""
+        return len(self._pending) + len(self._busy)
+
+    def _count(self, result: str) -> None:
+        if result == "ok":
+            self.applied += 1
+        else:
+            self.failed += 1
+        if self.on_result is not None:
+            self.on_result(result)
+
     def prepared(self, claim: PreparedClaim) -> None:
         """Queue the status of a claim just prepared; never blocks, never raises."""
         self._put(_Job(claim.namespace, claim.name, claim.uid, claim))
@@ -237,7 +253,7 @@ class ClaimStatusWriter:
 
     def _put(self, job: _Job) -> None:
         if job.uid not in self._pending and len(self._pending) >= self.max_pending:
-            self.failed += 1
+            self._count("failed")
             log.warning("claim status queue full; not writing this claim's status.devices",
                         extra={"claim_uid": job.uid})
             return
@@ -341,7 +357,7 @@ class ClaimStatusWriter:
         try:
             await self._write(self.api, job)
         except Exception:
-            self.failed += 1
+            self._count("failed")
             log.exception("writing the claim's status.devices raised", extra={"claim_uid": job.uid})
 
     async def _write(self, api: Any, job: _Job) -> None:
@@ -366,7 +382,7 @@ class ClaimStatusWriter:
                         await self._merge(api, path, job, [])
                 else:
                     await self._merge(api, path, job, entries)
-                self.applied += 1
+                self._count("ok")
                 log.debug("claim status written", extra={"claim_uid": job.uid, "devices": len(entries)})
                 return
             except ApiError as exc:
@@ -377,7 +393,7 @@ class ClaimStatusWriter:
                     apply = False  # see _merge: retry at once with a merge patch
                     continue
                 if (exc.status == 422 and not apply) or attempt == self.attempts:  # invalid stays invalid
-                    self.failed += 1
+                    self._count("failed")
                     log.warning("writing the claim's status.devices failed; the claim stays prepared",
                                 extra={"claim_uid": job.uid, "error": str(exc)})
                     return

@@ -320,7 +320,9 @@ class Daemon:
         if s.standalone is None and s.claim_status:  # standalone has no claims to write to
             from ascend_dra.claimstatus import ClaimStatusWriter, StatusHook
 
-            writer = ClaimStatusWriter(self.api, s.driver_name)
+            writer = ClaimStatusWriter(self.api, s.driver_name,
+                                       on_result=lambda result: self.metrics.status_writes.labels(result).inc())
+            self.metrics.follow_claim_status(lambda: writer.backlog)
             status = StatusHook(writer, self.state, s.cdi_root)
         try:
             await self._serve_with(writer, status, health, advertised, task_status=task_status)

@@ -11,6 +11,9 @@ zero-initialised so dashboards see every series from the start:
   (``npu-smi``, ``devfs``, ``nvml``, ``simulated``);
 - ``ascend_dra_unhealthy_devices{profile}``: devices the profile's health hook reports unhealthy;
 - ``ascend_dra_registration_status``: 1 registered, 0 refused by the kubelet, -1 not yet told;
+- ``ascend_dra_claim_status_pending``: claims whose ``status.devices`` write (claimstatus.py) waits
+  for a lull or is under way, and ``ascend_dra_claim_status_writes_total{result}`` (``ok``, or
+  ``failed`` after its retries); cluster mode only;
 - ``ascend_dra_event_loop_stall_max_seconds{phase}``: the longest time the event loop could not run
   because of our own work (the time its thread waited for a CPU taken out), ``starting`` (before the
   kubelet sockets are bound) or ``serving`` (loopstall.py);
@@ -100,6 +103,13 @@ class Metrics:
                                 ["phase"], registry=r)
         for phase in ("starting", "serving"):
             self.loop_stall.labels(phase)
+        self.status_pending = Gauge("ascend_dra_claim_status_pending",
+                                    "claims whose status.devices write waits or is under way", registry=r)
+        self.status_writes = Counter("ascend_dra_claim_status_writes",
+                                     "status.devices writes by result (failed: given up after retries)",
+                                     ["result"], registry=r)
+        for result in ("ok", "failed"):
+            self.status_writes.labels(result)
         for op in ("prepare", "unprepare"):
             for result in _RESULTS:
                 self.requests[op].labels(result)
@@ -122,6 +132,10 @@ class Metrics:
         (from the server's thread: they must only read)."""
         self.prepared.set_function(lambda: float(prepared()))
         self.registration.set_function(lambda: -1.0 if (v := registered()) is None else float(v))
+
+    def follow_claim_status(self, pending: Callable[[], int]) -> None:
+        """Read the claim-status backlog from ``pending`` at every scrape (from the server's thread)."""
+        self.status_pending.set_function(lambda: float(pending()))
 
     def serve(self, port: int, address: str = ALL_ADDRESSES, checks: Mapping[str, Check] | None = None) -> int:
         """Serve ``/metrics`` and the ``checks`` (path -> check, e.g. ``/healthz``) from a background

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.cluster.controlplane import free_port
 from tests.cluster.test_publish import (
     EXAMPLES,
     RES,
@@ -122,9 +123,24 @@ def status_writers(claim: dict[str, Any]) -> set[tuple[str, str, str | None]]:
 CREATORS = {"kubectl": {(DRIVER, "Apply", "status")}, "go": {(DRIVER, "Update", "status")}}
 
 
+def status_metrics(port: int) -> tuple[float, float, float]:
+    """``(pending, ok, failed)``: the daemon's claim-status backlog and writes, as Prometheus reads them."""
+    from tests.integration.test_metrics import scrape
+
+    m = scrape(port)
+    return (m[("ascend_dra_claim_status_pending", ())],
+            m[("ascend_dra_claim_status_writes_total", (("result", "ok"),))],
+            m[("ascend_dra_claim_status_writes_total", (("result", "failed"),))])
+
+
+def metrics_args(port: int) -> tuple[str, ...]:
+    return ("--metrics-port", str(port), "--metrics-address", "127.0.0.1")
+
+
 @pytest.mark.parametrize("creator", sorted(CREATORS))
 def test_claim_status_shows_our_data_after_prepare_and_loses_it_after_unprepare(cp, start_daemon, creator):
-    d = start_daemon()
+    port = free_port()
+    d = start_daemon(extra_args=metrics_args(port))
     wait_until(lambda: our_slices(cp, cp.node_name), "published")
     apply_examples(cp)
     name = claim_and_pod(cp, creator)
@@ -141,9 +157,11 @@ def test_claim_status_shows_our_data_after_prepare_and_loses_it_after_unprepare(
                          "data": {"env": {"ASCEND_GLOBAL_LOG_LEVEL": "1", "ASCEND_VISIBLE_DEVICES": str(index),
                                           "FAKE_NPU_AICORE_LIMIT": "40"}}}
         assert status_writers(claim_of(cp, "default", name)) == CREATORS[creator]
+        assert wait_until(lambda: status_metrics(port) == (0, 1, 0) or None, "the write counted") is True
 
         assert k.unprepare(claim).claims[uid].error == ""
         wait_until(lambda: not our_status(claim_of(cp, "default", name)), "status.devices removed")
+        assert wait_until(lambda: status_metrics(port) == (0, 2, 0) or None, "the removal counted") is True
         assert claim_of(cp, "default", name)["status"]["allocation"] == claim["status"]["allocation"]
     finally:
         k.close()
@@ -153,8 +171,9 @@ def test_claim_status_shows_our_data_after_prepare_and_loses_it_after_unprepare(
 def test_a_claim_whose_status_the_api_server_refuses_to_patch_is_still_prepared(cp, start_daemon):
     """Opaque parameters written with whitespace (Python's json.dumps) make every patch of the
     claim's status fail "status.allocation: field is immutable" on the API server: the Prepare
-    succeeds all the same and the failure is one warning."""
-    d = start_daemon()
+    succeeds all the same and the failure is one warning, and one count of the failed writes."""
+    port = free_port()
+    d = start_daemon(extra_args=metrics_args(port))
     wait_until(lambda: our_slices(cp, cp.node_name), "published")
     apply_examples(cp)
     name = claim_and_pod(cp, "python")
@@ -169,6 +188,7 @@ def test_a_claim_whose_status_the_api_server_refuses_to_patch_is_still_prepared(
                    "the status write given up", within=20)
         assert "status.allocation" in d.log_text()
         assert our_status(claim_of(cp, "default", name)) == []
+        assert status_metrics(port) == (0, 0, 1)
         assert k.unprepare(claim).claims[uid].error == ""
     finally:
         k.close()
