@@ -9,7 +9,10 @@ more than one in flight the answers' callbacks send the next calls,
 docs/performance.md#the-benchmarks-client). Floors, measured against the same daemon, directory and
 API server, again for each number of claims held (the RPC just before each phase, at its
 concurrency), so that a figure and its floor are minutes apart at most: this VM's speed drifts by
-a third within an hour, and a full matrix takes about 11 minutes:
+a third within an hour, and a full matrix takes about 11 minutes. Every floor and every phase
+begins once the daemon has written the claim statuses of what came before
+(``ascend_dra_claim_status_pending`` 0): a GET floor measured while 1,024 statuses went out was
+nearly twice as slow as one measured on an idle API server:
 
 * ``RPC``: an empty ``NodePrepareResources`` at the same concurrency;
 * ``write``: one durable append of a 512-byte line (write + fdatasync) in the plugin data dir, the
@@ -164,6 +167,20 @@ def scrape_stall(port: int) -> float:
     return float(found.group(1)) if found else float("nan")
 
 
+def settle(port: int, within_s: float = 120.0) -> float:
+    """Wait until the daemon has no claim status left to write (``ascend_dra_claim_status_pending``
+    0; standalone has none): a floor or a phase measured during the flush of the previous phase's
+    statuses would share the API server with it. Return the seconds waited."""
+    began = time.monotonic()
+    while time.monotonic() - began < within_s:
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        found = re.search(r"^ascend_dra_claim_status_pending ([0-9.e+-]+)$", body, re.MULTILINE)
+        if found is None or float(found.group(1)) == 0:
+            return time.monotonic() - began
+        time.sleep(0.05)
+    raise RuntimeError(f"the daemon's claim statuses were still being written after {within_s:.0f} s")
+
+
 def tmpfs_cdi_dir(cdi_dir: Path) -> Path | None:
     """Put the daemon's CDI dir on tmpfs, as ``/var/run/cdi`` is on a real node (the checkpoint stays on
     disk): ``cdi_dir`` becomes a symlink to a new dir under ``/dev/shm``, returned; None where there is none."""
@@ -287,6 +304,7 @@ def bench_mode(mode: str, args, cp=None) -> tuple[list[tuple], dict]:
 
         # Measured again just before each held count's phases (the RPC before each phase): this
         # VM's speed drifts by a third within an hour, and a full matrix takes several minutes.
+        settle(node.metrics_port)
         write, get = append_floor(node.daemon.checkpoint.parent, args.floor_rounds), fetch_floor()
         rpc = {1: rpc_floor(1)}  # 16 and 64: before their phases
         snapshots: list[tuple[dict[int, Stats], Stats, Stats]] = []
@@ -302,14 +320,17 @@ def bench_mode(mode: str, args, cp=None) -> tuple[list[tuple], dict]:
             extra_claims = node.claims(count - len(held), len(held))
             run_calls(extra_claims, prepare, 16)
             held += extra_claims
+            settle(node.metrics_port)
             write, get = append_floor(node.daemon.checkpoint.parent, args.floor_rounds), fetch_floor()
             for c in (1, 16, 64):
+                settle(node.metrics_port)
                 rpc[c] = rpc_floor(c)
                 batch = node.claims(args.batch, most)
                 if args.warmup:  # untimed, as the floors are measured warm (docs/performance.md#cold-calls)
                     warm = node.claims(args.warmup, spare)
                     run_calls(warm, prepare, min(c, args.warmup))
                     run_calls(warm, unprepare, min(c, args.warmup))
+                    settle(node.metrics_port)
                 with GetInfoProbe(node.daemon, getinfo_ms) if c == 64 else contextlib.nullcontext():
                     p, u = run_calls(batch, prepare, c), run_calls(batch, unprepare, c)
                 floor_p = prepare_floor(c)
