@@ -4,7 +4,9 @@ Run: ``.venv/bin/python bench/bench_matrix.py [--quick] [--modes standalone,clus
 
 For each mode (``standalone``: claim files; ``cluster``: claims in the real test API server, the daemon
 GETs each one) and each number of claims already prepared (0, 128, 1,024), ``--batch`` claims are
-prepared and then unprepared 1, 16 and 64 at a time (grpcio, one channel, one claim per call; with
+prepared and then unprepared 1, 16 and 64 at a time, ``--rounds`` times, the samples of the rounds
+pooled (4 x 256 by default: a p99 of 256 calls one at a time is about the third slowest call of one
+second, and one hiccup of the VM decided it; grpcio, one channel, one claim per call; with
 more than one in flight the answers' callbacks send the next calls,
 docs/performance.md#the-benchmarks-client). Floors, measured against the same daemon, directory and
 API server, again for each number of claims held (the RPC just before each phase, at its
@@ -331,8 +333,11 @@ def bench_mode(mode: str, args, cp=None) -> tuple[list[tuple], dict]:
                     run_calls(warm, prepare, min(c, args.warmup))
                     run_calls(warm, unprepare, min(c, args.warmup))
                     settle(node.metrics_port)
+                rounds: list[tuple[Stats, Stats]] = []
                 with GetInfoProbe(node.daemon, getinfo_ms) if c == 64 else contextlib.nullcontext():
-                    p, u = run_calls(batch, prepare, c), run_calls(batch, unprepare, c)
+                    for _ in range(args.rounds):
+                        rounds.append((run_calls(batch, prepare, c), run_calls(batch, unprepare, c)))
+                p, u = Stats.pooled([r[0] for r in rounds]), Stats.pooled([r[1] for r in rounds])
                 floor_p = prepare_floor(c)
                 floor_u = rpc[c].p50_ms + write.p50_ms
                 rows.append((mode, count, c, "prepare", p, floor_p))
@@ -363,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--modes", default="standalone,cluster")
     parser.add_argument("--batch", type=int, default=256, help="claims prepared and unprepared per figure")
+    parser.add_argument("--rounds", type=int, default=4,
+                        help="times each batch is prepared and unprepared per figure (the samples pooled)")
     parser.add_argument("--floor-rounds", type=int, default=500)
     parser.add_argument("--quick", action="store_true", help="0 and 128 held, batches of 64")
     parser.add_argument("--startup-runs", type=int, default=3)
@@ -374,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     exit_on_sigterm()  # a stopped run still stops its control plane
     if args.quick:
-        args.batch, args.floor_rounds, args.startup_runs = 64, 200, 1
+        args.batch, args.rounds, args.floor_rounds, args.startup_runs = 64, 1, 200, 1
     modes = args.modes.split(",")
     cp = None
     if "cluster" in modes:
@@ -402,7 +409,8 @@ def main(argv: list[str] | None = None) -> int:
     loop_floor = stall_floor()
 
     print(f"\nascend-dra benchmark matrix: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, batches of "
-          f"{args.batch} single-device claims, fake profile, {args.warmup} untimed calls before each phase")
+          f"{args.batch} single-device claims prepared and unprepared {args.rounds} times a figure, fake profile, "
+          f"{args.warmup} untimed calls before each phase")
     header = f"{'mode':<11}{'held':>6}{'in flight':>10}  {'op':<10}{'p50 ms':>8}{'p99 ms':>8}{'claims/s':>9}" \
              f"{'floor ms':>9}{'p50/floor':>10}{'p99/floor':>10}"
     print(header)

@@ -84,6 +84,11 @@ class Stats:
     def per_s(self) -> float:
         return len(self.latencies) / self.wall_s
 
+    @classmethod
+    def pooled(cls, parts: Sequence[Stats]) -> Stats:
+        """Several runs of the same phase as one: their latencies together, their wall times added."""
+        return cls([t for part in parts for t in part.latencies], sum(part.wall_s for part in parts))
+
 
 class Call:
     """One kind of RPC the benchmark's client sends: ``method`` (a grpcio multi-callable) with the

@@ -14,7 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from bench_prepare import Call, run_calls
+from bench_prepare import Call, Stats, run_calls
 
 
 class Server:
@@ -81,3 +81,16 @@ def test_a_refused_answer_stops_sending_and_raises() -> None:
 def test_no_items_returns_at_once() -> None:
     stats = run_calls([], Call(Server(), lambda item: item), 16)
     assert stats.latencies == []
+
+
+def test_pooled_rounds_are_one_phase_of_all_their_samples():
+    """bench_matrix pools the rounds of a figure: the percentiles over every sample, the rate over
+    the rounds' wall times added (not their mean rate)."""
+    first = Stats([0.001] * 99 + [0.100], wall_s=1.0)
+    second = Stats([0.002] * 100, wall_s=3.0)
+    pooled = Stats.pooled([first, second])
+    assert len(pooled.latencies) == 200
+    assert pooled.per_s == 200 / 4.0
+    assert pooled.p50_ms == pytest.approx(2.0)  # 99 samples of 1 ms below it, 101 at or above
+    assert pooled.p99_ms == pytest.approx(2.0)  # one slow call in 200 is not the p99 any more
+    assert first.p99_ms > 2.0  # as it was of its own round
