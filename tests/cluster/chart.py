@@ -48,9 +48,9 @@ def helm(*args: str) -> str:
 
 
 def render(namespace: str, *value_files: str, set_values: tuple[str, ...] = (),
-           kube_version: str = "1.35") -> list[dict[str, Any]]:
+           kube_version: str = "1.35", release: str = RELEASE) -> list[dict[str, Any]]:
     """The objects ``helm template`` renders for ``value_files`` (names under the chart's ci/)."""
-    args = ["template", RELEASE, str(CHART), "--namespace", namespace, "--kube-version", kube_version]
+    args = ["template", release, str(CHART), "--namespace", namespace, "--kube-version", kube_version]
     for name in value_files:
         args += ["-f", str(CHART / "ci" / name)]
     for item in set_values:

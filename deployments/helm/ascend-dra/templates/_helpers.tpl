@@ -1,9 +1,11 @@
-{{/* Base name of every object: the release name, or "<release>-ascend-dra" when it lacks the chart name. */}}
+{{/* Base name of every object: the release name, or "<release>-ascend-dra" when it lacks the chart name.
+At most 49 characters, so that the longest suffix that ends up in a label value or a DNS label,
+"-kubeletplugin" (the DaemonSet's app.kubernetes.io/name, its ServiceAccount), stays within 63. */}}
 {{- define "ascend-dra.fullname" -}}
 {{- if contains .Chart.Name .Release.Name -}}
-{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- .Release.Name | trunc 49 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 50 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 49 | trimSuffix "-" -}}
 {{- end -}}
 {{- end -}}
 

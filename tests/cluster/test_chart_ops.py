@@ -1,0 +1,59 @@
+"""The chart's deployment defaults against defects reported publicly for other drivers' charts: what
+``helm template`` renders is checked here without an API server (the server-side dry runs are in
+test_chart.py).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from tests.cluster.chart import by_kind, render
+
+pytestmark = pytest.mark.cluster
+
+#: A label value (apimachinery's validation.IsValidLabelValue): at most 63 characters.
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+#: A Service name (an RFC 1035 label): at most 63 characters.
+_DNS_1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+
+#: Helm refuses release names over 53 characters; these are as long as it allows, one containing
+#: the chart's name (fullname = the release name) and one not (fullname = "<release>-ascend-dra").
+LONG_RELEASES = ("ascend-dra-" + "x" * 42, "npu-production-cluster-eu-west-1-primary-" + "y" * 12)
+
+
+def _labels(obj: dict[str, Any]) -> list[tuple[str, str]]:
+    """Every label of ``obj``: its own, its selector's and its pod template's."""
+    found = list(obj["metadata"].get("labels", {}).items())
+    spec = obj.get("spec") or {}
+    selector = spec.get("selector")
+    if isinstance(selector, dict):
+        found += list(selector.get("matchLabels", {}).items())
+    template = spec.get("template") or {}
+    found += list(template.get("metadata", {}).get("labels", {}).items())
+    return found
+
+
+@pytest.mark.parametrize("release", LONG_RELEASES)
+def test_the_longest_release_names_render_valid_labels_and_names(release):
+    """modelplaneai/modelplane#215 (the NVIDIA DRA driver's kubelet-plugin ServiceAccount name over 63
+    characters), Kong/charts#675, helm/charts#7317: a suffix added after the fullname's truncation
+    made a label value of 64 characters, which the API server refuses (the DaemonSet never exists)."""
+    assert len(release) == 53
+    objects = render("ascend-dra-system", "certmanager-values.yaml", release=release)
+    for obj in objects:
+        where = f"{obj['kind']} {obj['metadata']['name']}"
+        for key, value in _labels(obj):
+            assert len(value) <= 63 and _LABEL_VALUE.fullmatch(value), f"{where}: label {key}={value!r}"
+    for kind in ("ServiceAccount", "Service", "DaemonSet", "Deployment"):
+        for obj in by_kind(objects, kind):
+            name = obj["metadata"]["name"]
+            # A Service name is a DNS label; a ServiceAccount's name becomes a label value where the
+            # CNI keys identities on it (Cilium); a workload's name is its pods' app.kubernetes.io/name.
+            assert len(name) <= 63 and _DNS_1035_LABEL.fullmatch(name), f"{kind} {name!r}"
+    [ds] = by_kind(objects, "DaemonSet")
+    [policy] = [p for p in by_kind(objects, "ValidatingAdmissionPolicy") if "resourceslices" in p["metadata"]["name"]]
+    account = ds["spec"]["template"]["spec"]["serviceAccountName"]
+    assert f'"system:serviceaccount:ascend-dra-system:{account}"' in policy["spec"]["matchConditions"][0]["expression"]
