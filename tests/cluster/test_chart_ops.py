@@ -57,3 +57,30 @@ def test_the_longest_release_names_render_valid_labels_and_names(release):
     [policy] = [p for p in by_kind(objects, "ValidatingAdmissionPolicy") if "resourceslices" in p["metadata"]["name"]]
     account = ds["spec"]["template"]["spec"]["serviceAccountName"]
     assert f'"system:serviceaccount:ascend-dra-system:{account}"' in policy["spec"]["matchConditions"][0]["expression"]
+
+
+def _tolerates(tolerations: list[dict[str, Any]], taint: dict[str, str]) -> bool:
+    """Whether one of ``tolerations`` tolerates ``taint`` (k8s.io/api/core/v1 Toleration.ToleratesTaint)."""
+    for t in tolerations:
+        if t.get("effect") and t["effect"] != taint["effect"]:
+            continue
+        if t.get("operator", "Equal") == "Exists":
+            if not t.get("key") or t["key"] == taint["key"]:
+                return True
+        elif t.get("key") == taint["key"] and t.get("value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("value_files", [(), ("fake-values.yaml",)], ids=["default", "fake"])
+def test_the_daemon_tolerates_every_taint_of_an_accelerator_node_noexecute_included(value_files):
+    """kubernetes/kubernetes#129402: the kubelet must call NodeUnprepareResources before a pod with
+    claims may go, so pods evicted by a NoExecute taint the plugin does not tolerate stay Terminating
+    (the plugin is evicted with them and the DaemonSet does not bring it back while the taint is there)."""
+    [ds] = by_kind(render("ns", *value_files), "DaemonSet")
+    tolerations = ds["spec"]["template"]["spec"].get("tolerations", [])
+    for taint in ({"key": "huawei.com/Ascend910", "value": "present", "effect": "NoSchedule"},
+                  {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"},
+                  {"key": "maintenance.example.com/drain", "value": "true", "effect": "NoExecute"},
+                  {"key": "huawei.com/Ascend910", "value": "present", "effect": "NoExecute"}):
+        assert _tolerates(tolerations, taint), f"the DaemonSet does not tolerate {taint}: {tolerations}"
