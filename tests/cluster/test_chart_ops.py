@@ -84,3 +84,19 @@ def test_the_daemon_tolerates_every_taint_of_an_accelerator_node_noexecute_inclu
                   {"key": "maintenance.example.com/drain", "value": "true", "effect": "NoExecute"},
                   {"key": "huawei.com/Ascend910", "value": "present", "effect": "NoExecute"}):
         assert _tolerates(tolerations, taint), f"the DaemonSet does not tolerate {taint}: {tolerations}"
+
+
+@pytest.mark.parametrize("replicas", [1, 2, 3])
+def test_the_webhook_pdb_lets_a_drain_evict_one_replica_at_any_replica_count(replicas):
+    """Project-HAMi/HAMi-DRA#79, helm/charts#7127: minAvailable 1 over a single replica allows no
+    voluntary disruption, so `kubectl drain` of its node never finishes."""
+    objects = render("ns", "webhook-values.yaml", set_values=(f"webhook.replicas={replicas}",))
+    [pdb] = by_kind(objects, "PodDisruptionBudget")
+    [deployment] = by_kind(objects, "Deployment")
+    assert deployment["spec"]["replicas"] == replicas
+    spec = pdb["spec"]
+    # Disruptions allowed with every replica healthy (the disruption controller's arithmetic).
+    allowed = spec["maxUnavailable"] if "maxUnavailable" in spec else replicas - spec["minAvailable"]
+    assert allowed >= 1, f"a drain can never evict the webhook's last replica: {spec}"
+    if replicas > 1:
+        assert allowed < replicas, f"a drain may evict every replica at once: {spec}"
