@@ -100,3 +100,35 @@ def test_the_webhook_pdb_lets_a_drain_evict_one_replica_at_any_replica_count(rep
     assert allowed >= 1, f"a drain can never evict the webhook's last replica: {spec}"
     if replicas > 1:
         assert allowed < replicas, f"a drain may evict every replica at once: {spec}"
+
+
+def test_a_quota_admits_the_critical_priority_classes_in_the_release_namespace():
+    """kubernetes/perf-tests#3481, kubernetes/test-infra#35233, kubernetes-sigs/dra-example-driver#168:
+    where the ResourceQuota admission limits system-node-critical and system-cluster-critical to
+    namespaces with a quota for them (GKE's default), the DaemonSet's pods are refused with
+    "insufficient quota to match these scopes" unless the release's namespace has one."""
+    objects = render("ascend-dra-system", "certmanager-values.yaml")
+    [quota] = by_kind(objects, "ResourceQuota")
+    assert quota["metadata"]["namespace"] == "ascend-dra-system"
+    [expression] = quota["spec"]["scopeSelector"]["matchExpressions"]
+    assert expression["scopeName"] == "PriorityClass" and expression["operator"] == "In"
+    [ds] = by_kind(objects, "DaemonSet")
+    [deployment] = by_kind(objects, "Deployment")
+    for workload in (ds, deployment):
+        assert workload["spec"]["template"]["spec"]["priorityClassName"] in expression["values"]
+    # It admits, it does not limit: one pod per node, two during a surge, on any cluster size.
+    assert int(quota["spec"]["hard"]["pods"]) >= 100_000
+    without = render("ns", set_values=("priorityQuota.enabled=false",))
+    assert not by_kind(without, "ResourceQuota")
+    no_class = render("ns", set_values=("daemon.priorityClassName=",))
+    assert not by_kind(no_class, "ResourceQuota")
+    assert "priorityClassName" not in by_kind(no_class, "DaemonSet")[0]["spec"]["template"]["spec"]
+
+
+def test_an_upgrade_with_reuse_values_from_a_chart_without_priority_quota_still_renders():
+    """openeverest/openeverest#2610, cilium/cilium#18115: `helm upgrade --reuse-values` takes the old
+    release's values, without the new chart's new keys; a template that reads a new key's field then
+    fails with "nil pointer evaluating interface {}". `--set KEY=null` leaves the key out the same way."""
+    objects = render("ns", set_values=("priorityQuota=null",))
+    [quota] = by_kind(objects, "ResourceQuota")
+    assert quota["spec"]["hard"]["pods"] == "1000000"
