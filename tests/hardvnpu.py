@@ -7,7 +7,6 @@ sees ``-i 4`` in the simulator's state proves the NPU ID, not the logic ID, reac
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -55,14 +54,12 @@ class SimHost:
                               sys_root=self.root / "sys", npu_smi=SIM, state_dir=self.state_dir, options=self.options)
 
     def vnpus(self) -> list[dict]:
-        """The vNPUs the simulator holds now (as of the current boot)."""
-        path = self.sim_dir / "vnpus.json"
-        if not path.exists():
-            return []
-        state = json.loads(path.read_text())
-        return state["vnpus"] if state["boot_id"] == self.boot_id_file.read_text().strip() else []
+        """The vNPUs the simulator holds now: after a reboot, those vnpu-cfg-recover restored (all of
+        them while it is enabled, npu-smi's default; none while it is disabled)."""
+        return npusmi_sim.Sim(self.sim_dir).load()
 
     def reboot(self, boot_id: str) -> None:
+        """A new boot id; the simulator then applies its vnpu-cfg-recover mode to the vNPUs."""
         self.boot_id_file.write_text(boot_id + "\n")
 
     def ledger(self) -> list[str]:

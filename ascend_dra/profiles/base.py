@@ -109,7 +109,7 @@ class ProfileContext:
     :ivar state_dir: a directory the profile may keep files in (under the plugin data directory).
     :ivar options: free-form profile options (``--profile-option name.key=value``).
     :ivar boot_id_file: the file holding the node's boot id (``--boot-id-file``), for profiles whose
-        side effects do not survive a reboot.
+        side effects may not survive a reboot.
     """
 
     node_name: str

@@ -114,7 +114,7 @@ def test_a_claim_deleted_while_the_daemon_was_down_after_create_leaves_no_vnpu(h
     d.stop()
 
 
-def test_after_a_reboot_a_replayed_prepare_creates_the_vnpus_again(hard_vnpu):
+def test_after_a_reboot_a_replayed_prepare_takes_back_the_vnpu_the_device_restored(hard_vnpu):
     d, host = hard_vnpu
     d.start()
     claim = write_claim(d.root, claim_object("survivor", results=[("npu", DEVICES[1])]))
@@ -124,7 +124,7 @@ def test_after_a_reboot_a_replayed_prepare_creates_the_vnpus_again(hard_vnpu):
     k.close()
     d.stop()
     host.reboot("boot-2")
-    assert host.vnpus() == []
+    assert vnpu_keys(host.vnpus()) == {(4, 0, 105)}  # vnpu-cfg-recover is Enable by default
     d.start()
     k = Kubelet(d)
     assert k.prepare(claim).claims[uid].error == ""

@@ -77,6 +77,27 @@ def test_vnpu_info_cut_off_list_is_an_error() -> None:
     assert (caught.value.line_no, caught.value.reason) == (1, "says 2 vNPUs but 1 rows are printed")
 
 
+# -- npu-smi info -t vnpu-cfg-recover ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "enabled"), [
+    ("VNPU config recover mode : Enable\n", True),  # as MindCluster "Creating vNPUs" prints it
+    ("\tVNPU config recover mode       : Disable\n", False),  # the \\t%-30s form of npu-smi's key/value lines
+], ids=["Enable (documented)", "Disable, TAB and padding"])
+def test_vnpu_cfg_recover(text: str, enabled: bool) -> None:
+    assert keyvalue.parse_vnpu_cfg_recover(text) is enabled
+
+
+@pytest.mark.parametrize(("text", "reason"), [
+    ("VNPU config recover mode : On\n", "VNPU config recover mode: 'On' is not Enable or Disable"),
+    ("Status : OK\n", "missing 'VNPU config recover mode'"),
+], ids=["unknown value", "missing line"])
+def test_vnpu_cfg_recover_refuses_what_it_does_not_know(text: str, reason: str) -> None:
+    with pytest.raises(NpuSmiParseError) as caught:
+        keyvalue.parse_vnpu_cfg_recover(text)
+    assert caught.value.reason == reason
+
+
 # -- npu-smi info -h ------------------------------------------------------------------------------
 
 

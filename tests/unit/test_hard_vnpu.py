@@ -9,8 +9,10 @@ import pytest
 
 from ascend_dra.model import AllocatedDevice, ClaimAllocation
 from ascend_dra.profiles import checks
-from ascend_dra.profiles.ascend import npusmi_sim, tables, templates
+from ascend_dra.profiles.ascend import keyvalue, npusmi_sim, tables, templates
+from ascend_dra.profiles.ascend.errors import NpuSmiFailed
 from ascend_dra.profiles.ascend.hard_vnpu import HardVnpuProfile
+from ascend_dra.profiles.ascend.npusmi import NpuSmi
 from ascend_dra.profiles.ascend.vnpu_ops import VnpuError
 from ascend_dra.profiles.base import ApplyContext
 from ascend_dra.slices import MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS, build_slices
@@ -134,6 +136,24 @@ def test_simulator_310p_stops_at_seven_vnpus(tmp_path):
         sim_run(host, "set", "-t", "create-vnpu", "-i", "7", "-c", "0", "-f", "vir01")
 
 
+def test_simulator_restores_vnpus_after_a_reboot_unless_cfg_recover_is_off(sim):
+    # vnpu-cfg-recover: Enable by default; "VNPU config recover mode : Enable" and the set answer are
+    # those of MindCluster "Creating vNPUs", https://www.hiascend.com/document/detail/en/mindcluster/730/clustersched/schedulingug/cpaug_0011.html.
+    assert keyvalue.parse_vnpu_cfg_recover(sim_run(sim, "info", "-t", "vnpu-cfg-recover")) is True
+    sim_run(sim, "set", "-t", "create-vnpu", "-i", "4", "-c", "0", "-f", "vir05_1c_8g", "-v", "100")
+    sim.reboot("boot-2")
+    assert [v["vnpu_id"] for v in sim.vnpus()] == [100] and (sim.vdev / "vdavinci100").exists()
+    assert sim_run(sim, "set", "-t", "vnpu-cfg-recover", "-d", "0") == (
+        "\tStatus                         : OK\n"
+        "\tMessage                        : The VNPU config recover mode Disable is set successfully.\n")
+    assert keyvalue.parse_vnpu_cfg_recover(sim_run(sim, "info", "-t", "vnpu-cfg-recover")) is False
+    sim.reboot("boot-3")
+    assert sim.vnpus() == [] and not (sim.vdev / "vdavinci100").exists()
+    with pytest.raises(npusmi_sim.SimError, match=r"^Error: vnpu-cfg-recover -d takes 0 \(Disable\) or 1 "
+                                                  r"\(Enable\), not 2$"):
+        sim_run(sim, "set", "-t", "vnpu-cfg-recover", "-d", "2")
+
+
 # -- discovery and publishing -----------------------------------------------------------------------
 
 
@@ -236,11 +256,12 @@ async def test_admin_access_creates_nothing_and_gets_the_chip(sim):
     assert sim.vnpus() == []
 
 
-async def test_after_a_reboot_vnpus_are_gone_and_a_replayed_prepare_makes_them_again(sim):
+async def test_with_cfg_recover_off_vnpus_die_with_a_reboot_and_a_replayed_prepare_makes_them_again(sim):
     profile, inventory = await discovered(sim)
     c = claim("uid-4", "vnpu-0-0-vir05-1c-8g-1")
     ctx = apply_ctx(sim, inventory, c)
     old = await profile.prepare_side_effects(c, c.results, ctx)
+    sim_run(sim, "set", "-t", "vnpu-cfg-recover", "-d", "0")  # not the default: the device forgets its vNPUs
     sim.reboot("boot-2")
     assert sim.vnpus() == []
     # A foreign vNPU took another ID after the reboot; unpreparing the old record must not touch it.
@@ -250,6 +271,50 @@ async def test_after_a_reboot_vnpus_are_gone_and_a_replayed_prepare_makes_them_a
     new = await profile.prepare_side_effects(c, c.results, ctx)
     assert [v["vnpu_id"] for v in sim.vnpus()] == [107, 106]  # 107 theirs, 106 ours again
     assert new["vnpus"][0]["boot_id"] == "boot-2"
+
+
+async def test_vnpus_outlive_a_reboot_by_default_and_a_replayed_prepare_takes_them_back(sim):
+    # npu-smi set -t vnpu-cfg-recover is Enable by default: the device keeps its vNPUs' configuration
+    # through a restart (MindCluster "Creating vNPUs", https://www.hiascend.com/document/detail/en/mindcluster/730/clustersched/schedulingug/cpaug_0011.html).
+    profile, inventory = await discovered(sim)
+    c = claim("uid-11", "vnpu-0-0-vir05-1c-8g-1")
+    ctx = apply_ctx(sim, inventory, c)
+    await profile.prepare_side_effects(c, c.results, ctx)
+    sim.reboot("boot-2")
+    assert [v["vnpu_id"] for v in sim.vnpus()] == [106]
+    new = await profile.prepare_side_effects(c, c.results, ctx)  # the kubelet's replayed Prepare
+    assert [v["vnpu_id"] for v in sim.vnpus()] == [106] and new["vnpus"][0]["boot_id"] == "boot-2"
+    await profile.unprepare_side_effects(new, ctx)
+    assert sim.vnpus() == [] and sim.ledger() == []
+
+
+async def test_unpreparing_a_record_of_an_earlier_boot_destroys_the_vnpu_the_device_restored(sim):
+    profile, inventory = await discovered(sim)
+    c = claim("uid-12", "vnpu-0-0-vir05-1c-8g-1")
+    ctx = apply_ctx(sim, inventory, c)
+    old = await profile.prepare_side_effects(c, c.results, ctx)
+    sim.reboot("boot-2")
+    await profile.unprepare_side_effects(old, ctx)
+    assert sim.vnpus() == [] and sim.ledger() == []
+
+
+async def test_startup_repair_after_a_reboot_destroys_restored_orphans_and_keeps_the_rest(sim):
+    profile, inventory = await discovered(sim)
+    kept, orphan = claim("uid-13", "vnpu-0-0-vir05-1c-8g-0"), claim("uid-14", "vnpu-0-0-vir05-1c-8g-1")
+    kept_effects = await profile.prepare_side_effects(kept, kept.results, apply_ctx(sim, inventory, kept))
+    await profile.prepare_side_effects(orphan, orphan.results, apply_ctx(sim, inventory, orphan))
+    sim.reboot("boot-2")
+    await profile.reconcile_side_effects([kept_effects], sim.ctx())
+    assert [v["vnpu_id"] for v in sim.vnpus()] == [105]
+    assert sim.ledger() == ["vnpu-4-0-105.json"]
+
+
+async def test_when_cfg_recover_cannot_be_read_its_documented_default_is_assumed(sim, monkeypatch):
+    async def fails(self):
+        raise NpuSmiFailed("npu-smi info -t vnpu-cfg-recover", 2, "not supported")
+
+    monkeypatch.setattr(NpuSmi, "vnpu_cfg_recover", fails)
+    assert await HardVnpuProfile().ops(sim.ctx()).recovers() is True
 
 
 async def test_startup_repair_destroys_only_ledger_orphans(sim):

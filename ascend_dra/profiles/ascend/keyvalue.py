@@ -1,6 +1,6 @@
-"""Parsers for npu-smi's key/value outputs: ``info -l``, ``-t board``, ``-t device-share`` and the
-generic form of any other ``-t``; ``-t memory``, ``-t usages``, ``-t common`` and ``-t health`` are
-in :mod:`.readings`.
+"""Parsers for npu-smi's key/value outputs: ``info -l``, ``-t board``, ``-t device-share``,
+``-t vnpu-cfg-recover`` and the generic form of any other ``-t``; ``-t memory``, ``-t usages``,
+``-t common`` and ``-t health`` are in :mod:`.readings`.
 
 Real npu-smi prints ``\\t%-30s : %s``; published samples show a TAB, 8 spaces or no indent, and
 sometimes trailing spaces (docs/ascend-hardware.md#npu-smi-output-format), so keys and values are stripped. A blank
@@ -34,6 +34,7 @@ __all__ = (
     "parse_device_share",
     "parse_key_values",
     "parse_list",
+    "parse_vnpu_cfg_recover",
 )
 
 _KEY_VALUE = re.compile(r"^\s*(?P<key>[^:]*?[^:\s])\s+:(?:\s(?P<value>.*))?$")
@@ -356,3 +357,28 @@ def parse_device_share(text: str, *, command: str = "npu-smi info -t device-shar
             raise NpuSmiParseError(command, line_no, line, "missing 'Device-share Status'")
         out.append(DeviceShare(npu_id=npu_id, chip_id=block.required_integer(command, "Chip ID"), enabled=enabled))
     return tuple(out)
+
+
+# -- npu-smi info -t vnpu-cfg-recover --------------------------------------------------------------
+
+VNPU_CFG_RECOVER = "VNPU config recover mode"
+
+
+def parse_vnpu_cfg_recover(text: str, *, command: str = "npu-smi info -t vnpu-cfg-recover") -> bool:
+    """Parse ``npu-smi info -t vnpu-cfg-recover``: ``VNPU config recover mode : Enable`` (or ``Disable``).
+
+    Enabled, its default, the device keeps its vNPUs' configuration through a restart, so they exist
+    again after a reboot (docs/ascend-hardware.md#hard-vnpu-templates; the line as MindCluster "Creating vNPUs"
+    prints it, https://www.hiascend.com/document/detail/en/mindcluster/730/clustersched/schedulingug/cpaug_0011.html).
+
+    :return: True for ``Enable``, False for ``Disable``.
+    :raises NpuSmiParseError: when the line is missing or its value is neither ``Enable`` nor ``Disable``.
+    """
+    block = KeyValueBlock.merged(parse_key_values(text, command=command))
+    raw = block.get(VNPU_CFG_RECOVER)
+    line_no, line = block.where(VNPU_CFG_RECOVER)
+    if raw is None:
+        raise NpuSmiParseError(command, line_no, line, f"missing {VNPU_CFG_RECOVER!r}")
+    if raw.lower() not in ("enable", "disable"):
+        raise NpuSmiParseError(command, line_no, line, f"{VNPU_CFG_RECOVER}: {raw!r} is not Enable or Disable")
+    return raw.lower() == "enable"

@@ -147,3 +147,9 @@ class NpuSmi:
         """``npu-smi info -t info-vnpu -i <npu_id> -c <chip_id>`` parsed by :func:`tables.parse_vnpu_info`."""
         args = ("info", "-t", "info-vnpu", "-i", str(npu_id), "-c", str(chip_id))
         return tables.parse_vnpu_info(await self.run(*args), command=self.command_line(*args))
+
+    async def vnpu_cfg_recover(self) -> bool:
+        """``npu-smi info -t vnpu-cfg-recover`` parsed by :func:`keyvalue.parse_vnpu_cfg_recover`:
+        whether the device restores its vNPUs after a restart."""
+        args = ("info", "-t", "vnpu-cfg-recover")
+        return keyvalue.parse_vnpu_cfg_recover(await self.run(*args), command=self.command_line(*args))

@@ -4,10 +4,17 @@ For tests and the local run of the ``hard-vNPU`` profile on machines without NPU
 state in the directory named by ``$ASCEND_NPU_SMI_SIM_DIR``:
 
 * ``host.json`` (written by :func:`write_host`): the chips (NPU ID, chip ID, logic ID, physical
-  ID, model, bus ID), optionally ``boot_id_file`` (a changed boot id = a reboot: every vNPU is
-  gone) and ``dev_dir`` (where ``vdavinci<vnpuID>`` nodes appear: character devices 1:3, like
-  ``/dev/null``, when we may ``mknod``, else empty files);
-* ``vnpus.json``: the vNPUs that exist (updated under an ``flock``, replaced atomically).
+  ID, model, bus ID), optionally ``boot_id_file`` (a changed boot id = a reboot), ``dev_dir``
+  (where ``vdavinci<vnpuID>`` nodes appear: character devices 1:3, like ``/dev/null``, when we may
+  ``mknod``, else empty files) and ``vnpu_cfg_recover`` (the initial vnpu-cfg-recover mode);
+* ``vnpus.json``: the vNPUs that exist (updated under an ``flock``, replaced atomically);
+* ``vnpu-cfg-recover``: the mode ``set -t vnpu-cfg-recover -d 0|1`` last set (``0`` or ``1``).
+
+A reboot keeps the vNPUs (and their nodes) while vnpu-cfg-recover is enabled, which is npu-smi's
+default: "the device saves the vNPU configuration when it restarts; after the restart the vNPU
+configuration is still valid" (MindCluster "Creating vNPUs",
+https://www.hiascend.com/document/detail/en/mindcluster/730/clustersched/schedulingug/cpaug_0011.html).
+Disabled, a reboot forgets every vNPU.
 
 It answers, in the formats of the captures in ``tests/fixtures/npu-smi/``:
 ``info`` (the 910 layout of ``910B3_info.txt``, the 310P layout of ``310P3_info.txt``), ``info -m``
@@ -16,7 +23,10 @@ It answers, in the formats of the captures in ``tests/fixtures/npu-smi/``:
 ``910B4_A2-inference_info_-t_template-info.txt``; only for models whose templates the reference
 gives in full, so other models exercise the profile's table fallback), ``info -t info-vnpu -i N -c C``
 (``910B4_A2-inference_info_-t_info-vnpu_empty_and_2vnpus.txt``), ``set -t create-vnpu -i N -c C -f T
-[-v ID]`` and ``set -t destroy-vnpu -i N -c C -v ID`` (key/value ``Status``/``Message``).
+[-v ID]`` and ``set -t destroy-vnpu -i N -c C -v ID`` (key/value ``Status``/``Message``),
+``info -t vnpu-cfg-recover`` (``VNPU config recover mode : Enable``) and ``set -t vnpu-cfg-recover -d 0|1``
+(``Message : The VNPU config recover mode Enable is set successfully.``; the ``Disable`` wording is ours **[U]**),
+as the same mind-cluster page prints them.
 
 Rules enforced on create (docs/ascend-hardware.md#compute-and-memory, docs/ascend-hardware.md#hard-vnpu-templates):
 the template must be one of the chip's;
@@ -59,12 +69,16 @@ class SimError(Exception):
 
 
 def write_host(directory: Path, chips: Sequence[Mapping[str, Any]], *, boot_id_file: Path | None = None,
-               dev_dir: Path | None = None) -> None:
+               dev_dir: Path | None = None, vnpu_cfg_recover: bool = True) -> None:
     """Write ``host.json``. Each chip: ``npu_id``, ``chip_id``, ``logic_id``, ``physical_id``,
-    ``model`` (a key of :data:`.templates.MODELS`), optional ``bus_id``."""
+    ``model`` (a key of :data:`.templates.MODELS`), optional ``bus_id``.
+
+    :param vnpu_cfg_recover: the vnpu-cfg-recover mode until ``set -t vnpu-cfg-recover`` changes it;
+        enabled by default, as on a real device (vNPUs outlive a reboot).
+    """
     directory.mkdir(parents=True, exist_ok=True)
     host = {"chips": [dict(c) for c in chips], "boot_id_file": str(boot_id_file) if boot_id_file else None,
-            "dev_dir": str(dev_dir) if dev_dir else None}
+            "dev_dir": str(dev_dir) if dev_dir else None, "vnpu_cfg_recover": vnpu_cfg_recover}
     write_atomic(directory / "host.json", json.dumps(host, indent=1).encode())
 
 
@@ -92,13 +106,24 @@ class Sim:
         path = self.host.get("boot_id_file")
         return Path(path).read_text().strip() if path else ""
 
+    def recovers(self) -> bool:
+        """The vnpu-cfg-recover mode: the last ``set -t vnpu-cfg-recover``, else ``host.json``'s, else
+        enabled (npu-smi's default)."""
+        path = self.dir / "vnpu-cfg-recover"
+        if path.exists():
+            return path.read_text().strip() == "1"
+        return bool(self.host.get("vnpu_cfg_recover", True))
+
     def load(self) -> list[dict[str, Any]]:
+        """The vNPUs that exist now. After a reboot, those of the last boot while vnpu-cfg-recover is
+        enabled (the device restores them and their nodes), none while it is disabled."""
         path = self.dir / "vnpus.json"
         state = json.loads(path.read_text()) if path.exists() else {"boot_id": self._boot_id(), "vnpus": []}
-        if state.get("boot_id") != self._boot_id():  # rebooted: vNPUs do not survive
+        if state.get("boot_id") != self._boot_id():
+            restored = self.recovers()
             for v in state["vnpus"]:
-                self._node(v["vnpu_id"], create=False)
-            return []
+                self._node(v["vnpu_id"], create=restored)
+            return list(state["vnpus"]) if restored else []
         return list(state["vnpus"])
 
     def save(self, vnpus: list[dict[str, Any]]) -> None:
@@ -312,6 +337,16 @@ def run(argv: Sequence[str], directory: Path) -> str:
     kind = options.get("-t")
     if verb == "info" and kind == "template-info":
         return sim.template_info(_int(options, "-i") if "-i" in options else None)
+    if verb == "info" and kind == "vnpu-cfg-recover":
+        return f"VNPU config recover mode : {'Enable' if sim.recovers() else 'Disable'}\n"
+    if verb == "set" and kind == "vnpu-cfg-recover":
+        mode = options.get("-d")
+        if mode not in ("0", "1"):
+            raise SimError(f"Error: vnpu-cfg-recover -d takes 0 (Disable) or 1 (Enable), not {mode}", code=2)
+        write_atomic(directory / "vnpu-cfg-recover", mode.encode())
+        word = "Enable" if mode == "1" else "Disable"
+        return "\n".join((_kv("Status", "OK"), _kv("Message", f"The VNPU config recover mode {word} is set "
+                                                            "successfully."))) + "\n"
     if (verb, kind) not in (("info", "info-vnpu"), ("set", "create-vnpu"), ("set", "destroy-vnpu")):
         raise SimError(f"Error: {' '.join(argv)} is not supported by the npu-smi simulator", code=2)
     with open(directory / "lock", "a+") as lock:

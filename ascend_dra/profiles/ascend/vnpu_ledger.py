@@ -9,9 +9,11 @@ that only the ledger knows. A vNPU that no ledger entry names was not made by us
 destroyed (docs/architecture.md#durable-state; issue 11).
 
 An entry names the chip by NPU ID and chip ID (what npu-smi's ``-i``/``-c`` take, reference
-docs/ascend-hardware.md#the-ids), the vNPU ID, the template, the claim and device it was made for, and the boot id
-(vNPUs do not survive a reboot, so an entry of an earlier boot proves nothing about a vNPU that
-exists now).
+docs/ascend-hardware.md#the-ids), the vNPU ID, the template, the claim and device it was made for, and the boot id.
+Whether an entry of an earlier boot still names a vNPU that exists depends on npu-smi's
+vnpu-cfg-recover mode: enabled (the default) the device restores its vNPUs after a restart, so the
+entry still proves ownership; disabled the vNPUs died with the boot and the entry proves nothing
+(:meth:`.vnpu_ops.VnpuOps.recovers`).
 """
 
 from __future__ import annotations

@@ -6,11 +6,16 @@ docs/ascend-hardware.md#the-ids):
 * ``npu-smi set -t create-vnpu -i <NPU ID> -c <chip ID> -f <template> -v <vNPU ID>``
   (``Status : OK`` / ``Message : Create vnpu success``, ``910B4*_info-vnpu_*`` part 3);
 * ``npu-smi set -t destroy-vnpu -i <NPU ID> -c <chip ID> -v <vNPU ID>``;
-* ``npu-smi info -t info-vnpu -i <NPU ID> -c <chip ID>`` to read back what exists.
+* ``npu-smi info -t info-vnpu -i <NPU ID> -c <chip ID>`` to read back what exists;
+* ``npu-smi info -t vnpu-cfg-recover`` (``VNPU config recover mode : Enable``): whether the device
+  restores its vNPUs after a restart. Enabled is npu-smi's default (MindCluster "Creating vNPUs",
+  https://www.hiascend.com/document/detail/en/mindcluster/730/clustersched/schedulingug/cpaug_0011.html),
+  so by default vNPUs outlive a reboot.
 
-Ownership rules: a vNPU is ours only when a ledger entry of **this boot** names it, for the same
-template; before a create, the entry is durable (:mod:`.vnpu_ledger`). A vNPU at our ID that the
-ledger does not name is someone else's: the Prepare fails, naming it, and nothing is touched.
+Ownership rules: a vNPU is ours only when a ledger entry names it, for the same template, and the
+entry is of **this boot** or vnpu-cfg-recover restored the vNPUs of earlier boots; before a create,
+the entry is durable (:mod:`.vnpu_ledger`). A vNPU at our ID that the ledger does not name is
+someone else's: the Prepare fails, naming it, and nothing is touched.
 
 Crash points (``ASCEND_DRA_CRASH_AT``, :mod:`ascend_dra.faults`): :data:`CRASH_POINTS`.
 """
@@ -59,11 +64,34 @@ class VnpuOps:
         self.npu_smi = npu_smi
         self.ledger = Ledger(state_dir / LEDGER_DIR)
         self.boot_id_file = boot_id_file
+        self._recovers: bool | None = None
 
     async def boot_id(self) -> str:
-        """The current boot id (a changed one means every vNPU of the last boot is gone)."""
+        """The current boot id (a changed one means a reboot; whether the vNPUs of the last boot exist
+        again is :meth:`recovers`)."""
         text = await anyio.to_thread.run_sync(self.boot_id_file.read_text)
         return text.strip()
+
+    async def recovers(self) -> bool:
+        """Whether the vNPUs of an earlier boot exist again: ``npu-smi info -t vnpu-cfg-recover``
+        says ``Enable``. Asked once, and only when a ledger entry of an earlier boot is met.
+
+        When npu-smi does not answer, its documented default (``Enable``) is assumed and logged:
+        assuming the opposite would refuse every restored vNPU's claim and leave the vNPU behind.
+        """
+        if self._recovers is None:
+            try:
+                self._recovers = await self.npu_smi.vnpu_cfg_recover()
+            except NpuSmiError as exc:
+                logger.warning("npu-smi info -t vnpu-cfg-recover did not answer; assuming its default, Enable "
+                               "(vNPUs outlive a reboot)", extra={"error": str(exc)})
+                self._recovers = True
+        return self._recovers
+
+    async def _may_exist(self, entry: LedgerEntry, boot: str) -> bool:
+        """Whether ``entry``'s vNPU can still be the one we made: made in this boot, or in an earlier
+        one while the device restores vNPUs after a restart (:meth:`recovers`)."""
+        return entry.boot_id == boot or await self.recovers()
 
     async def info(self, npu_id: int, chip_id: int) -> VnpuInfo:
         """``info -t info-vnpu`` of one chip. :raises VnpuError: npu-smi failed."""
@@ -113,14 +141,16 @@ class VnpuOps:
         where = (f"device {entry.device}: vNPU {entry.vnpu_id} ({entry.template}) on NPU {entry.npu_id} "
                  f"chip {entry.chip_id}")
         previous = await anyio.to_thread.run_sync(self.ledger.read, entry.npu_id, entry.chip_id, entry.vnpu_id)
-        ours = previous is not None and previous.boot_id == entry.boot_id and previous.template == entry.template
+        ours = previous is not None and previous.template == entry.template \
+            and await self._may_exist(previous, entry.boot_id)
         if previous is not None and ours and previous.claim_uid != entry.claim_uid:
             raise VnpuError(f"{where}: the vNPU ID is held by claim {previous.claim_uid}")
         existing = self._find(await self.info(entry.npu_id, entry.chip_id), entry.vnpu_id)
         if existing is not None:
             if ours and existing == entry.template:
-                logger.info("reusing a vNPU an interrupted Prepare made",
-                            extra={"claim_uid": entry.claim_uid, "vnpu_id": entry.vnpu_id})
+                logger.info("reusing a vNPU an interrupted Prepare made, or one the device restored after a reboot",
+                            extra={"claim_uid": entry.claim_uid, "vnpu_id": entry.vnpu_id,
+                                   "made_in_boot": previous.boot_id if previous else None})
                 await anyio.to_thread.run_sync(self.ledger.write, entry)
                 return entry
             raise VnpuError(f"{where}: a vNPU with that ID already exists (template {existing}) and was not "
@@ -149,8 +179,9 @@ class VnpuOps:
         return next((v.template_name for v in info.vnpus if v.vnpu_id == vnpu_id), None)
 
     async def _destroy(self, entry: LedgerEntry) -> None:
-        """Destroy ``entry``'s vNPU if it exists in this boot with its template; drop the ledger entry."""
-        if entry.boot_id == await self.boot_id():
+        """Destroy ``entry``'s vNPU if it exists with its template and can be ours (made in this boot,
+        or restored after a reboot: :meth:`_may_exist`); drop the ledger entry."""
+        if await self._may_exist(entry, await self.boot_id()):
             found = self._find(await self.info(entry.npu_id, entry.chip_id), entry.vnpu_id)
             if found == entry.template:
                 crash_point("hard-vnpu:before-destroy")
@@ -193,8 +224,10 @@ class VnpuOps:
             await self._destroy(entry)
 
     async def reconcile(self, live: Sequence[Any]) -> None:
-        """Destroy the vNPUs the ledger names (this boot) that no ``live`` record names; drop entries
-        of earlier boots (their vNPUs died with the boot). A failure is logged; the next start retries."""
+        """Destroy the vNPUs the ledger names that no ``live`` record names, and drop their entries.
+        Entries of earlier boots are dropped without a destroy only while vnpu-cfg-recover is disabled
+        (their vNPUs died with the boot); enabled, the device restored them and they are destroyed too.
+        A failure is logged; the next start retries."""
         keep = set()
         for side_effects in live:
             for record in side_effects.get("vnpus", []) if isinstance(side_effects, dict) else []:
