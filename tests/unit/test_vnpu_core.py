@@ -131,6 +131,23 @@ async def test_old_driver_and_missing_assets_refuse_every_chip(tmp_path) -> None
 
 
 @pytest.mark.anyio
+async def test_a_shared_region_not_mode_0777_refuses_every_chip(lab, tmp_path) -> None:
+    """Project-HAMi/ascend-device-plugin internal/server/util.go makes the shared region 0777 (and
+    chmods it): each container's limiter creates ``<id>_global_registry`` there as its own user."""
+    region = lab.host_root / "usr/local/hami-shared-region"
+    region.chmod(0o755)
+    profile = loaded()
+    inventory = await profile.discover(context(lab, tmp_path))
+    assert inventory.devices == ()
+    reason = (f"hami-vnpu-core shared region {region} is mode 0755, needs 0777 (every container's limiter "
+              f"creates its chip's global registry there, as any user): chmod 0777 {region}")
+    assert [n for n in profile.discovery_notes() if "not offered" in n] == [
+        f"npu-0-0 (NPU 4 chip 0) not offered: {reason}", f"npu-1-0 (NPU 5 chip 0) not offered: {reason}"]
+    region.chmod(0o777)
+    assert [d.name for d in (await profile.discover(context(lab, tmp_path))).devices] == ["npu-0-0", "npu-1-0"]
+
+
+@pytest.mark.anyio
 async def test_discover_command_shows_reasons_and_the_aarch64_note(lab, tmp_path, monkeypatch) -> None:
     monkeypatch.setattr("platform.machine", lambda: "x86_64")
     lab.set_device_share(4, 0, False)

@@ -10,6 +10,12 @@ Prerequisites (docs/ascend-hardware.md#device-share-mode; Lab 18 "前置条件";
 * the host has the hami-vnpu-core assets: ``libvnpu.so`` and ``ld.so.preload`` in the assets
   directory, and the shared region directory (docs/ascend-hardware.md#vnpu-core-host-layout; the peer chart's init
   container puts them there);
+* the shared region has mode **0777** (:data:`SHARED_REGION_MODE`): every container's limiter
+  creates (``open(O_CREAT|O_RDWR)``) its chip's ``<physicalID>_global_registry`` there, as whatever
+  user the container runs as (Project-HAMi/hami-vnpu-core ``crates/limiter/src/shmem/setup.rs``
+  ``open_global_registry``); HAMi's device plugin makes it 0777 and chmods it at start-up
+  (Project-HAMi/ascend-device-plugin ``internal/server/util.go`` ``prepareHostResources``). The
+  profile never changes the mode itself; the reason names the ``chmod`` to run;
 * the chip's memory size is known (the ``memory`` capacity is exactly what npu-smi reports).
 
 The soft split is documented for **aarch64** hosts only (Lab 18: "HAMivNPUCore 软切分仅支持 ARM");
@@ -19,6 +25,7 @@ another architecture is a note, not a refusal, because the assets are what decid
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Sequence
 
 import attrs
@@ -28,21 +35,26 @@ from ascend_dra.profiles.ascend.keyvalue import DeviceShare
 from ascend_dra.profiles.ascend.versioninfo import DriverRelease, VersionInfoError, parse_version_info
 from ascend_dra.profiles.ascend.vnpu_core_host import VnpuCoreHost
 
-__all__ = ("MIN_DRIVER", "SUPPORTED_MACHINES", "HostFacts", "Verdict", "judge", "probe_host")
+__all__ = ("MIN_DRIVER", "SHARED_REGION_MODE", "SUPPORTED_MACHINES", "HostFacts", "Verdict", "judge", "probe_host")
 
 #: Oldest driver release with the soft split (docs/ascend-hardware.md#device-share-mode: "Ascend driver ≥ 25.5").
 MIN_DRIVER = DriverRelease(25, 5, "25.5")
 #: ``platform.machine()`` values the soft split is documented for (Lab 18).
 SUPPORTED_MACHINES = frozenset({"aarch64", "arm64"})
+#: Permission bits the shared region must have (``mkdir -m 0777``; see the module docstring).
+SHARED_REGION_MODE = 0o777
 
 
 @attrs.frozen
 class HostFacts:
-    """What the node's files say: the driver release (or why it is unknown), missing asset paths."""
+    """What the node's files say: the driver release (or why it is unknown), missing asset paths,
+    and the shared region's permission bits (None when it is missing or unreadable)."""
 
     driver: DriverRelease | None
     driver_problem: str | None
     missing_assets: tuple[str, ...]
+    shared_region_mode: int | None = None
+    shared_region_path: str = ""
 
 
 def probe_host(host: VnpuCoreHost) -> HostFacts:
@@ -59,7 +71,12 @@ def probe_host(host: VnpuCoreHost) -> HostFacts:
     wanted = ((host.libvnpu, os.path.isfile), (host.ld_so_preload, os.path.isfile),
               (host.shared_region_dir, os.path.isdir))
     missing = tuple(path for path, check in wanted if not check(path))
-    return HostFacts(driver=driver, driver_problem=problem, missing_assets=missing)
+    try:
+        region_mode: int | None = stat.S_IMODE(os.stat(host.shared_region_dir).st_mode)
+    except OSError:
+        region_mode = None
+    return HostFacts(driver=driver, driver_problem=problem, missing_assets=missing, shared_region_mode=region_mode,
+                     shared_region_path=host.shared_region_dir)
 
 
 @attrs.frozen
@@ -96,6 +113,13 @@ def judge(
         node_problems.append(f"driver {facts.driver} is older than {MIN_DRIVER} (HAMivNPUCore needs >= {MIN_DRIVER})")
     if facts.missing_assets:
         node_problems.append("hami-vnpu-core assets missing: " + ", ".join(facts.missing_assets))
+    mode = facts.shared_region_mode
+    if mode is not None and mode & SHARED_REGION_MODE != SHARED_REGION_MODE:
+        region = facts.shared_region_path
+        node_problems.append(f"hami-vnpu-core shared region {region} is mode {mode:04o}, needs "
+                             f"{SHARED_REGION_MODE:04o} (every container's limiter creates its chip's global "
+                             "registry there, as any user): "
+                             f"chmod {SHARED_REGION_MODE:04o} {region}")
     shared = {(s.npu_id, s.chip_id): s.enabled for s in device_share or ()}
     offered: list[NpuChip] = []
     refused: list[tuple[NpuChip, str]] = []
