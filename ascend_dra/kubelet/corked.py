@@ -1,4 +1,5 @@
-"""grpclib's server with its writes coalesced: one ``send`` per answer instead of one per HTTP/2 frame.
+"""grpclib's server with its writes coalesced (one ``send`` per answer instead of one per HTTP/2
+frame) and a burst of requests read in steps.
 
 grpclib writes to the transport after each step of an answer (initial headers, the message, the
 trailers) and after each batch of events read: three or four ``send`` syscalls for one unary RPC,
@@ -58,9 +59,56 @@ class CorkedTransport:
         return getattr(self._transport, name)
 
 
+#: Bytes of received HTTP/2 frames handed to h2 and grpclib per turn of the event loop. A burst of
+#: 64 Prepares (~9 KiB: headers compressed to a few bytes, each message ~100 bytes of claim
+#: namespace, name and uid) parsed, and its 64 handlers started, in one callback held the loop
+#: 6-12 ms (docs/performance.md#getinfo-and-the-event-loop); 512 bytes is about four such requests.
+READ_STEP = 512
+
+
 class _CorkedProtocol(H2Protocol):
+    """grpclib's protocol, corked, reading a large burst in steps of :data:`READ_STEP` bytes.
+
+    The rest of a burst waits in ``_backlog`` while the loop runs what the step started (and any
+    other socket, the kubelet's GetInfo on the registration socket); what arrives meanwhile queues
+    behind it, so the bytes reach h2 in order. The peer cannot send more than the HTTP/2 flow-control
+    windows allow, and h2 opens them only for what it was fed, so the backlog stays bounded. A
+    connection lost mid-burst drops the rest: no answer to it could be sent.
+    """
+
+    _backlog: bytearray | None = None
+    _lost = False
+
     def connection_made(self, transport: Any) -> None:
-        super().connection_made(CorkedTransport(transport, asyncio.get_running_loop()))
+        self._loop = asyncio.get_running_loop()
+        super().connection_made(CorkedTransport(transport, self._loop))
+
+    def data_received(self, data: bytes) -> None:
+        if self._backlog is not None:
+            self._backlog += data
+        elif len(data) <= READ_STEP:
+            super().data_received(data)
+        else:
+            self._backlog = bytearray(data)
+            self._read_step()
+
+    def _read_step(self) -> None:
+        backlog = self._backlog
+        if backlog is None or self._lost:
+            return
+        chunk = bytes(backlog[:READ_STEP])
+        del backlog[:READ_STEP]
+        if not backlog:
+            self._backlog = None
+        try:
+            super().data_received(chunk)
+        finally:
+            if self._backlog is not None:
+                self._loop.call_soon(self._read_step)  # after the handlers this step started
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._lost, self._backlog = True, None
+        super().connection_lost(exc)
 
 
 class CorkedServer(Server):

@@ -24,7 +24,8 @@ does not name; see docs/hami-vnpu-core.md for the trade-off):
 * ``containers`` = ``64``, the limiter's registry size (``MAX_MANAGERS``, docs/ascend-hardware.md#vnpu-core-limiter);
 every allocation
   consumes exactly 1 (valid values: 1), so the scheduler never places a 65th share on a chip.
-  All containers that use one claim share its local dir, so the limiter counts them as one.
+  All containers that use one claim share its local dir, meant to make the limiter count them as
+  one; with separate PID namespaces it may not (docs/hami-vnpu-core.md, "Known limit").
 
 **Container edits** per allocated device: env of its request (same on every device of it); device
 nodes ``/dev/davinci<physicalID>`` plus the shared nodes found at discovery; the mounts of
