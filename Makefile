@@ -130,4 +130,4 @@ soak: venv
 	$(PY) -m tests.storm --trials 200
 
 clean:
-	rm -rf $(VENV) $(FLOORS_VENV) demo .cluster
+	rm -rf $(VENV) $(FLOORS_VENV) demo demo-hard-vnpu .cluster

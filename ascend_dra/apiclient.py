@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlencode
 
-import anyio
 import orjson
 
 from ascend_dra.version import version
@@ -237,19 +236,27 @@ def import_client_modules() -> None:
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 
-async def check_cluster_access(kubeconfig: str | None) -> None:
-    """Fail before serving anything when cluster mode has nothing to connect with.
+def cluster_access_problem(kubeconfig: str | None) -> str | None:
+    """Why cluster mode has nothing to connect with, or None: cheap checks only (two ``stat``), made
+    before the client is (:func:`connect_api` reports a kubeconfig that exists but is unusable).
 
-    Cheap checks only, before the client is made (:func:`connect_api`, which reports a kubeconfig
-    that exists but is unusable).
+    :return: no such kubeconfig file, or no in-cluster service account, as one line naming the flag.
+    """
+    if kubeconfig:
+        return None if os.path.isfile(kubeconfig) else f"--kubeconfig {kubeconfig} does not exist"
+    if not (os.environ.get("KUBERNETES_SERVICE_HOST") and os.path.isfile(SERVICE_ACCOUNT_TOKEN)):
+        return ("cluster mode cannot use the in-cluster configuration (no KUBERNETES_SERVICE_HOST or "
+                f"no {SERVICE_ACCOUNT_TOKEN}); pass --kubeconfig FILE, run inside a pod with a "
+                "service account, or use --standalone DIR for a local run")
+    return None
+
+
+async def check_cluster_access(kubeconfig: str | None) -> None:
+    """Fail before serving anything when cluster mode has nothing to connect with
+    (:func:`cluster_access_problem`; the CLI's preflight says it first, as one line).
 
     :raises RuntimeError: no such kubeconfig file, or no in-cluster service account.
     """
-    if kubeconfig:
-        if not await anyio.Path(kubeconfig).is_file():
-            raise RuntimeError(f"--kubeconfig {kubeconfig} does not exist")
-        return
-    if not (os.environ.get("KUBERNETES_SERVICE_HOST") and await anyio.Path(SERVICE_ACCOUNT_TOKEN).is_file()):
-        raise RuntimeError("cluster mode cannot use the in-cluster configuration (no KUBERNETES_SERVICE_HOST or "
-                           f"no {SERVICE_ACCOUNT_TOKEN}); pass --kubeconfig FILE, run inside a pod with a "
-                           "service account, or use --standalone DIR for a local run")
+    problem = cluster_access_problem(kubeconfig)
+    if problem is not None:
+        raise RuntimeError(problem)

@@ -143,7 +143,8 @@ def _options(value: str) -> tuple[tuple[str, str], ...]:
 
 
 def _node_flags(p: Parser, node_required: bool) -> None:
-    _flag(p, "--node-name", "NODE_NAME", None if node_required else socket.gethostname(),
+    # The kubelet's own default node name is the host name in lower case.
+    _flag(p, "--node-name", "NODE_NAME", None if node_required else socket.gethostname().lower(),
           "name of this node (the ResourceSlice pool name)")
     _flag(p, "--driver-name", "DRIVER_NAME", DEFAULT_DRIVER_NAME, "DRA driver name")
     _flag(p, "--profiles", "PROFILES", ("npu-910",), "comma-separated device profiles to load", type=_csv)
@@ -382,10 +383,17 @@ def _webhook(args: argparse.Namespace) -> int:
         print("ascend-dra webhook: --tls-cert-file and --tls-private-key-file (or TLS_CERT_FILE, "
               "TLS_PRIVATE_KEY_FILE) are required", file=sys.stderr)
         return 2
+    from ascend_dra.profiles.registry import load_profiles
     from ascend_dra.webhook.server import main as webhook_main
     from ascend_dra.webhook.settings import WebhookSettings, WebhookSettingsError
     from ascend_dra.webhook.tls import TlsError
 
+    # A name no distribution installs, in the words run and discover use (the webhook needs only
+    # the profiles' config schemas, so their own start-up checks, pynvml's, are not asked).
+    unknown = [e.error for e in load_profiles(list(args.profiles), log=False) if e.error is not None and not e.target]
+    if unknown:
+        print(f"ascend-dra webhook: --profiles {','.join(args.profiles)}: {unknown[0].reason}", file=sys.stderr)
+        return 2
     try:
         settings = WebhookSettings(
             tls_cert_file=args.tls_cert_file, tls_private_key_file=args.tls_private_key_file, port=args.port,
@@ -415,7 +423,12 @@ def _discover(args: argparse.Namespace) -> int:
 
     from ascend_dra.commands import discover
     from ascend_dra.logs import setup_logging
+    from ascend_dra.settings import name_problems
 
+    if problems := name_problems(args.driver_name, args.node_name):
+        for problem in problems:
+            print(f"ascend-dra discover: {problem}", file=sys.stderr)
+        return 2
     if code := _preflight(args, None):
         return code
     setup_logging(args.log_level)  # the tiers' warnings, with their details, go to stderr

@@ -93,11 +93,18 @@ def _make_dir(path: Path, mode: int, flag: str, standalone: bool, *, writable: b
 def check_paths(settings: Settings) -> None:
     """Check the socket paths' length, create the directories the daemon writes and read the boot id.
 
-    :raises PreflightError: a directory that cannot be created or written (permission denied says
+    :raises PreflightError: cluster mode with no kubeconfig file and no in-cluster service account
+        (:func:`~ascend_dra.apiclient.cluster_access_problem`), a directory that cannot be created or
+        written (permission denied says
         to run as root or which flag picks another directory), a boot id file that is missing,
         unreadable or empty.
     """
     standalone = settings.standalone is not None
+    if not standalone:
+        from ascend_dra.apiclient import cluster_access_problem
+
+        if (problem := cluster_access_problem(settings.kubeconfig)) is not None:
+            raise PreflightError(problem)
     flag_plugins = "--standalone" if standalone else "--kubelet-plugins-directory-path (or --kubelet-root-dir)"
     flag_registrar = "--standalone" if standalone else "--kubelet-registrar-directory-path (or --kubelet-root-dir)"
     assert settings.registrar_dir is not None

@@ -29,11 +29,23 @@ import attrs
 
 from ascend_dra.kubelet.rules import UNIX_PATH_MAX, endpoint_problems
 
-__all__ = ("DEFAULT_DRIVER_NAME", "Settings", "SettingsError", "rolling_update_sockets")
+__all__ = ("DEFAULT_DRIVER_NAME", "Settings", "SettingsError", "name_problems", "rolling_update_sockets")
 
 #: What a --rolling-update-id may be: it goes into socket file names (a pod UID is 36 characters).
 _ROLLING_UPDATE_ID = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_.]{0,62}")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def name_problems(driver_name: str, node_name: str) -> list[str]:
+    """What is wrong with ``--driver-name`` and ``--node-name`` (``run`` and ``discover`` alike), each
+    naming the flag and what it accepts: both end up in ResourceSlice names and fields."""
+    found = []
+    if not (len(driver_name) <= 63 and _DNS_SUBDOMAIN.fullmatch(driver_name)):
+        found.append(f"--driver-name {driver_name!r} must be a lower-case DNS subdomain of at most 63 "
+                     "characters (e.g. ascend.project-hami.io); it is the CDI vendor and the slices' driver")
+    if not (len(node_name) <= 253 and _DNS_SUBDOMAIN.fullmatch(node_name)):
+        found.append(f"--node-name {node_name!r} must be the node's name: a lower-case DNS subdomain")
+    return found
 
 
 def _digest(text: str, length: int) -> str:
@@ -146,12 +158,7 @@ class Settings:
 
     def problems(self) -> list[str]:
         """What is wrong with these settings, each naming the flag and what it accepts."""
-        found = []
-        if not (len(self.driver_name) <= 63 and _DNS_SUBDOMAIN.fullmatch(self.driver_name)):
-            found.append(f"--driver-name {self.driver_name!r} must be a lower-case DNS subdomain of at most 63 "
-                         "characters (e.g. ascend.project-hami.io); it is the CDI vendor and the slices' driver")
-        if not (len(self.node_name) <= 253 and _DNS_SUBDOMAIN.fullmatch(self.node_name)):
-            found.append(f"--node-name {self.node_name!r} must be the node's name: a lower-case DNS subdomain")
+        found = name_problems(self.driver_name, self.node_name)
         if self.rolling_update_id is not None and not _ROLLING_UPDATE_ID.fullmatch(self.rolling_update_id):
             found.append(f"--rolling-update-id {self.rolling_update_id!r} must be the pod UID (letters, digits, "
                          "'-', '_' and '.', at most 63 characters): it goes into the socket file names")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -180,6 +181,10 @@ def main(args: argparse.Namespace) -> int:
 
     :raises SystemExit: one line, for every failure that is not the daemon's answer.
     """
+    kubeconfig = getattr(args, "kubeconfig", None)
+    if kubeconfig and args.standalone is None and not os.path.isfile(kubeconfig):
+        # kubernetes-asyncio would print "Config not found", and its error blames the file's content
+        raise SystemExit(f"ascend-dra call: --kubeconfig {kubeconfig} does not exist")
     reg_socket, dra_socket = _paths(args)
     for socket in (reg_socket, dra_socket):
         if not socket.exists():

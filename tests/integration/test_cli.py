@@ -172,12 +172,14 @@ def test_cluster_mode_without_a_cluster_says_what_to_pass(short_tmp):
             "--kubelet-plugins-directory-path", str(short_tmp / "plugins")]
     result = cli("run", "--node-name", "n", "--profiles", "fake", *dirs, env=BASE_ENV)
     assert result.returncode == 1
-    assert "cluster mode cannot use the in-cluster configuration (no KUBERNETES_SERVICE_HOST" in result.stderr
+    assert result.stderr.startswith("ascend-dra run: cluster mode cannot use the in-cluster configuration "
+                                    "(no KUBERNETES_SERVICE_HOST")
     assert "pass --kubeconfig FILE, run inside a pod with a service account, or use --standalone DIR" in result.stderr
+    assert result.stderr.count("\n") == 1  # one line: no start-up log lines around it
     missing = cli("run", "--node-name", "n", "--profiles", "fake", *dirs, "--kubeconfig", "nokubeconfig",
                   env=BASE_ENV)
     assert missing.returncode == 1
-    assert "refusing to start: --kubeconfig nokubeconfig does not exist" in missing.stderr
+    assert missing.stderr == "ascend-dra run: --kubeconfig nokubeconfig does not exist\n"
     assert not (short_tmp / "reg").exists() or not any((short_tmp / "reg").iterdir())
     broken = short_tmp / "broken-kubeconfig"
     broken.write_text("apiVersion: v1\nkind: Config\n")
@@ -205,6 +207,33 @@ def test_discover_takes_profile_options_and_fails_on_unknown_profiles():
     typo = cli("discover", "--profiles", "fakee", env=BASE_ENV)
     assert typo.returncode == 2
     assert "no profile 'fakee' is installed" in typo.stdout + typo.stderr
+
+
+def test_discover_refuses_a_node_name_run_would_refuse():
+    """A name that is no DNS subdomain went into the printed slices' nodeName and generateName."""
+    bad = cli("discover", "--profiles", "fake", "--node-name", "Bad_Node", "-o", "yaml", env=BASE_ENV)
+    assert bad.returncode == 2
+    assert bad.stderr == ("ascend-dra discover: --node-name 'Bad_Node' must be the node's name: a lower-case DNS "
+                          "subdomain\n")
+    assert bad.stdout == ""
+
+
+def test_the_webhook_names_an_unknown_profile_in_one_line(short_tmp):
+    """It said "profile 'nosuch' from unknown: ..." after two log lines."""
+    result = cli("webhook", "--tls-cert-file", str(short_tmp / "c"), "--tls-private-key-file", str(short_tmp / "k"),
+                 "--profiles", "npu-910,nosuch", env=BASE_ENV)
+    assert result.returncode == 2
+    assert result.stderr.startswith("ascend-dra webhook: --profiles npu-910,nosuch: no profile 'nosuch' is installed; "
+                                    "installed:")
+    assert result.stderr.count("\n") == 1
+
+
+def test_call_with_a_missing_kubeconfig_is_one_line_naming_it(short_tmp):
+    """kubernetes-asyncio printed "Config not found" and the message blamed the file's content."""
+    result = cli("call", "--kubelet-root-dir", str(short_tmp), "--kubeconfig", str(short_tmp / "nokc"),
+                 "prepare", "default/npu-claim", env=BASE_ENV)
+    assert result.returncode != 0
+    assert result.stderr == f"ascend-dra call: --kubeconfig {short_tmp / 'nokc'} does not exist\n"
 
 
 def test_call_prints_every_cdi_spec_of_a_claim_and_names_bad_yaml(short_tmp):
