@@ -218,16 +218,6 @@ def test_discover_refuses_a_node_name_run_would_refuse():
     assert bad.stdout == ""
 
 
-def test_the_webhook_names_an_unknown_profile_in_one_line(short_tmp):
-    """It said "profile 'nosuch' from unknown: ..." after two log lines."""
-    result = cli("webhook", "--tls-cert-file", str(short_tmp / "c"), "--tls-private-key-file", str(short_tmp / "k"),
-                 "--profiles", "npu-910,nosuch", env=BASE_ENV)
-    assert result.returncode == 2
-    assert result.stderr.startswith("ascend-dra webhook: --profiles npu-910,nosuch: no profile 'nosuch' is installed; "
-                                    "installed:")
-    assert result.stderr.count("\n") == 1
-
-
 def test_call_with_a_missing_kubeconfig_is_one_line_naming_it(short_tmp):
     """kubernetes-asyncio printed "Config not found" and the message blamed the file's content."""
     result = cli("call", "--kubelet-root-dir", str(short_tmp), "--kubeconfig", str(short_tmp / "nokc"),
