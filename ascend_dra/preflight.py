@@ -100,11 +100,6 @@ def check_paths(settings: Settings) -> None:
         unreadable or empty.
     """
     standalone = settings.standalone is not None
-    if not standalone:
-        from ascend_dra.apiclient import cluster_access_problem
-
-        if (problem := cluster_access_problem(settings.kubeconfig)) is not None:
-            raise PreflightError(problem)
     flag_plugins = "--standalone" if standalone else "--kubelet-plugins-directory-path (or --kubelet-root-dir)"
     flag_registrar = "--standalone" if standalone else "--kubelet-registrar-directory-path (or --kubelet-root-dir)"
     assert settings.registrar_dir is not None
@@ -130,6 +125,11 @@ def check_paths(settings: Settings) -> None:
         raise PreflightError(f"--boot-id-file {path}: cannot be read: {exc.strerror or exc}") from None
     if not text:
         raise PreflightError(f"--boot-id-file {path} is empty")
+    if not standalone:  # after the paths: a run as non-root is told about those first
+        from ascend_dra.apiclient import cluster_access_problem
+
+        if (problem := cluster_access_problem(settings.kubeconfig)) is not None:
+            raise PreflightError(problem)
 
 
 def preflight(settings: Settings, options: Mapping[str, Mapping[str, str]]) -> None:
