@@ -383,16 +383,17 @@ def _webhook(args: argparse.Namespace) -> int:
         print("ascend-dra webhook: --tls-cert-file and --tls-private-key-file (or TLS_CERT_FILE, "
               "TLS_PRIVATE_KEY_FILE) are required", file=sys.stderr)
         return 2
-    from ascend_dra.profiles.registry import load_profiles
+    from ascend_dra.preflight import PreflightError, check_installed
     from ascend_dra.webhook.server import main as webhook_main
     from ascend_dra.webhook.settings import WebhookSettings, WebhookSettingsError
     from ascend_dra.webhook.tls import TlsError
 
-    # A name no distribution installs, in the words run and discover use (the webhook needs only
-    # the profiles' config schemas, so their own start-up checks, pynvml's, are not asked).
-    unknown = [e.error for e in load_profiles(list(args.profiles), log=False) if e.error is not None and not e.target]
-    if unknown:
-        print(f"ascend-dra webhook: --profiles {','.join(args.profiles)}: {unknown[0].reason}", file=sys.stderr)
+    # A name no distribution installs, in run's words (the webhook needs only the profiles' config
+    # schemas, so check_profiles' other checks, pynvml's among them, are not asked).
+    try:
+        check_installed(tuple(args.profiles))
+    except PreflightError as exc:
+        print(f"ascend-dra webhook: {exc}", file=sys.stderr)
         return 2
     try:
         settings = WebhookSettings(

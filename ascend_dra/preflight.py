@@ -14,17 +14,35 @@ import errno
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ascend_dra.settings import Settings
+
+if TYPE_CHECKING:
+    from ascend_dra.profiles.registry import LoadedProfile
 
 #: Longest unix socket path Linux takes (``sun_path`` is 108 bytes with the terminating NUL).
 MAX_SOCKET_PATH = 107
 
-__all__ = ("MAX_SOCKET_PATH", "PreflightError", "check_paths", "check_profiles", "preflight")
+__all__ = ("MAX_SOCKET_PATH", "PreflightError", "check_installed", "check_paths", "check_profiles", "preflight")
 
 
 class PreflightError(Exception):
     """Start-up cannot go on; ``str(exc)`` is the one line to print (flag, problem, what to do)."""
+
+
+def check_installed(profiles: tuple[str, ...]) -> list[LoadedProfile]:
+    """Load ``profiles`` quietly; return their registry entries (loaded or broken).
+
+    :raises PreflightError: a name no installed distribution provides (the first, with the installed names).
+    """
+    from ascend_dra.profiles.registry import load_profiles
+
+    entries = load_profiles(list(profiles), log=False)
+    unknown = [e for e in entries if e.error is not None and not e.target]
+    if unknown:
+        raise PreflightError(f"--profiles {','.join(profiles)}: {unknown[0].error.reason if unknown[0].error else ''}")
+    return entries
 
 
 def check_profiles(profiles: tuple[str, ...], options: Mapping[str, Mapping[str, str]]) -> None:
@@ -38,12 +56,8 @@ def check_profiles(profiles: tuple[str, ...], options: Mapping[str, Mapping[str,
         profile's preflight refusal (all of them, ``; ``-joined).
     """
     from ascend_dra.profiles.options import option_problems
-    from ascend_dra.profiles.registry import load_profiles
 
-    entries = load_profiles(list(profiles), log=False)
-    unknown = [e for e in entries if e.error is not None and not e.target]
-    if unknown:
-        raise PreflightError(f"--profiles {','.join(profiles)}: {unknown[0].error.reason if unknown[0].error else ''}")
+    entries = check_installed(profiles)
     loaded = {e.name: e.profile for e in entries if e.profile is not None}
     if not loaded:
         reasons = "; ".join(f"{e.name}: {e.error.reason}" for e in entries if e.error is not None)
@@ -93,11 +107,10 @@ def _make_dir(path: Path, mode: int, flag: str, standalone: bool, *, writable: b
 def check_paths(settings: Settings) -> None:
     """Check the socket paths' length, create the directories the daemon writes and read the boot id.
 
-    :raises PreflightError: cluster mode with no kubeconfig file and no in-cluster service account
-        (:func:`~ascend_dra.apiclient.cluster_access_problem`), a directory that cannot be created or
-        written (permission denied says
+    :raises PreflightError: a directory that cannot be created or written (permission denied says
         to run as root or which flag picks another directory), a boot id file that is missing,
-        unreadable or empty.
+        unreadable or empty, and then, in cluster mode, no kubeconfig file and no in-cluster service
+        account (:func:`~ascend_dra.apiclient.cluster_access_problem`).
     """
     standalone = settings.standalone is not None
     flag_plugins = "--standalone" if standalone else "--kubelet-plugins-directory-path (or --kubelet-root-dir)"
