@@ -163,10 +163,16 @@ def stall_floor(seconds: float = 3.0) -> tuple[float, float]:
     return float(own), float(late)
 
 
-def scrape_stall(port: int) -> float:
+def scrape(port: int, sample: str) -> float | None:
+    """The value of one sample (name and labels as exposed) on the daemon's ``/metrics``; None if absent."""
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    found = re.search(r'ascend_dra_event_loop_stall_max_seconds\{phase="serving"\} ([0-9.e+-]+)', body)
-    return float(found.group(1)) if found else float("nan")
+    found = re.search(rf"^{re.escape(sample)} ([0-9.e+-]+)$", body, re.MULTILINE)
+    return float(found.group(1)) if found else None
+
+
+def scrape_stall(port: int) -> float:
+    stall = scrape(port, 'ascend_dra_event_loop_stall_max_seconds{phase="serving"}')
+    return float("nan") if stall is None else stall
 
 
 def settle(port: int, within_s: float = 120.0) -> float:
@@ -175,9 +181,7 @@ def settle(port: int, within_s: float = 120.0) -> float:
     statuses would share the API server with it. Return the seconds waited."""
     began = time.monotonic()
     while time.monotonic() - began < within_s:
-        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-        found = re.search(r"^ascend_dra_claim_status_pending ([0-9.e+-]+)$", body, re.MULTILINE)
-        if found is None or float(found.group(1)) == 0:
+        if not scrape(port, "ascend_dra_claim_status_pending"):  # 0, or not exported
             return time.monotonic() - began
         time.sleep(0.05)
     raise RuntimeError(f"the daemon's claim statuses were still being written after {within_s:.0f} s")
