@@ -111,3 +111,19 @@ async def test_notes_of_any_profile_under_the_table_and_on_top_of_the_yaml(tmp_p
         "# broken: discovery failed: RuntimeError: no driver\n# noting: ran /opt/tool\n"
         "# noting: 2 devices not published\n")
     assert "ran /opt/tool" not in await run(profiles, ctx, "json")
+
+
+async def test_a_failed_npu_smi_tier_is_named_in_the_table(tmp_path: Path) -> None:
+    # The trial of the README: with an npu-smi that fails, discover showed "no devices (tier
+    # devfs)" and only the stderr warnings said why; the table now names the tier and the error.
+    ctx = lab_310p3(tmp_path)
+    failing = tmp_path / "failing-npu-smi"
+    failing.write_text("#!/bin/sh\necho 'dcmi module initialize failed. ret is -8005' >&2\nexit 1\n")
+    failing.chmod(0o755)
+    ctx = context(tmp_path, failing, ctx.dev_root, ctx.sys_root)
+    lines = (await run([Npu310PProfile()], ctx, "table")).splitlines()
+    assert [line.split()[1::5] for line in lines[1:3]] == [["npu-0-0", "devfs"], ["npu-1-0", "devfs"]]
+    failed = [line for line in lines if "tier npu-smi failed" in line]
+    assert len(failed) == 1
+    assert failed[0].startswith(f"npu-310P: tier npu-smi failed, devfs answered: run '{failing} info': exit status 1")
+    assert "dcmi module initialize failed. ret is -8005" in failed[0]

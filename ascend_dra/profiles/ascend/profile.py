@@ -50,6 +50,7 @@ from ascend_dra.profiles.ascend.config import (
     validate_config,
 )
 from ascend_dra.profiles.ascend.discovery import (
+    TIER_DEVFS,
     TIER_NPU_SMI,
     TIER_SIMULATED,
     Discovery,
@@ -160,11 +161,16 @@ class AscendChipProfile:
     def discovery_notes(self) -> tuple[str, ...]:
         """What the last discovery wants an operator to know, one line each (``ascend-dra discover``
         shows them): the npu-smi binary used and how it was found, tier notes (unknown chip IDs),
-        and ``N chips not published`` followed by one line per dropped chip with its reason."""
+        each tier that failed before the one that answered and why (``tier npu-smi failed, devfs
+        answered: run 'npu-smi info': exit status 1: ...``), and ``N chips not published`` followed
+        by one line per dropped chip with its reason."""
         found = self.last_discovery
         if found is None:
             return ()
         lines = list(found.notes)
+        # Discovery.failures holds one reason per tier tried before the answering one, in chain order.
+        lines.extend(f"tier {tier} failed, {found.source} answered: {why}"
+                     for tier, why in zip((TIER_NPU_SMI, TIER_DEVFS), found.failures, strict=False))
         if self._dropped:
             lines.append(f"{len(self._dropped)} chip{'s' if len(self._dropped) != 1 else ''} not published")
             lines.extend(f"  not published: {d.describe()}" for d in self._dropped)
