@@ -49,6 +49,32 @@ def _fingerprint(pem: bytes) -> str:
     return hashlib.sha256(der).hexdigest().upper()
 
 
+def _no_passphrase() -> bytes:
+    # Given as load_cert_chain's password callback: without one, OpenSSL prompts on the terminal
+    # for an encrypted key, and a webhook started from a shell would hang there.
+    raise TlsError("encrypted key")
+
+
+def _problem(cert_file: Path, key_file: Path, cert_pem: bytes, key_pem: bytes, exc: Exception) -> str:
+    """What is wrong with a certificate and key pair that :func:`_context` refused, naming the flag.
+
+    OpenSSL says only ``[SSL] PEM lib`` for a file that holds no PEM block of the kind it wants, so
+    the blocks are looked for here (PEM markers, RFC 7468 section 2).
+    """
+    if b"-----BEGIN CERTIFICATE-----" not in cert_pem:
+        return f"--tls-cert-file {cert_file} holds no PEM certificate (a '-----BEGIN CERTIFICATE-----' block)"
+    if b"-----BEGIN ENCRYPTED PRIVATE KEY-----" in key_pem or b"Proc-Type: 4,ENCRYPTED" in key_pem:
+        return (f"--tls-private-key-file {key_file} is encrypted; the webhook needs the key unencrypted (it has no "
+                "passphrase)")
+    if not any(f"-----BEGIN {kind}PRIVATE KEY-----".encode() in key_pem for kind in ("", "RSA ", "EC ")):
+        return (f"--tls-private-key-file {key_file} holds no PEM private key (a '-----BEGIN PRIVATE KEY-----' "
+                "block, or its RSA or EC form)")
+    if "KEY_VALUES_MISMATCH" in str(exc):
+        return (f"--tls-private-key-file {key_file} is not the key of the certificate in --tls-cert-file {cert_file} "
+                f"({exc})")
+    return f"--tls-cert-file {cert_file} / --tls-private-key-file {key_file}: {exc}"
+
+
 def _context(cert_pem: bytes, key_pem: bytes) -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
@@ -58,7 +84,7 @@ def _context(cert_pem: bytes, key_pem: bytes) -> ssl.SSLContext:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
-        context.load_cert_chain(cert, key)
+        context.load_cert_chain(cert, key, password=_no_passphrase)
     return context
 
 
@@ -76,9 +102,12 @@ class ServingCertificate:
         self.metrics = metrics
         try:
             self._files = (self.cert_file.read_bytes(), self.key_file.read_bytes())
-            self._current = _context(*self._files)
-        except (OSError, ssl.SSLError) as exc:
+        except OSError as exc:
             raise TlsError(f"--tls-cert-file {self.cert_file} / --tls-private-key-file {self.key_file}: {exc}") from exc
+        try:
+            self._current = _context(*self._files)
+        except (ssl.SSLError, TlsError) as exc:
+            raise TlsError(_problem(self.cert_file, self.key_file, *self._files, exc)) from exc
         self.fingerprint = _fingerprint(self._files[0])
         #: The context the server listens with; it only dispatches to the newest good one.
         self.server_context = _context(*self._files)
@@ -103,7 +132,7 @@ class ServingCertificate:
             return False
         try:
             context = _context(*files)
-        except ssl.SSLError as exc:
+        except (ssl.SSLError, TlsError) as exc:
             # Often the cert is written and the key not yet: the next change event completes the pair.
             logger.warning("serving certificate not usable yet, keeping the old one", extra={"error": str(exc)})
             self.metrics.tls_reloads.labels("error").inc()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -43,8 +44,37 @@ def test_key_of_another_certificate_is_refused_at_start(tmp_path, pair):
     result = webhook("--tls-cert-file", str(pair[0]), "--tls-private-key-file", str(other[1]))
     assert result.returncode == 1
     # The tail is the ssl module's source location, which differs between Python builds.
-    assert result.stderr.startswith(f"ascend-dra webhook: --tls-cert-file {pair[0]} / --tls-private-key-file "
-                                    f"{other[1]}: [X509: KEY_VALUES_MISMATCH] key values mismatch (_ssl.c:")
+    assert result.stderr.startswith(f"ascend-dra webhook: --tls-private-key-file {other[1]} is not the key of the "
+                                    f"certificate in --tls-cert-file {pair[0]} ([X509: KEY_VALUES_MISMATCH] key "
+                                    "values mismatch (_ssl.c:")
+    assert result.stderr.count("\n") == 1
+
+
+def _encrypted(key: Path, into: Path) -> Path:
+    subprocess.run(["openssl", "pkey", "-in", str(key), "-aes256", "-passout", "pass:secret", "-out", str(into)],
+                   check=True, capture_output=True)
+    return into
+
+
+@pytest.mark.parametrize("case", ["key is no key", "cert is no cert", "key and cert swapped", "encrypted key"])
+def test_an_unusable_certificate_file_is_named_with_what_it_lacks(tmp_path, pair, case):
+    # Before, the first three gave only OpenSSL's "[SSL] PEM lib (_ssl.c:3926)" after both file names.
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a PEM file\n")
+    cert, key = {"key is no key": (pair[0], junk), "cert is no cert": (junk, pair[1]),
+                 "key and cert swapped": (pair[1], pair[0]),
+                 "encrypted key": (pair[0], _encrypted(pair[1], tmp_path / "enc.key"))}[case]
+    result = webhook("--tls-cert-file", str(cert), "--tls-private-key-file", str(key))
+    expected = {
+        "key is no key": f"--tls-private-key-file {key} holds no PEM private key (a '-----BEGIN PRIVATE KEY-----' "
+                         "block, or its RSA or EC form)",
+        "cert is no cert": f"--tls-cert-file {cert} holds no PEM certificate (a '-----BEGIN CERTIFICATE-----' block)",
+        "key and cert swapped": f"--tls-cert-file {cert} holds no PEM certificate (a '-----BEGIN CERTIFICATE-----' "
+                                "block)",
+        "encrypted key": f"--tls-private-key-file {key} is encrypted; the webhook needs the key unencrypted (it has "
+                         "no passphrase)",
+    }[case]
+    assert (result.returncode, result.stderr) == (1, f"ascend-dra webhook: {expected}\n")
 
 
 def test_no_kubeconfig_outside_a_pod_is_said_at_start(pair):
