@@ -295,13 +295,35 @@ def decode_config(
     try:
         config = config_converter.structure(body, cls)
     except Exception as exc:  # cattrs raises exception groups describing every bad field
-        raise ConfigError(_cattrs_problems(exc)) from None
+        problems = _cattrs_problems(exc)
+        raise ConfigError(problems + _validate_the_rest(body, cls, problems, profile)) from None
     if profile is not None:
         try:
             profile.validate(config)
         except ConfigError as exc:
             raise ConfigError([(_under_parameters(p), m) for p, m in exc.problems]) from None
     return config
+
+
+def _validate_the_rest(body: Mapping[str, Any], cls: type, problems: list[tuple[str, str]],
+                       profile: Profile | None) -> list[tuple[str, str]]:
+    """The profile's ``validate`` problems of the fields that decoded, so that one answer names a
+    range problem beside a type problem; the fields that did not decode take their defaults here
+    and are not reported twice. Nothing when there is no profile or the rest does not decode alone
+    (a required field is missing or wrong)."""
+    if profile is None:
+        return []
+    bad = {path.split(".")[1] for path, _ in problems if path.count(".") >= 1}
+    try:
+        partial = config_converter.structure({k: v for k, v in body.items() if k not in bad}, cls)
+        profile.validate(partial)
+    except ConfigError as exc:
+        found = [(_under_parameters(p), m) for p, m in exc.problems]
+        # A problem of the whole config ("parameters") may stem from a field already named.
+        return [(p, m) for p, m in found if "." in p and p.split(".")[1] not in bad]
+    except Exception:  # the rest alone does not decode: the type problems are the whole answer
+        return []
+    return []
 
 
 def _under_parameters(path: str) -> str:

@@ -63,3 +63,18 @@ def test_gpu_partition_count_as_a_string_is_refused():
             profile.config_types, DRIVER, profile)
     assert raised.value.problems == (
         ("parameters.sharing.spacePartitioningConfig.partitionCount", 'must be an integer, got a string "2"'),)
+
+
+def test_a_range_problem_is_reported_beside_a_type_problem():
+    # A README trial: with one field of the wrong type and another out of range, only the type
+    # problem was named; fixing it then revealed the second. Both are named at once now.
+    with pytest.raises(ConfigError) as raised:
+        fake(aicoreLimit=500, logLevel="loud")
+    assert [path for path, _ in raised.value.problems] == ["parameters.logLevel", "parameters.aicoreLimit"]
+    assert raised.value.problems[1] == ("parameters.aicoreLimit", "500 is outside the allowed range 1..100 (percent)")
+
+
+def test_a_field_with_a_type_problem_is_not_range_checked_again():
+    with pytest.raises(ConfigError) as raised:
+        fake(aicoreLimit="500")
+    assert raised.value.problems == (("parameters.aicoreLimit", 'must be an integer, got a string "500"'),)
