@@ -94,6 +94,23 @@ async def _uid_from_api(kubeconfig: str, namespace: str, name: str) -> str:
     return str(claim.metadata.uid)
 
 
+def _missing_socket_hint(args: argparse.Namespace, socket: Path) -> str:
+    """Why ``socket`` may be missing: a daemon run with ``--rolling-update-id`` names its sockets
+    after the id (:func:`ascend_dra.settings.rolling_update_sockets`), so a ``call`` without the id
+    looks for the plain names."""
+    if not getattr(args, "rolling_update_id", None):
+        # Our driver's names only: the kubelet's registration dir holds every driver's sockets.
+        pattern = f"{args.driver_name}-*-reg.sock" if socket.name.endswith("-reg.sock") else "dra-*.sock"
+        try:
+            others = sorted(p.name for p in socket.parent.glob(pattern) if p.name != socket.name)
+        except OSError:
+            others = []
+        if others:
+            return (f"{', '.join(others)} there belong{'s' if len(others) == 1 else ''} to a daemon run with "
+                    "--rolling-update-id: give call the same --rolling-update-id (or ROLLING_UPDATE_ID)")
+    return "is `ascend-dra run` serving there?"
+
+
 def _claim_uid(args: argparse.Namespace, namespace: str, name: str) -> str:
     if getattr(args, "uid", None):
         return str(args.uid)
@@ -188,7 +205,7 @@ def main(args: argparse.Namespace) -> int:
     reg_socket, dra_socket = _paths(args)
     for socket in (reg_socket, dra_socket):
         if not socket.exists():
-            raise SystemExit(f"ascend-dra call: {socket} does not exist; is `ascend-dra run` serving there?")
+            raise SystemExit(f"ascend-dra call: {socket} does not exist; {_missing_socket_hint(args, socket)}")
     if args.action == "register":
         return _answering(reg_socket, lambda: _register(reg_socket))
     if args.action == "health":

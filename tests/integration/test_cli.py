@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 
@@ -124,6 +125,28 @@ def test_call_without_a_daemon_says_so(short_tmp):
     result = cli("call", "--standalone", str(short_tmp), "register")
     assert result.returncode == 1
     assert "does not exist; is `ascend-dra run` serving there?" in result.stderr
+
+
+def test_call_names_the_sockets_of_a_daemon_run_with_a_rolling_update_id(short_tmp):
+    # A README trial: with the daemon started with --rolling-update-id, `call` only said the usual
+    # socket does not exist. It now names the sockets it found and the flag to give.
+    (short_tmp / "plugins_registry").mkdir()
+    (short_tmp / "plugins" / DRIVER).mkdir(parents=True)
+    listening = []
+    for path in (short_tmp / "plugins_registry" / f"{DRIVER}-blue-reg.sock",
+                 short_tmp / "plugins" / DRIVER / "dra-blue.sock"):
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(path))
+        listening.append(sock)
+    try:
+        result = cli("call", "--standalone", str(short_tmp), "register")
+    finally:
+        for sock in listening:
+            sock.close()
+    assert result.returncode == 1
+    assert result.stderr == (f"ascend-dra call: {short_tmp}/plugins_registry/{DRIVER}-reg.sock does not exist; "
+                             f"{DRIVER}-blue-reg.sock there belongs to a daemon run with --rolling-update-id: give "
+                             "call the same --rolling-update-id (or ROLLING_UPDATE_ID)\n")
 
 
 BASE_ENV = {"PATH": "/usr/bin:/bin"}
