@@ -251,7 +251,10 @@ def build_parser() -> argparse.ArgumentParser:
     _kubelet_dir_flags(call)
     _flag(call, "--api", "DRA_API", "v1", "DRA service version to call: v1 or v1beta1",
           choices=("v1", "v1beta1"))
-    call.add_argument("action", choices=("register", "prepare", "unprepare", "health"))
+    call.add_argument("action", choices=("register", "prepare", "unprepare", "health"),
+                      help="register: GetInfo on the registration socket, as the kubelet's plugin watcher; "
+                           "prepare/unprepare: NodePrepareResources/NodeUnprepareResources of one claim; "
+                           "health: the device health stream's first message")
     call.add_argument("claim", nargs="?", help="NAMESPACE/NAME (prepare, unprepare)")
     call.add_argument("--uid", default=None, help="the claim's uid; default: read from the --standalone claim file, "
                                                   "or from the API server with --kubeconfig")
@@ -266,7 +269,10 @@ def build_parser() -> argparse.ArgumentParser:
                                           "exact ResourceSlice objects the daemon would publish. Writes nothing. "
                                           "Exit code 1 when a profile failed to load or to discover.")
     _node_flags(discover, node_required=False)
-    discover.add_argument("--output", "-o", choices=("table", "yaml", "json"), default="table")
+    discover.add_argument("--output", "-o", choices=("table", "yaml", "json"), default="table",
+                          help="table (default): one row per device, then notes and failures; yaml: the "
+                               "ResourceSlices the daemon would publish, notes as # comments; json: the same "
+                               "as a v1 List")
     # Not LOG_LEVEL's twin: the chart's pod sets LOG_LEVEL=info for the daemon, and `discover` run
     # in it must still print only its table (log lines go to stderr).
     discover.add_argument("--log-level", type=_log_level, default="warning",
@@ -279,7 +285,8 @@ def build_parser() -> argparse.ArgumentParser:
                               description="List every profile installed in the ascend_dra.profiles entry-point "
                                           "group: name, distribution, version, target and whether it loads. "
                                           "Exit code 1 when any of them is broken.")
-    profiles.add_argument("--output", "-o", choices=("table", "json", "yaml"), default="table")
+    profiles.add_argument("--output", "-o", choices=("table", "json", "yaml"), default="table",
+                          help="table (default), json or yaml: one entry per installed profile")
     return parser
 
 
