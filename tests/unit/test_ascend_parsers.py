@@ -322,6 +322,16 @@ def test_chip_board_malformed_die_id_is_an_error() -> None:
     assert (caught.value.line_no, caught.value.reason) == (3, "VDie ID: '1234 ZZZZ' is not five 8-digit hex groups")
 
 
+@pytest.mark.parametrize("value", ["00000000 00000000 00000000 00000000 00000000",
+                                   "FFFFFFFF FFFFFFFF FFFFFFFF FFFFFFFF FFFFFFFF"])
+def test_chip_board_die_id_that_identifies_nothing_is_absent(value: str) -> None:
+    # All zeros (or all ones) is a die ID the chip never had: published as the uuid attribute, it
+    # named one chip of a node by a value any chip may print. A single chip went unnoticed by the
+    # check for uuids shared between chips.
+    chip = keyvalue.parse_chip_board(f"NPU ID : 0\nChip ID : 0\nVDie ID : {value}\nNDie ID : {value}\n")
+    assert (chip.vdie_id, chip.ndie_id) == (None, None)
+
+
 # -- npu-smi info -t common / usages / memory / health / ecc --------------------------------------
 
 

@@ -280,6 +280,8 @@ def die_id(command: str, line_no: int, line: str, value: str, what: str = "die I
     """Normalise a die ID: ``"68496E64 20E05477 ..."`` -> ``"68496E64-20E05477-..."`` (upper case).
 
     Five groups (``DSMI_SOC_DIE_LEN``) of ``%08X`` in every spelling (``VDie``/``NDie``/``DDie``/``Die ID``).
+    All zeros or all ones is None, as an absent value: no chip has that die ID, and published as a
+    ``uuid`` it would name a chip by a value any chip may print.
 
     :param what: the key, named in the error.
     :raises NpuSmiParseError: when the value is not five 8-digit hex groups (or absent).
@@ -289,6 +291,8 @@ def die_id(command: str, line_no: int, line: str, value: str, what: str = "die I
     groups = value.split()
     if len(groups) != 5 or not all(_DIE_GROUP.match(g) for g in groups):
         raise NpuSmiParseError(command, line_no, line, f"{what}: {value!r} is not five 8-digit hex groups")
+    if {g.upper() for g in groups} in ({"00000000"}, {"FFFFFFFF"}):
+        return None
     return "-".join(g.upper() for g in groups)
 
 
