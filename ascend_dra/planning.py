@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from ascend_dra.checkpoint import DeviceRecord
 from ascend_dra.model import AllocatedDevice, ClaimAllocation, Device, Inventory, OpaqueConfig
 from ascend_dra.profiles.base import ApplyContext, ConfigError, Profile, ProfileContext, decode_config
 
-__all__ = ("Plan", "PlanError", "Planner", "resolve_configs")
+__all__ = ("Plan", "PlanError", "Planner", "batches_by_device", "resolve_configs")
 
 
 class PlanError(Exception):
@@ -65,6 +65,37 @@ def resolve_configs(
             continue
         chosen = config
     return chosen
+
+
+def batches_by_device(members: Sequence[AllocatedDevice]) -> list[list[AllocatedDevice]]:
+    """Split one config's allocated devices into the calls of ``apply_config``, whose answer is keyed
+    by device name (docs/writing-a-profile.md): so that no name repeats within a call. A device
+    repeats only as shares of one device (KEP-5075 consumable capacity: one claim may hold several
+    shares of a device, each with its own ``shareID`` and consumed capacity). The devices of one
+    request stay in one call where they can (a request's env, such as ``ASCEND_VISIBLE_DEVICES``,
+    lists them all); without a repeated name the one call holds every member, in order.
+    """
+    batches: list[list[AllocatedDevice]] = []
+    names: list[set[str]] = []
+    by_request: dict[str, list[AllocatedDevice]] = defaultdict(list)
+    for member in members:
+        by_request[member.base_request].append(member)
+    for request_members in by_request.values():
+        wanted = {m.device for m in request_members}
+        if len(wanted) < len(request_members):  # one request holds two shares of a device: split it too
+            units = [[m] for m in request_members]
+        else:
+            units = [request_members]
+        for unit in units:
+            unit_names = {m.device for m in unit}
+            index = next((i for i, taken in enumerate(names) if not taken & unit_names), None)
+            if index is None:
+                batches.append([])
+                names.append(set())
+                index = len(batches) - 1
+            batches[index].extend(unit)
+            names[index] |= unit_names
+    return batches
 
 
 class Planner:
@@ -138,18 +169,19 @@ class Planner:
                 by_config[key].append(result)
             ctx = ApplyContext(self.profile_ctx, self.inventories[profile_name], claim.uid, claim.namespace, claim.name)
             edits: dict[tuple[str, str | None], ContainerEdits] = {}
-            for key, members in by_config.items():
+            for key, group in by_config.items():
                 config = profile.default_config() if key == -1 else decoded[key]
-                try:
-                    applied = profile.apply_config(config, members, ctx)
-                except Exception as exc:
-                    raise PlanError(f"{ref}: profile {profile_name} failed to apply its config: "
-                                       f"{type(exc).__name__}: {exc}") from exc
-                for member in members:
-                    if member.device not in applied:
-                        raise PlanError(f"{ref}: profile {profile_name} returned no container edits for "
-                                           f"device {member.device}")
-                    edits[(member.device, member.share_id)] = applied[member.device]
+                for members in batches_by_device(group):
+                    try:
+                        applied = profile.apply_config(config, members, ctx)
+                    except Exception as exc:
+                        raise PlanError(f"{ref}: profile {profile_name} failed to apply its config: "
+                                        f"{type(exc).__name__}: {exc}") from exc
+                    for member in members:
+                        if member.device not in applied:
+                            raise PlanError(f"{ref}: profile {profile_name} returned no container edits for "
+                                            f"device {member.device}")
+                        edits[(member.device, member.share_id)] = applied[member.device]
             kind_profiles[kind].append(profile_name)
             for result in results:
                 name = naming.claim_device_name(claim.uid, result.device, result.share_id)

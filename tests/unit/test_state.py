@@ -22,6 +22,7 @@ from ascend_dra.cdi.store import CdiStore
 from ascend_dra.claims import StandaloneClaimSource
 from ascend_dra.journal import load_state
 from ascend_dra.model import AllocatedDevice, ClaimAllocation, OpaqueConfig, PreparedDevice
+from ascend_dra.planning import batches_by_device
 from ascend_dra.profiles.base import (
     AllocatedDevice as ContractAllocatedDevice,
 )
@@ -294,6 +295,24 @@ async def test_two_fitting_shares_in_one_claim_get_two_cdi_devices(tmp_path):
     ]
 
 
+async def test_two_shares_of_one_device_in_one_claim_each_get_their_own_edits(tmp_path):
+    # apply_config answers {device name: edits}; with both shares in one call the second overwrote
+    # the first, and both CDI devices carried the last share's edits. The planner now calls it
+    # once per batch in which no device name repeats.
+    state = await make_state(tmp_path, {"shared": SharedProfile()})
+    obj = write_claim(tmp_path, claim_object("pair", results=[share("vnpu-0", "8Gi", "30", "a", "s1"),
+                                                              share("vnpu-0", "4Gi", "30", "b", "s2"),
+                                                              {**share("chip-0", "2Gi", "30", "b"), "shareID": None,
+                                                               "consumedCapacity": None}]))
+    uid = obj["metadata"]["uid"]
+    assert isinstance((await state.prepare([ref(obj)]))[uid], list)
+    spec = yaml.safe_load((tmp_path / "cdi" / naming.claim_spec_file(f"k8s.{DRIVER}/vnpu", uid)).read_text())
+    env = {d["name"]: d["containerEdits"]["env"] for d in spec["devices"]}
+    assert env == {f"{uid}-vnpu-0-s1": ["SHARED_LABEL=default", "SHARED_MEMORY=8Gi"],
+                   f"{uid}-vnpu-0-s2": ["SHARED_LABEL=default", "SHARED_MEMORY=4Gi"],
+                   f"{uid}-chip-0": ["SHARED_LABEL=default", "SHARED_MEMORY="]}
+
+
 async def test_exclusive_device_twice_in_one_claim_is_refused(tmp_path):
     state = await make_state(tmp_path, {"fake": FakeProfile()})
     obj = write_claim(tmp_path, claim_object("dup", results=[("a", "npu-0-0"), ("b", "npu-0-0")]))
@@ -546,3 +565,15 @@ async def test_orphan_cleanup_leaves_the_files_of_a_kind_whose_class_extends_ano
     assert {cdi_id for d in devices for cdi_id in d.cdi_device_ids} <= resolvable_cdi_ids(tmp_path / "cdi")
     assert state.cdi.claim_specs([FAKE_KIND, x_kind]) == {
         "0rphan": [naming.claim_spec_file(FAKE_KIND, "0rphan")], uid: [naming.claim_spec_file(x_kind, uid)]}
+
+
+def test_batches_by_device_keeps_requests_together_and_names_unique():
+    def dev(request: str, device: str, share: str | None = None) -> AllocatedDevice:
+        return AllocatedDevice(request, DRIVER, NODE, device, share_id=share)
+
+    plain = [dev("a", "x"), dev("a", "y"), dev("b", "z")]
+    assert batches_by_device(plain) == [plain]  # nothing repeats: one call, in order
+    a1, a2, b1, b2 = dev("a", "x", "s1"), dev("a", "y"), dev("b", "x", "s2"), dev("b/large", "y", "s3")
+    assert batches_by_device([a1, a2, b1, b2]) == [[a1, a2], [b1, b2]]
+    twice = [dev("a", "x", "s1"), dev("a", "x", "s2"), dev("b", "z")]
+    assert batches_by_device(twice) == [[twice[0], twice[2]], [twice[1]]]

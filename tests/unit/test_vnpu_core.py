@@ -321,6 +321,32 @@ async def test_prepare_creates_the_local_dir_0777_and_unprepare_removes_it(lab, 
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize(("memory_a", "memory_b"), [("8Gi", "4Gi"), ("4Gi", "8Gi")])
+async def test_two_shares_of_one_chip_in_one_claim_each_get_their_own_quota(lab, tmp_path, memory_a,
+                                                                              memory_b) -> None:
+    # KEP-5075: one claim may hold two shares of one chip (requests a and b). apply_config answers by
+    # device name, and both shares got the edits of the last: request a's container got b's quota,
+    # so the chip handed out more memory than the scheduler booked (an audit found it).
+    state = await lab_state(lab, tmp_path)
+    shares = ("11111111-1111-4111-8111-111111111111", "22222222-2222-4222-8222-222222222222")
+    wanted = (("a", shares[0], "50", memory_a), ("b", shares[1], "25", memory_b))
+    results = [{"request": request, "driver": DRIVER, "pool": NODE, "device": "npu-0-0", "shareID": share,
+                "consumedCapacity": {"cores": cores, "memory": memory, "containers": "1"}}
+               for request, share, cores, memory in wanted]
+    write_claim(tmp_path, claim_object("pair", namespace="dra-ascend-e2e", uid=CLAIM_UID, node=NODE, results=results))
+    got = (await state.prepare([ClaimRef("dra-ascend-e2e", "pair", CLAIM_UID)]))[CLAIM_UID]
+    assert not isinstance(got, Exception), got
+    spec = yaml.safe_load(next((tmp_path / "cdi").glob(f"*_{CLAIM_UID}.yaml")).read_text())
+    edits = {d["name"]: d["containerEdits"] for d in spec["devices"]}
+    for request, share, cores, memory in wanted:
+        mine = edits[f"{CLAIM_UID}-npu-0-0-{share}"]
+        assert f"NPU_MEM_QUOTA={int(memory[:-2]) * 1024}" in mine["env"], (request, mine["env"])
+        assert f"NPU_PRIORITY={cores}" in mine["env"], (request, mine["env"])
+        assert [m["hostPath"] for m in mine["mounts"] if f"/{CLAIM_UID}/" in m["hostPath"]] == [
+            str(lab.host_root / "usr/local/hami-vnpu-core/containers" / CLAIM_UID / request)]
+
+
+@pytest.mark.anyio
 async def test_prepare_started_record_rolls_back_the_local_dir_at_start_up(lab, tmp_path) -> None:
     state = await lab_state(lab, tmp_path)
     lab_claim(tmp_path)
