@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import yaml
 
+from ascend_dra.cdi.naming import COMMON_DEVICE
 from ascend_dra.model import AllocatedDevice, ClaimAllocation, OpaqueConfig
 
 __all__ = (
@@ -32,10 +33,12 @@ __all__ = (
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 #: DNS-1123 subdomain (names) / label (namespaces); UIDs are RFC 4122 UUIDs in practice but we
-#: accept any DNS-1123-ish token: letters, digits, '-', '.', '_' with no '/', '..' or NUL.
+#: accept any DNS-1123-ish token: letters, digits, '-', '.' with no '/', '..' or NUL. Not '_' and not
+#: 'common': the uid ends the claim's CDI spec file name, ``<vendor>-<class>_<uid>.yaml`` (cdi/naming.py),
+#: and with either it could name the common spec or another kind's claim spec.
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_UID = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
+_UID = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$")
 
 
 class PrepareError(Exception):
@@ -53,8 +56,8 @@ def check_claim_ref(namespace: str, name: str, uid: str) -> None:
     """Refuse identifiers that could escape a directory or break a CDI name.
 
     :raises ClaimError: if the namespace is not a DNS label (≤ 63), the name not a DNS subdomain
-        (≤ 253), or the uid contains anything but letters, digits, ``-``, ``_``, ``.`` (≤ 253),
-        which rules out ``/``, ``..`` and NUL.
+        (≤ 253), or the uid contains anything but letters, digits, ``-``, ``.`` (≤ 253), which rules
+        out ``/``, ``..`` and NUL, or is ``common`` (see ``_UID``).
     """
     if not (0 < len(namespace) <= 63 and _NAMESPACE.fullmatch(namespace)):
         raise ClaimError(f"claim namespace {namespace!r} is not a DNS label (lower-case letters, digits, '-'; "
@@ -62,9 +65,9 @@ def check_claim_ref(namespace: str, name: str, uid: str) -> None:
     if not (0 < len(name) <= 253 and _NAME.fullmatch(name) and ".." not in name):
         raise ClaimError(f"claim name {name!r} is not a DNS subdomain (lower-case letters, digits, '-', '.'; "
                          "at most 253 characters)")
-    if not (0 < len(uid) <= 253 and _UID.fullmatch(uid) and ".." not in uid):
-        raise ClaimError(f"claim uid {uid!r} must be letters, digits, '-', '_' or '.' (no '/', '..' or NUL), "
-                         "at most 253 characters")
+    if not (0 < len(uid) <= 253 and _UID.fullmatch(uid) and ".." not in uid and uid != COMMON_DEVICE):
+        raise ClaimError(f"claim uid {uid!r} must be letters, digits, '-' or '.' (no '/', '..', '_' or NUL), "
+                         f"at most 253 characters, and not {COMMON_DEVICE!r}")
 
 
 def parse_claim(obj: Any, driver_name: str) -> ClaimAllocation:

@@ -49,8 +49,11 @@ class UnprepareMixin:
             targets: list[ClaimRecord] = []
             for ref in refs:
                 try:
-                    check_claim_ref(ref.namespace, ref.name, ref.uid)
                     record = self._records.get(ref.uid)
+                    if record is None and ref.uid not in self._records.unreadable:
+                        # A recorded uid was accepted when it was prepared, by this release's rule
+                        # or an older one: refused now, its claim would keep its devices forever.
+                        check_claim_ref(ref.namespace, ref.name, ref.uid)
                     if ref.uid in self._records.unreadable:
                         await self._unprepare_unreadable(ref.uid)
                     elif record is None:

@@ -187,8 +187,8 @@ def test_one_bad_claim_never_harms_the_others(daemon, kubelet):
                                       "status.allocation.devices.config[0].opaque.parameters.aicoreLimit: "
                                       "101 is outside the allowed range 1..100 (percent)")
     assert errors["other-driver"] == f"ResourceClaim default/other-driver has no allocation results for driver {DRIVER}"
-    assert errors["unsafe"] == ("claim uid '../../etc/passwd' must be letters, digits, '-', '_' or '.' "
-                                "(no '/', '..' or NUL), at most 253 characters")
+    assert errors["unsafe"] == ("claim uid '../../etc/passwd' must be letters, digits, '-' or '.' "
+                                "(no '/', '..', '_' or NUL), at most 253 characters, and not 'common'")
     assert errors["replaced"] == (f"ResourceClaim default/replaced: uid {replaced_ref['metadata']['uid']} was "
                                   f"requested but the claim has uid {replaced['metadata']['uid']} (it got replaced)")
     assert errors["unparsable"].startswith(f"ResourceClaim default/unparsable: {path} is not valid YAML")

@@ -122,7 +122,8 @@ def test_bad_results_of_other_drivers_are_not_our_concern():
 
 NAMESPACE_MESSAGE = "claim namespace {!r} is not a DNS label (lower-case letters, digits, '-'; at most 63 characters)"
 NAME_MESSAGE = "claim name {!r} is not a DNS subdomain (lower-case letters, digits, '-', '.'; at most 253 characters)"
-UID_MESSAGE = "claim uid {!r} must be letters, digits, '-', '_' or '.' (no '/', '..' or NUL), at most 253 characters"
+UID_MESSAGE = ("claim uid {!r} must be letters, digits, '-' or '.' (no '/', '..', '_' or NUL), at most 253 characters, "
+               "and not 'common'")
 
 
 @pytest.mark.parametrize(
@@ -130,7 +131,8 @@ UID_MESSAGE = "claim uid {!r} must be letters, digits, '-', '_' or '.' (no '/', 
     [
         pytest.param("default", "c", UID, id="typical"),
         pytest.param("a" * 63, "n" * 253, "u" * 253, id="longest"),
-        pytest.param("kube-system", "train.v2-0", "ABC_def.1-2", id="dots-dashes-underscores"),
+        pytest.param("kube-system", "train.v2-0", "ABC-def.1-2", id="dots-dashes"),
+        pytest.param("default", "c", "common-1", id="uid-starting-with-common"),
         pytest.param("0", "0", "0", id="single-digits"),
     ],
 )
@@ -168,6 +170,11 @@ def test_check_claim_ref_accepts(namespace, name, uid):
         pytest.param("default", "c", "a\x00b", UID_MESSAGE.format("a\x00b"), id="uid-nul"),
         pytest.param("default", "c", "a b", UID_MESSAGE.format("a b"), id="uid-space"),
         pytest.param("default", "c", f"{UID}\n", UID_MESSAGE.format(f"{UID}\n"), id="uid-trailing-newline"),
+        # A uid is the last part of the claim's CDI spec file name, <vendor>-<class>_<uid>.yaml: 'common'
+        # named the common spec (a Prepare replaced it, its Unprepare removed it), and with '_' one
+        # claim's file could be another kind's (class npu, uid x_y vs class npu_x, uid y; an audit).
+        pytest.param("default", "c", "common", UID_MESSAGE.format("common"), id="uid-common"),
+        pytest.param("default", "c", "x_common", UID_MESSAGE.format("x_common"), id="uid-underscore"),
     ],
 )
 def test_check_claim_ref_refuses(namespace, name, uid, message):

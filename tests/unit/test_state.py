@@ -577,3 +577,24 @@ def test_batches_by_device_keeps_requests_together_and_names_unique():
     assert batches_by_device([a1, a2, b1, b2]) == [[a1, a2], [b1, b2]]
     twice = [dev("a", "x", "s1"), dev("a", "x", "s2"), dev("b", "z")]
     assert batches_by_device(twice) == [[twice[0], twice[2]], [twice[1]]]
+
+
+async def test_a_record_whose_uid_a_newer_rule_refuses_can_still_be_unprepared(tmp_path):
+    # Releases before 2026-12-02 accepted '_' in a uid (standalone claim files); the rule changed
+    # (claims.check_claim_ref), and a claim prepared then must not be stuck with its device held.
+    state = await make_state(tmp_path, {"fake": FakeProfile()})
+    kind = f"k8s.{DRIVER}/npu"
+    spec = naming.claim_spec_file(kind, "old_uid")
+    (tmp_path / "cdi" / spec).write_text("{}")
+    state._records["old_uid"] = ckpt.ClaimRecord(
+        "old_uid", "default", "old", ckpt.PREPARE_COMPLETED, "boot-1",
+        (ckpt.DeviceRecord("npu", NODE, "npu-0-0", (f"{kind}=old_uid-npu-0-0",)),), (spec,))
+    await state._save()
+    state = await make_state(tmp_path, {"fake": FakeProfile()})
+    assert (await state.prepare([ClaimRef("default", "old", "old_uid")]))["old_uid"] == [  # the kubelet's replay
+        PreparedDevice(("npu",), NODE, "npu-0-0", (f"{kind}=old_uid-npu-0-0",))]
+    assert await state.unprepare([ClaimRef("default", "old", "old_uid")]) == {"old_uid": None}
+    assert not (tmp_path / "cdi" / spec).exists()
+    assert on_disk(tmp_path).claims == {}
+    refused = await state.unprepare([ClaimRef("default", "new", "new_uid")])  # unknown: the rule holds
+    assert "must be letters, digits, '-' or '.'" in str(refused["new_uid"])
