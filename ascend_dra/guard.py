@@ -87,6 +87,11 @@ def check_free(ref: str, result: AllocatedDevice, device: Device, taken: HoldInd
         claim while exclusive, or consumed capacity (``consumedCapacity``, Quantity strings) over
         the device's capacity; also an unparsable consumed capacity.
     """
+    if any(r.share_id == result.share_id and (r.admin_access or result.admin_access) for r in same_claim):
+        # Its two CDI devices would have one name. Allocators since kubernetes/kubernetes#131299 never
+        # give one claim a device twice, with or without admin access; an older or foreign one might.
+        raise GuardError(f"{ref}: device {result.device} is allocated twice in this claim, once with admin access; "
+                         "a claim may use a device only once")
     if result.admin_access:
         return
     holds = taken.holds(result.device, exclude)

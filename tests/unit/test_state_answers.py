@@ -259,6 +259,20 @@ async def test_admin_access_is_neither_guarded_nor_a_holder(tmp_path, admin_firs
     assert "ResourceClaim default/workload" in str((await state.prepare([ref(late)]))[late["metadata"]["uid"]])
 
 
+@pytest.mark.parametrize("both_admin", [False, True], ids=["workload-and-admin", "admin-twice"])
+async def test_one_device_twice_in_a_claim_with_admin_access_is_refused_plainly(tmp_path, both_admin):
+    # kubernetes/kubernetes#131269: an allocator gave one claim a device for a workload request and
+    # again for an admin-access one. Both CDI devices had one name and the error blamed the profile
+    # ("profile fake produced invalid CDI spec: duplicate device"); allocators no longer do it (#131299).
+    state = await make_state(tmp_path, {"fake": FakeProfile()})
+    first = admin("npu-0-0") if both_admin else {**admin("npu-0-0"), "adminAccess": False, "request": "work"}
+    claim = write_claim(tmp_path, claim_object("mon", results=[first, {**admin("npu-0-0"), "request": "mon"}]))
+    error = (await state.prepare([ref(claim)]))[claim["metadata"]["uid"]]
+    assert str(error) == ("ResourceClaim default/mon: device npu-0-0 is allocated twice in this claim, once with "
+                          "admin access; a claim may use a device only once")
+    assert on_disk(tmp_path).claims == {}
+
+
 # -- 4. an exclusive hold takes the whole device -------------------------------------------------------
 
 
