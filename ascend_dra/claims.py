@@ -31,6 +31,8 @@ __all__ = (
 )
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+#: Bytes of one file name (NAME_MAX on Linux): a standalone claim file is ``<name>.yaml``.
+_MAX_FILE_NAME = 255
 
 #: DNS-1123 subdomain (names) / label (namespaces); UIDs are RFC 4122 UUIDs in practice but we
 #: accept any DNS-1123-ish token: letters, digits, '-', '.' with no '/', '..' or NUL. Not '_' and not
@@ -154,6 +156,10 @@ class StandaloneClaimSource:
         :raises ClaimError: file missing or unparsable, not allocated, or a different uid.
         """
         check_claim_ref(namespace, name, uid)
+        if len(name) > _MAX_FILE_NAME - len(".yaml"):
+            raise ClaimError(f"ResourceClaim {namespace}/{name}: a standalone claim file name holds at most "
+                             f"{_MAX_FILE_NAME - len('.yaml')} characters before '.yaml' (a file name is at most "
+                             f"{_MAX_FILE_NAME} bytes); this name has {len(name)}")
         path = self.path(namespace, name)
         try:
             text = path.read_text()  # a small local file: a worker thread would cost more than the read

@@ -210,6 +210,17 @@ async def test_standalone_source_missing_file(tmp_path, source):
 
 
 @pytest.mark.anyio
+async def test_standalone_source_names_the_file_name_limit(tmp_path, source):
+    # The API allows names of 253 characters; with '.yaml' a file name of 251 or more does not fit
+    # the 255 bytes of a file name, and the answer was "cannot read ...: File name too long".
+    name = "n" * 251
+    with pytest.raises(ClaimError) as raised:
+        await source.get("team-a", name, UID)
+    assert str(raised.value) == (f"ResourceClaim team-a/{name}: a standalone claim file name holds at most 250 "
+                                 "characters before '.yaml' (a file name is at most 255 bytes); this name has 251")
+
+
+@pytest.mark.anyio
 async def test_standalone_source_unreadable_file(tmp_path, source):
     (tmp_path / "claims" / "team-a" / "c1.yaml").mkdir(parents=True)
     with pytest.raises(ClaimError) as raised:
