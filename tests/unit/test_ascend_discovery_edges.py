@@ -183,6 +183,31 @@ async def test_phyid_remap_settles_910c_dies_that_print_the_same_phy_id(tmp_path
     assert "NPU 0 chip 1: physical ID 1 from phyid-remap, not 0" in profile.discovery_notes()
 
 
+@pytest.mark.parametrize("remap", [True, False], ids=["phyid-remap-answers", "by-rank"])
+async def test_300i_duo_chips_printing_one_bus_id_are_both_published(tmp_path: Path, remap: bool) -> None:
+    """An Atlas 300I Duo prints one Bus-Id for both chips of a card (a real output, SOURCES.md S23).
+    Read through sysfs, that address gave both chips one physical ID and the whole npu-smi tier failed
+    ("share physical ID"), falling back to devfs; an address two chips print now identifies neither."""
+    answers = {"info": "310P3-duo_info_shared-BusId_npu-smi-25.2.0.txt"}
+    if remap:
+        for k in (0, 1):
+            answers[f"info -t phyid-remap -p {k}"] = written(
+                tmp_path, f"remap{k}.txt", f"\tChip Phy-ID:{k}\n\tChip Logic ID:{k}\n\tNPU ID:2\n\tChip ID:{k}\n")
+    exe = fake_npu_smi(tmp_path, answers)
+    dev = dev_tree(tmp_path, ["davinci0", "davinci1", *SHARED])
+    # davinci0 is the PCI function npu-smi prints for both chips; davinci1 the card's other one
+    sys_root = sys_tree(tmp_path, {"0000:01:00.0": ("0x19e5", "0xd500", 0), "0000:02:00.0": ("0x19e5", "0xd500", 0)},
+                        {0: "0000:01:00.0", 1: "0000:02:00.0"})
+    profile = Npu310PProfile()
+    inventory = await profile.discover(context(tmp_path, exe, dev, sys_root))
+    assert inventory.source == "npu-smi"
+    assert [(d.name, d.attributes["physicalID"], d.attributes["npuID"], d.attributes["chipID"])
+            for d in inventory.devices] == [("npu-0-0", 0, 2, 0), ("npu-1-0", 1, 2, 1)]
+    assert [d.capacities["memory"].value for d in inventory.devices] == ["44280Mi", "43693Mi"]
+    if not remap:
+        assert any(n.startswith("physical IDs by rank") for n in profile.discovery_notes())
+
+
 # -- npu-smi info -t topo: NPU IDs, Phy-ID labels, NIC columns ------------------------------------
 
 

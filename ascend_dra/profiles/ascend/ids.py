@@ -11,9 +11,10 @@ The IDs are kept apart as in :mod:`.chip` (docs/ascend-hardware.md#the-ids). Sou
   numbers (:mod:`.devfs`) -- the same rule as the devfs tier, so a device keeps its name when
   the tier changes.
 * physical ID: the 910_93 ``Phy-ID`` column (or a physical-ID column of ``-m``), else the davinci
-  node whose sysfs entry names the chip's PCI address, else by rank (the k-th chip in logic-ID
-  order, or in table order when logic IDs are unknown, owns the k-th davinci number, when the
-  counts agree).
+  node whose sysfs entry names the chip's PCI address (an address more than one chip prints, as
+  both chips of an Atlas 300I Duo card do, identifies neither), else by rank (the k-th chip in
+  logic-ID order, or in table order when logic IDs are unknown, owns the k-th davinci number, when
+  the counts agree).
 
 A chip with no physical ID, or two chips sharing a logic or physical ID, fail the tier (a device
 we cannot inject must not be published). A chip whose ``/dev/davinci<physicalID>`` is absent is
@@ -82,6 +83,7 @@ def remap_reason(partial: list[PartialChip], numbers: list[int], by_address: Map
     """
     if not numbers:
         return None
+    by_address = _unshared(partial, by_address)
     physical = [p.physical_printed for p in partial if p.physical_printed is not None]
     logic = [p.logic_from_mapping if p.logic_from_mapping is not None else p.logic_from_device for p in partial]
     for p in partial:
@@ -109,6 +111,7 @@ def resolve_ids(partial: list[PartialChip], *, numbers: list[int], by_address: M
     :raises NpuSmiParseError: when a chip has no physical ID, or two chips share a logic or physical ID.
     """
     notes: list[str] = []
+    by_address = _unshared(partial, by_address)
     by_pair = {(r.npu_id, r.chip_id): r for r in remaps.values()}
     physical: dict[int, int | None] = {}
     logic: dict[int, int | None] = {}
@@ -163,6 +166,15 @@ def resolve_ids(partial: list[PartialChip], *, numbers: list[int], by_address: M
     _unique([partial[i] for i in kept], {n: logic[i] for n, i in enumerate(kept)}, "logic ID", command)
     return ResolvedIds(chips=tuple((partial[i], logic[i], physical[i]) for i in kept),  # type: ignore[misc]
                        dropped=tuple(dropped), notes=tuple(notes))
+
+
+def _unshared(partial: list[PartialChip], by_address: Mapping[str, int]) -> Mapping[str, int]:
+    """``by_address`` without the addresses more than one chip prints: both chips of an Atlas 300I
+    Duo card print the card's one Bus-Id (tests/fixtures/npu-smi/SOURCES.md, S23), which would give
+    them one physical ID."""
+    printed = [p.pci_address for p in partial if p.pci_address]
+    shared = {a for a in printed if printed.count(a) > 1}
+    return {a: n for a, n in by_address.items() if a not in shared} if shared else by_address
 
 
 def _physical_by_rank(partial: list[PartialChip], numbers: list[int], physical: dict[int, int | None],
