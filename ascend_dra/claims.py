@@ -54,6 +54,17 @@ class ClaimError(Exception):
     """
 
 
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's error in one line: ``line L, column C: <problem> (while <context>)``; its own ``str``
+    spans three lines and names the input ``"<unicode string>"``."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None)
+    if mark is None or not problem:
+        return " ".join(str(exc).split())
+    context = getattr(exc, "context", None)
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" + (f" ({context})" if context else "")
+
+
 def check_claim_ref(namespace: str, name: str, uid: str) -> None:
     """Refuse identifiers that could escape a directory or break a CDI name.
 
@@ -170,7 +181,8 @@ class StandaloneClaimSource:
         try:
             obj = yaml.load(text, Loader=_Loader)
         except yaml.YAMLError as exc:
-            raise ClaimError(f"ResourceClaim {namespace}/{name}: {path} is not valid YAML: {exc}") from None
+            raise ClaimError(f"ResourceClaim {namespace}/{name}: {path} is not valid YAML: {yaml_problem(exc)}") \
+                from None
         claim = parse_claim(obj, self.driver_name)
         if (claim.namespace, claim.name) != (namespace, name):
             raise ClaimError(f"ResourceClaim {namespace}/{name}: {path} holds {claim.namespace}/{claim.name}")

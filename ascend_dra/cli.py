@@ -209,7 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      "kubelet's registration and DRA gRPC services on unix sockets.")
     _node_flags(run, node_required=True)
     _flag(run, "--standalone", "STANDALONE_DIR", None,
-          "run with no cluster: sockets, CDI specs, checkpoint, slices and claims under DIR", type=Path)
+          "run with no cluster: sockets, CDI specs, checkpoint, slices and claims under DIR", type=Path,
+          metavar="DIR")
     _flag(run, "--kubeconfig", "KUBECONFIG", None, "kubeconfig file (cluster mode; in-cluster config if unset)")
     _flag(run, "--cdi-root", "CDI_ROOT", Path("/var/run/cdi"), "directory for CDI spec files", type=Path)
     _kubelet_dir_flags(run)
@@ -246,7 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     call = sub.add_parser("call", help="act as the kubelet against a running daemon",
                           description="Act as the kubelet: register (GetInfo + NotifyRegistrationStatus), prepare "
                                       "or unprepare a claim (its uid read from the claim file), or watch health.")
-    _flag(call, "--standalone", "STANDALONE_DIR", None, "the daemon's standalone DIR", type=Path)
+    _flag(call, "--standalone", "STANDALONE_DIR", None, "the daemon's standalone DIR", type=Path, metavar="DIR")
     _flag(call, "--driver-name", "DRIVER_NAME", DEFAULT_DRIVER_NAME, "DRA driver name")
     _kubelet_dir_flags(call)
     _flag(call, "--api", "DRA_API", "v1", "DRA service version to call: v1 or v1beta1",

@@ -28,6 +28,7 @@ from grpclib.client import Channel
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
 from ascend_dra.cdi import naming
+from ascend_dra.claims import yaml_problem
 from ascend_dra.kubelet._gen.k8s.io.kubelet.pkg.apis.dra import v1, v1beta1
 from ascend_dra.kubelet._gen.pluginregistration import InfoRequest, RegistrationStatus, RegistrationStub
 from ascend_dra.kubelet._gen.v1alpha1 import DraResourceHealthStub, NodeWatchResourcesRequest
@@ -125,7 +126,7 @@ def _claim_uid(args: argparse.Namespace, namespace: str, name: str) -> str:
     except FileNotFoundError:
         raise SystemExit(f"ascend-dra call: claim file {path} does not exist") from None
     except yaml.YAMLError as exc:
-        raise SystemExit(f"ascend-dra call: claim file {path} is not valid YAML: {exc}") from None
+        raise SystemExit(f"ascend-dra call: claim file {path} is not valid YAML: {yaml_problem(exc)}") from None
     try:
         return str(obj["metadata"]["uid"])
     except (KeyError, TypeError):

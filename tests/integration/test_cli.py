@@ -263,6 +263,7 @@ def test_call_prints_every_cdi_spec_of_a_claim_and_names_bad_yaml(short_tmp):
         bad = cli("call", "--standalone", str(d.root), "prepare", "default/broken")
         assert bad.returncode == 1
         assert f"claim file {d.root}/claims/default/broken.yaml is not valid YAML" in bad.stderr
+        assert bad.stderr.count("\n") == 1  # one line, not PyYAML's three (a README trial)
     finally:
         d.stop()
 

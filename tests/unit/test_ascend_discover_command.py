@@ -127,3 +127,14 @@ async def test_a_failed_npu_smi_tier_is_named_in_the_table(tmp_path: Path) -> No
     assert len(failed) == 1
     assert failed[0].startswith(f"npu-310P: tier npu-smi failed, devfs answered: run '{failing} info': exit status 1")
     assert "dcmi module initialize failed. ret is -8005" in failed[0]
+
+
+async def test_an_npu_smi_not_found_is_said_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The default bare name, found nowhere: the first note says so; the tier's failure said it again.
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-path"))
+    ctx = lab_310p3(tmp_path)
+    ctx = context(tmp_path, "npu-smi", ctx.dev_root, ctx.sys_root)
+    lines = (await run([Npu310PProfile(host_root=tmp_path / "host")], ctx, "table")).splitlines()
+    assert [line for line in lines if "not found" in line or "npu-smi failed" in line] == [
+        f"npu-310P: npu-smi: npu-smi not found (searched $PATH, {tmp_path}/host/usr/local/bin/npu-smi, "
+        f"{tmp_path}/host/usr/local/sbin/npu-smi, {tmp_path}/host/usr/local/Ascend/driver/tools/npu-smi)"]

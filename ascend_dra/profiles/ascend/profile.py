@@ -168,9 +168,12 @@ class AscendChipProfile:
         if found is None:
             return ()
         lines = list(found.notes)
-        # Discovery.failures holds one reason per tier tried before the answering one, in chain order.
+        # Discovery.failures holds one reason per tier tried before the answering one, in chain order;
+        # an npu-smi that was not found is said by the first note already.
+        missing = found.npu_smi is not None and not found.npu_smi.found
         lines.extend(f"tier {tier} failed, {found.source} answered: {why}"
-                     for tier, why in zip((TIER_NPU_SMI, TIER_DEVFS), found.failures, strict=False))
+                     for tier, why in zip((TIER_NPU_SMI, TIER_DEVFS), found.failures, strict=False)
+                     if not (tier == TIER_NPU_SMI and missing))
         if self._dropped:
             lines.append(f"{len(self._dropped)} chip{'s' if len(self._dropped) != 1 else ''} not published")
             lines.extend(f"  not published: {d.describe()}" for d in self._dropped)
