@@ -9,6 +9,7 @@ every version a client may write in.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import urllib.parse
@@ -225,7 +226,9 @@ def test_the_daemon_runs_on_the_service_account_token_alone(installed, short_tmp
             delete_claim_and_pod(plane, pod)
         daemon.stop()
     log = daemon.log_text()
-    assert "forbidden" not in log.lower() and "403" not in log, log[-3000:]
+    # A status code, not any "403": a random claim name or uid holds it about once in a hundred runs
+    # (the cold CI run of 2026-12-02 failed on claim st-6ed403f6).
+    assert "forbidden" not in log.lower() and not re.search(r"\b403\b", log), log[-3000:]
 
 
 def test_the_plugin_may_write_only_its_own_status_devices_of_its_own_nodes_claims(policy_active, short_tmp):
