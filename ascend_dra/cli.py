@@ -339,17 +339,17 @@ def profile_options(args: argparse.Namespace) -> dict[str, str]:
 def _preflight(args: argparse.Namespace, settings: Any) -> int:
     """Run :func:`ascend_dra.preflight.preflight` (``run``) or its profile half (``discover``);
     print its one line and return 2 (configuration) or 1 (paths), else 0."""
-    from ascend_dra.preflight import PreflightError, check_paths, check_profiles
+    from ascend_dra.preflight import PreflightError, check_node_paths, check_paths, check_profiles
 
     try:
         check_profiles(tuple(args.profiles), option_sources(args))
     except PreflightError as exc:
         print(f"ascend-dra {args.command}: {exc}", file=sys.stderr)
         return 2
-    if settings is None:
-        return 0
     try:
-        check_paths(settings)
+        check_node_paths(args.dev_root, args.sys_root, args.npu_smi)
+        if settings is not None:
+            check_paths(settings)
     except PreflightError as exc:
         print(f"ascend-dra {args.command}: {exc}", file=sys.stderr)
         return 1

@@ -145,10 +145,31 @@ def check_paths(settings: Settings) -> None:
             raise PreflightError(problem)
 
 
+def check_node_paths(dev_root: Path, sys_root: Path, npu_smi: str) -> None:
+    """The host paths the profiles read, as ``run`` and ``discover`` got them: ``--dev-root`` and
+    ``--sys-root`` must be directories, and an ``--npu-smi`` given as a path must exist and be
+    executable. A mistyped one made a daemon that served an empty pool, with warnings only. A bare
+    name (the default ``npu-smi``) is looked up at each discovery (docs/ascend-discovery.md).
+
+    :raises PreflightError: naming the flag.
+    """
+    for flag, path, what, host in (("--dev-root", dev_root, "where device nodes are looked for", "/dev"),
+                                   ("--sys-root", sys_root, "where sysfs is read", "/sys")):
+        if not os.path.isdir(path):
+            raise PreflightError(f"{flag} {path} is not a directory ({what}; the host's is {host})")
+    if "/" in npu_smi:
+        if not os.path.exists(npu_smi):
+            raise PreflightError(f"--npu-smi {npu_smi} does not exist (give the executable's path, or the bare name "
+                                 "npu-smi to look on $PATH and in the driver's install locations)")
+        if not os.path.isfile(npu_smi) or not os.access(npu_smi, os.X_OK):
+            raise PreflightError(f"--npu-smi {npu_smi} is not an executable file")
+
+
 def preflight(settings: Settings, options: Mapping[str, Mapping[str, str]]) -> None:
-    """:func:`check_profiles` then :func:`check_paths`.
+    """:func:`check_profiles`, :func:`check_node_paths` then :func:`check_paths`.
 
     :raises PreflightError: the first problem found.
     """
     check_profiles(settings.profiles, options)
+    check_node_paths(settings.dev_root, settings.sys_root, settings.npu_smi)
     check_paths(settings)

@@ -324,7 +324,7 @@ def simulated_310p_daemon(cp, root: Path, chips: int = 2) -> DaemonProcess:
         (dev / node).write_text("")
     return DaemonProcess(root / "node", node=cp.node_name, kubeconfig=cp.kubeconfig, profiles="npu-310P",
                          fake_devices=chips, extra_args=["--profile-option", "npu-310P.simulate=always",
-                                                         "--npu-smi", "/nonexistent/npu-smi",
+                                                         "--npu-smi", "/bin/false",
                                                          "--dev-root", str(dev)]).start()
 
 

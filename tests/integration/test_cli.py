@@ -212,6 +212,23 @@ def test_cluster_mode_without_a_cluster_says_what_to_pass(short_tmp):
     assert f"refusing to start: cluster mode cannot use the kubeconfig {broken}:" in unusable.stderr
 
 
+@pytest.mark.parametrize(("flag", "message"), [
+    ("--dev-root", "--dev-root {path} is not a directory (where device nodes are looked for; the host's is /dev)"),
+    ("--sys-root", "--sys-root {path} is not a directory (where sysfs is read; the host's is /sys)"),
+    ("--npu-smi", "--npu-smi {path} does not exist (give the executable's path, or the bare name npu-smi to look "
+                  "on $PATH and in the driver's install locations)"),
+])
+@pytest.mark.parametrize("command", ["run", "discover"])
+def test_a_mistyped_node_path_stops_run_and_discover_in_one_line(short_tmp, flag, message, command):
+    # A README trial: these started a daemon that served an empty pool, with warnings only, and
+    # discover exited 0.
+    path = short_tmp / "no-such-path"
+    args = ["--standalone", str(short_tmp / "sa")] if command == "run" else []
+    result = cli(command, "--node-name", "n", "--profiles", "npu-910", *args, flag, str(path), env=BASE_ENV)
+    assert (result.returncode, result.stderr) == (1, f"ascend-dra {command}: {message.format(path=path)}\n")
+    assert not (short_tmp / "sa").exists()
+
+
 def test_a_standalone_dir_too_long_for_a_socket_is_one_clear_line(short_tmp):
     deep = short_tmp / ("d" * 90)
     result = cli("run", "--node-name", "n", "--profiles", "fake", "--standalone", str(deep), env=BASE_ENV)
@@ -221,8 +238,10 @@ def test_a_standalone_dir_too_long_for_a_socket_is_one_clear_line(short_tmp):
 
 
 def test_discover_takes_profile_options_and_fails_on_unknown_profiles():
+    # /bin/false: an npu-smi that fails if it is ever run (simulate=always must not run it); a path that
+    # does not exist is refused at start (test_a_mistyped_node_path_stops_run_and_discover_in_one_line).
     simulated = cli("discover", "--profiles", "npu-910", "--profile-option", "npu-910.simulate=always",
-                    "--fake-devices", "2", "--npu-smi", "/nonexistent/npu-smi", env=BASE_ENV)
+                    "--fake-devices", "2", "--npu-smi", "/bin/false", env=BASE_ENV)
     assert simulated.returncode == 0, simulated.stderr
     rows = [line.split() for line in simulated.stdout.splitlines()[1:] if line.strip()]
     assert [(r[0], r[1], r[-1]) for r in rows] == [("npu-910", "npu-0-0", "simulated"),
@@ -314,7 +333,7 @@ def test_discover_log_level_sets_what_goes_to_stderr_and_never_touches_stdout():
     """It logged at warning, always (found by the new-user trial): nothing said which tier ran or
     which npu-smi command failed."""
     args = ("discover", "--profiles", "npu-910", "--profile-option", "npu-910.simulate=fallback",
-            "--fake-devices", "1", "--npu-smi", "/nonexistent/npu-smi")
+            "--fake-devices", "1", "--npu-smi", "/bin/false")
     default = cli(*args, env=BASE_ENV)
     debug = cli(*args, "--log-level", "debug", env=BASE_ENV)
     quiet = cli(*args, "--log-level", "error", env=BASE_ENV)
