@@ -88,6 +88,16 @@ def _context(cert_pem: bytes, key_pem: bytes) -> ssl.SSLContext:
     return context
 
 
+def _read(path: Path, flag: str) -> bytes:
+    """A certificate or key file's bytes (at start-up); :raises TlsError: naming ``flag``."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise TlsError(f"{flag} {path} does not exist") from None
+    except OSError as exc:
+        raise TlsError(f"{flag} {path} cannot be read: {exc.strerror or exc}") from None
+
+
 class ServingCertificate:
     """The certificate the webhook serves.
 
@@ -100,10 +110,7 @@ class ServingCertificate:
         self.cert_file = Path(cert_file)
         self.key_file = Path(key_file)
         self.metrics = metrics
-        try:
-            self._files = (self.cert_file.read_bytes(), self.key_file.read_bytes())
-        except OSError as exc:
-            raise TlsError(f"--tls-cert-file {self.cert_file} / --tls-private-key-file {self.key_file}: {exc}") from exc
+        self._files = (_read(self.cert_file, "--tls-cert-file"), _read(self.key_file, "--tls-private-key-file"))
         try:
             self._current = _context(*self._files)
         except (ssl.SSLError, TlsError) as exc:

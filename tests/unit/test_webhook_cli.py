@@ -90,3 +90,14 @@ def test_unknown_profile_is_refused_naming_the_installed_ones(pair):
     assert result.returncode == 2  # a configuration error, as run's and discover's
     assert result.stderr.startswith("ascend-dra webhook: --profiles nope: no profile 'nope' is installed; installed: ")
     assert result.stderr.count("\n") == 1  # one line (was: 'from unknown', after two log lines)
+
+
+@pytest.mark.parametrize("missing", ["cert", "key"])
+def test_a_missing_certificate_file_is_named_by_its_flag(tmp_path, pair, missing):
+    # A README trial: "--tls-cert-file tls.crt / --tls-private-key-file tls.key: [Errno 2] No such file
+    # or directory: 'tls.crt'" named both flags and quoted Python's error.
+    absent = tmp_path / "absent.pem"
+    cert, key = (absent, pair[1]) if missing == "cert" else (pair[0], absent)
+    result = webhook("--tls-cert-file", str(cert), "--tls-private-key-file", str(key))
+    flag = "--tls-cert-file" if missing == "cert" else "--tls-private-key-file"
+    assert (result.returncode, result.stderr) == (1, f"ascend-dra webhook: {flag} {absent} does not exist\n")
