@@ -9,9 +9,10 @@ an IPv4 one alone where the kernel has no IPv6 (booted with ``ipv6.disable=1``).
 from __future__ import annotations
 
 import errno
+import ipaddress
 import socket
 
-__all__ = ("ALL_ADDRESSES", "describe", "tcp_listener")
+__all__ = ("ALL_ADDRESSES", "address_problem", "describe", "tcp_listener")
 
 #: The address flags' default: every address, both families where the kernel has IPv6.
 ALL_ADDRESSES = "*"
@@ -41,6 +42,26 @@ def tcp_listener(address: str, port: int) -> socket.socket:
     if ":" in host:
         return socket.create_server((host, port), family=socket.AF_INET6)
     return socket.create_server((host, port))
+
+
+def address_problem(flag: str, address: str) -> str | None:
+    """Why ``address`` cannot be listened on, naming ``flag``, or None: ``*``, ``""``, an IP literal
+    (IPv6 in brackets or not) and a host name this host resolves (``getaddrinfo``, once, at start-up)
+    are accepted. Whether it is one of this host's addresses is found when it is bound."""
+    host = address.strip("[]")
+    if address in (ALL_ADDRESSES, ""):
+        return None
+    try:
+        ipaddress.ip_address(host)
+        return None
+    except ValueError:
+        pass
+    try:
+        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+        return None
+    except (OSError, UnicodeError):
+        return (f"{flag} {address!r} is neither an IP address nor a name this host resolves (*: every address, "
+                "IPv4 and IPv6; '::' dual-stack; '0.0.0.0' IPv4 only)")
 
 
 def describe(address: str) -> str:

@@ -28,6 +28,7 @@ from pathlib import Path
 import attrs
 
 from ascend_dra.kubelet.rules import UNIX_PATH_MAX, endpoint_problems
+from ascend_dra.listen import address_problem
 
 __all__ = ("DEFAULT_DRIVER_NAME", "Settings", "SettingsError", "name_problems", "rolling_update_sockets")
 
@@ -165,6 +166,10 @@ class Settings:
         for flag, port in (("--metrics-port", self.metrics_port), ("--healthcheck-port", self.healthcheck_port)):
             if not 0 <= port <= 65535:
                 found.append(f"{flag} {port} must be a TCP port (1-65535) or 0 (off)")
+        for flag, port, address in (("--metrics-address", self.metrics_port, self.metrics_address),
+                                    ("--healthcheck-address", self.healthcheck_port, self.healthcheck_address)):
+            if port and (problem := address_problem(flag, address)) is not None:
+                found.append(problem)
         if self.metrics_port and self.metrics_port == self.healthcheck_port:
             found.append(f"--metrics-port and --healthcheck-port are both {self.metrics_port}; give them different "
                          "ports")

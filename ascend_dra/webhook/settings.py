@@ -7,6 +7,7 @@ from pathlib import Path
 
 import attrs
 
+from ascend_dra.listen import address_problem
 from ascend_dra.webhook.hami import Mode
 
 __all__ = ("WebhookSettings", "WebhookSettingsError")
@@ -55,6 +56,10 @@ class WebhookSettings:
         for flag, port in (("--port", self.port), ("--metrics-port", self.metrics_port)):
             if port is not None and not 0 <= port <= 65535:
                 problems.append(f"{flag} {port} is not a TCP port (0..65535)")
+        for flag, port, address in (("--address", self.port, self.address),
+                                    ("--metrics-address", self.metrics_port, self.metrics_address)):
+            if port is not None and (problem := address_problem(flag, address)) is not None:
+                problems.append(problem)
         if self.orphan_grace_s < 15:
             problems.append(f"--orphan-grace {self.orphan_grace_s} must be at least 15 seconds (a review may take 10)")
         if not self.profiles:

@@ -161,8 +161,16 @@ BASE_ENV = {"PATH": "/usr/bin:/bin"}
         (["--profiles", "fake,fake"], "--profiles fake,fake names a profile twice"),
         (["--fake-devices", "-1"], "--fake-devices -1 must be 0 or more"),
         (["--profile-option", "novalue"], "'novalue' is not KEY=VALUE"),
+        # A README trial: the daemon loaded its profiles, then logged "cannot listen on bogus:19090:
+        # Unknown error -2" between two other lines.
+        (["--metrics-port", "19090", "--metrics-address", "no-such-host.invalid"],
+         "--metrics-address 'no-such-host.invalid' is neither an IP address nor a name this host resolves "
+         "(*: every address, IPv4 and IPv6; '::' dual-stack; '0.0.0.0' IPv4 only)"),
+        (["--healthcheck-port", "19091", "--healthcheck-address", "1.2.3.4.5"],
+         "--healthcheck-address '1.2.3.4.5' is neither an IP address nor a name this host resolves"),
     ],
-    ids=["driver-name", "node-name", "no-profiles", "twice", "negative-devices", "option-format"],
+    ids=["driver-name", "node-name", "no-profiles", "twice", "negative-devices", "option-format", "metrics-address",
+         "healthcheck-address"],
 )
 def test_bad_flags_are_refused_before_anything_starts(short_tmp, args, message):
     result = cli("run", "--node-name", "n", "--profiles", "fake", "--standalone", str(short_tmp), *args,

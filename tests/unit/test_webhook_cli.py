@@ -33,7 +33,10 @@ def pair(tmp_path_factory):
     (["--driver-name", "Not_DNS"], "--driver-name 'Not_DNS' must be a lower-case DNS subdomain of at most 63 "
                                    "characters (e.g. ascend.project-hami.io)"),
     (["--orphan-grace", "1"], "--orphan-grace 1.0 must be at least 15 seconds (a review may take 10)"),
-], ids=["port", "driver name", "orphan grace"])
+    (["--address", "no-such-host.invalid"], "--address 'no-such-host.invalid' is neither an IP address nor a name "
+                                            "this host resolves (*: every address, IPv4 and IPv6; '::' dual-stack; "
+                                            "'0.0.0.0' IPv4 only)"),
+], ids=["port", "driver name", "orphan grace", "address"])
 def test_bad_flags_name_the_flag(pair, flags, message):
     result = webhook("--tls-cert-file", str(pair[0]), "--tls-private-key-file", str(pair[1]), *flags)
     assert (result.returncode, result.stderr) == (2, f"ascend-dra webhook: {message}\n")
