@@ -111,8 +111,7 @@ node-bins:
 
 cluster-up: venv
 	tests/cluster/build.sh --k8s $(K8S)
-	$(PY) tests/cluster/controlplane.py up --dir $(CLUSTER_DIR) --k8s $(K8S)
-	@echo "export ASCEND_DRA_KUBECONFIG=$(CURDIR)/$(CLUSTER_DIR)/kubeconfig   # tests reuse this cluster"
+	$(PY) tests/cluster/controlplane.py up --dir $(CLUSTER_DIR) --k8s $(K8S)   # prints the export lines
 
 cluster-down:
 	$(PY) tests/cluster/controlplane.py down --dir $(CLUSTER_DIR)

@@ -321,12 +321,14 @@ def _webhook_parser(sub: Any) -> None:
 def option_sources(args: argparse.Namespace) -> dict[str, dict[str, str]]:
     """``{"PROFILE_OPTIONS": entries a flag does not override, "--profile-option": the flags}``.
 
-    :raises SystemExit: one line, when ``PROFILE_OPTIONS`` has an entry that is not KEY=VALUE.
+    :raises SystemExit: exit code 2 after one line, when ``PROFILE_OPTIONS`` has an entry that is not
+        KEY=VALUE (a configuration error, as the same entry in ``--profile-option``).
     """
     try:
         from_env = dict(_options(os.environ.get("PROFILE_OPTIONS", "")))
     except argparse.ArgumentTypeError as exc:
-        raise SystemExit(f"ascend-dra {args.command}: environment variable PROFILE_OPTIONS: {exc}") from None
+        print(f"ascend-dra {args.command}: environment variable PROFILE_OPTIONS: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     flags = dict(args.profile_option)
     return {"PROFILE_OPTIONS": {k: v for k, v in from_env.items() if k not in flags}, "--profile-option": flags}
 

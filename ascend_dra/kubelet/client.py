@@ -211,8 +211,9 @@ def main(args: argparse.Namespace) -> int:
         return _answering(reg_socket, lambda: _register(reg_socket))
     if args.action == "health":
         return _answering(dra_socket, lambda: _health(dra_socket))
-    if not args.claim or "/" not in args.claim:
-        raise SystemExit(f"ascend-dra call {args.action}: give the claim as NAMESPACE/NAME")
+    if not args.claim or "/" not in args.claim:  # a usage error: exit code 2, as argparse's
+        print(f"ascend-dra call {args.action}: give the claim as NAMESPACE/NAME", file=sys.stderr)
+        raise SystemExit(2)
     namespace, name = args.claim.split("/", 1)
     uid = _claim_uid(args, namespace, name)
     return _answering(dra_socket, lambda: _prepare(args, dra_socket, namespace, name, uid))

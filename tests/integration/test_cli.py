@@ -114,6 +114,11 @@ def test_call_register_prepare_unprepare_print_what_came_back(daemon):
     assert json.loads(unprepare.stdout) == {"claims": {uid: {}}}
 
 
+def test_call_without_namespace_slash_name_is_a_usage_error(daemon):
+    result = cli("call", "--standalone", str(daemon.root), "prepare", "npu-claim")
+    assert (result.returncode, result.stderr) == (2, "ascend-dra call prepare: give the claim as NAMESPACE/NAME\n")
+
+
 def test_call_reports_a_failed_claim_with_exit_code_1(daemon):
     write_claim(daemon.root, claim_object("ghost-device", results=[("npu", "npu-42-0")]))
     result = cli("call", "--standalone", str(daemon.root), "prepare", "default/ghost-device")
@@ -187,6 +192,14 @@ def test_a_bad_number_in_an_env_var_is_named():
     assert result.stderr.strip() == ("ascend-dra run: environment variable FAKE_DEVICES='abc' (the twin of "
                                      "--fake-devices) is not an integer: invalid literal for int() with base 10: "
                                      "'abc'")
+
+
+def test_a_bad_profile_options_env_var_is_a_configuration_error_as_the_flag_is(short_tmp):
+    # A README trial: `--profile-option garbage` exited 2 and PROFILE_OPTIONS=...,garbage exited 1.
+    result = cli("run", "--node-name", "n", "--profiles", "fake", "--standalone", str(short_tmp),
+                 env={**BASE_ENV, "PROFILE_OPTIONS": "npu-910.simulate=always,garbage"})
+    assert (result.returncode, result.stderr) == (2, "ascend-dra run: environment variable PROFILE_OPTIONS: "
+                                                     "'garbage' is not KEY=VALUE (e.g. npu-910.simulate=fallback)\n")
 
 
 def test_an_unknown_profile_name_stops_the_daemon_with_the_installed_names(short_tmp):
