@@ -25,15 +25,28 @@ _COLUMNS = ("NAME", "DISTRIBUTION", "VERSION", "TARGET", "STATUS")
 def rows(eps: Iterable[EntryPoint] | None = None) -> list[dict[str, str]]:
     """One dict per installed profile: ``name``, ``distribution``, ``version``, ``target``, ``status``.
 
-    ``status`` is ``"ok"`` or ``"broken: <reason>"``.
+    ``status`` is ``"ok"``, ``"broken: <reason>"``, or ``"ok; cannot start with its default options:
+    <reason>"`` when the profile's optional ``preflight({})`` refuses (gpu without pynvml: ``run``
+    refuses it too unless an option such as ``gpu.simulate=always`` is given).
 
     :param eps: entry points to list; default every installed one.
     """
     return [
         {"name": p.name, "distribution": p.distribution, "version": p.version, "target": p.target,
-         "status": p.status}
+         "status": _status(p)}
         for p in registry.load_installed(eps, log=False)
     ]
+
+
+def _status(loaded: registry.LoadedProfile) -> str:
+    check = getattr(loaded.profile, "preflight", None)
+    if loaded.error is not None or not callable(check):
+        return loaded.status
+    try:
+        check({})
+    except Exception as exc:  # whatever a third party's hook raises is its reason
+        return f"ok; cannot start with its default options: {exc}"
+    return "ok"
 
 
 def run(output: str = "table", eps: Iterable[EntryPoint] | None = None) -> str:

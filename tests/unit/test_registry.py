@@ -12,6 +12,7 @@ import logging
 import sys
 import textwrap
 import threading
+import types
 import uuid
 from collections.abc import Callable, Iterator
 from importlib.metadata import EntryPoint, entry_points
@@ -371,8 +372,18 @@ def test_the_profiles_listing_includes_every_installed_distribution() -> None:
     rows = {row["name"]: row for row in profiles_command.rows()}
     assert rows["fake"] == {"name": "fake", "distribution": "ascend-dra", "version": "0.1.0",
                             "target": "ascend_dra.profiles.fake:factory", "status": "ok"}
-    assert rows["gpu"]["status"] == "ok"
     assert rows["example"]["distribution"] == "ascend-dra-example-profile"
+
+
+@pytest.mark.parametrize("pynvml", [None, types.ModuleType("pynvml")], ids=["without-pynvml", "with-pynvml"])
+def test_the_profiles_listing_says_when_a_profile_cannot_start_with_its_defaults(monkeypatch, pynvml) -> None:
+    # A README trial: `profiles` said gpu "ok" while `run --profiles gpu` refused to start without pynvml.
+    monkeypatch.setitem(sys.modules, "pynvml", pynvml)
+    status = {row["name"]: row["status"] for row in profiles_command.rows()}["gpu"]
+    assert status == ("ok" if pynvml is not None else
+                      "ok; cannot start with its default options: profile gpu needs the pynvml module: pip install "
+                      "'ascend-dra[gpu]' (package nvidia-ml-py), or pass --profile-option gpu.simulate=always for "
+                      "simulated GPUs")
 
 
 def test_the_profiles_listing_refuses_an_unknown_output() -> None:
