@@ -48,7 +48,7 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import choose_encoder
 
-from ascend_dra.listen import ALL_ADDRESSES, tcp_listener
+from ascend_dra.listen import ALL_ADDRESSES, describe, tcp_listener
 from ascend_dra.model import Inventory
 from ascend_dra.version import version
 
@@ -175,7 +175,9 @@ class Metrics:
         server.daemon_threads = True
         threading.Thread(target=server.serve_forever, name="ascend-dra-metrics", daemon=True).start()
         self._server = server
-        return int(server.server_address[1])
+        bound = int(server.server_address[1])
+        log.info("serving /metrics", extra={"address": describe(address), "port": bound, "paths": ",".join(paths)})
+        return bound
 
     def close(self) -> None:
         """Stop the HTTP server (blocking, until its loop has stopped)."""

@@ -71,6 +71,10 @@ def test_serving_when_both_sockets_answer_and_ready_only_once_registered(daemon)
     metrics = http(daemon.ports["metrics"], "/metrics")[1]
     assert 'ascend_dra_prepare_requests_total{result="ok"} 0.0' in metrics
     assert "prepared claim" not in daemon.log_text()
+    # Each listener says where it serves (a README trial found the metrics one silent).
+    log = daemon.log_text()
+    assert f"serving /metrics address=127.0.0.1 port={daemon.ports['metrics']} paths=/healthz,/readyz" in log
+    assert f"serving grpc.health.v1.Health address=127.0.0.1 port={daemon.ports['health']}" in log
 
 
 def test_an_unknown_service_is_not_found_and_watch_says_service_unknown(daemon):
