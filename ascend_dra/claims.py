@@ -55,8 +55,9 @@ class ClaimError(Exception):
 
 
 def yaml_problem(exc: yaml.YAMLError) -> str:
-    """PyYAML's error in one line: ``line L, column C: <problem> (while <context>)``; its own ``str``
-    spans three lines and names the input ``"<unicode string>"``."""
+    """PyYAML's error in one line: ``line L, column C: <problem> (<context>)``, e.g. ``line 2, column 1:
+    did not find expected node content (while parsing a flow node)``; its own ``str`` spans three
+    lines and names the input ``"<unicode string>"``."""
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None)
     if mark is None or not problem:
@@ -65,9 +66,11 @@ def yaml_problem(exc: yaml.YAMLError) -> str:
     return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" + (f" ({context})" if context else "")
 
 
-def check_claim_ref(namespace: str, name: str, uid: str) -> None:
+def check_claim_ref(namespace: str, name: str, uid: str, *, uid_recorded: bool = False) -> None:
     """Refuse identifiers that could escape a directory or break a CDI name.
 
+    :param uid_recorded: the uid names a record of the checkpoint, accepted when it was prepared
+        (perhaps by an older release's rule): only the namespace and name are checked.
     :raises ClaimError: if the namespace is not a DNS label (≤ 63), the name not a DNS subdomain
         (≤ 253), or the uid contains anything but letters, digits, ``-``, ``.`` (≤ 253), which rules
         out ``/``, ``..`` and NUL, or is ``common`` (see ``_UID``).
@@ -78,6 +81,8 @@ def check_claim_ref(namespace: str, name: str, uid: str) -> None:
     if not (0 < len(name) <= 253 and _NAME.fullmatch(name) and ".." not in name):
         raise ClaimError(f"claim name {name!r} is not a DNS subdomain (lower-case letters, digits, '-', '.'; "
                          "at most 253 characters)")
+    if uid_recorded:
+        return
     if not (0 < len(uid) <= 253 and _UID.fullmatch(uid) and ".." not in uid and uid != COMMON_DEVICE):
         raise ClaimError(f"claim uid {uid!r} must be letters, digits, '-' or '.' (no '/', '..', '_' or NUL), "
                          f"at most 253 characters, and not {COMMON_DEVICE!r}")

@@ -75,6 +75,8 @@ def batches_by_device(members: Sequence[AllocatedDevice]) -> list[list[Allocated
     request stay in one call where they can (a request's env, such as ``ASCEND_VISIBLE_DEVICES``,
     lists them all); without a repeated name the one call holds every member, in order.
     """
+    if len({m.device for m in members}) == len(members):
+        return [list(members)]
     batches: list[list[AllocatedDevice]] = []
     names: list[set[str]] = []
     by_request: dict[str, list[AllocatedDevice]] = defaultdict(list)

@@ -161,11 +161,11 @@ class DeviceState(RecoveryMixin, UnprepareMixin):
 
         async def fetch(ref: ClaimRef) -> None:
             try:
-                if ref.uid in self._records and self._records[ref.uid].state == ckpt.PREPARE_COMPLETED:
-                    # Answered from the checkpoint, with no need to read the claim again; its uid
-                    # was accepted when it was prepared (see unprepare.py for why not checked again).
-                    return
-                check_claim_ref(ref.namespace, ref.name, ref.uid)
+                completed = ref.uid in self._records and self._records[ref.uid].state == ckpt.PREPARE_COMPLETED
+                # A recorded uid was accepted when it was prepared (see unprepare.py).
+                check_claim_ref(ref.namespace, ref.name, ref.uid, uid_recorded=completed)
+                if completed:
+                    return  # answered from the checkpoint; no need to read the claim again
                 fetched[ref.uid] = await self.claim_source.get(ref.namespace, ref.name, ref.uid)
             except (ClaimError, PrepareError) as exc:
                 results[ref.uid] = exc

@@ -50,10 +50,10 @@ class UnprepareMixin:
             for ref in refs:
                 try:
                     record = self._records.get(ref.uid)
-                    if record is None and ref.uid not in self._records.unreadable:
-                        # A recorded uid was accepted when it was prepared, by this release's rule
-                        # or an older one: refused now, its claim would keep its devices forever.
-                        check_claim_ref(ref.namespace, ref.name, ref.uid)
+                    # A recorded uid was accepted when it was prepared, by this release's rule or an
+                    # older one: refused now, its claim would keep its devices forever.
+                    check_claim_ref(ref.namespace, ref.name, ref.uid,
+                                    uid_recorded=record is not None or ref.uid in self._records.unreadable)
                     if ref.uid in self._records.unreadable:
                         await self._unprepare_unreadable(ref.uid)
                     elif record is None:

@@ -571,7 +571,7 @@ def test_batches_by_device_keeps_requests_together_and_names_unique():
     def dev(request: str, device: str, share: str | None = None) -> AllocatedDevice:
         return AllocatedDevice(request, DRIVER, NODE, device, share_id=share)
 
-    plain = [dev("a", "x"), dev("a", "y"), dev("b", "z")]
+    plain = [dev("a", "x"), dev("b", "z"), dev("a", "y")]
     assert batches_by_device(plain) == [plain]  # nothing repeats: one call, in order
     a1, a2, b1, b2 = dev("a", "x", "s1"), dev("a", "y"), dev("b", "x", "s2"), dev("b/large", "y", "s3")
     assert batches_by_device([a1, a2, b1, b2]) == [[a1, a2], [b1, b2]]
