@@ -221,7 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
     _flag(run, "--rediscover-interval", "REDISCOVER_INTERVAL", 60.0, "seconds between periodic rediscoveries",
           type=float)
     _flag(run, "--health-interval", "HEALTH_INTERVAL", 10.0,
-          "seconds between device health checks and health-stream messages (kubelet timeout: 30)", type=float)
+          "seconds between device health checks; the health stream is re-sent at least every 10 s whatever "
+          "this is (the kubelet calls a device unknown after 30 s without a message)", type=float)
     _flag(run, "--taint-unhealthy", "TAINT_UNHEALTHY", False,
           "taint devices their profile reports unhealthy (<driver>/unhealthy: NoSchedule; needs the "
           "DRADeviceTaints feature gate)", type=_bool, nargs="?", const=True)
