@@ -340,8 +340,9 @@ def profile_options(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _preflight(args: argparse.Namespace, settings: Any) -> int:
-    """Run :func:`ascend_dra.preflight.preflight` (``run``) or its profile half (``discover``);
-    print its one line and return 2 (configuration) or 1 (paths), else 0."""
+    """The preflight checks of ``run`` (profiles, node paths, then the daemon's own paths) or of
+    ``discover`` (``settings`` None: profiles and node paths); print the first problem's one line
+    and return 2 (configuration) or 1 (paths), else 0."""
     from ascend_dra.preflight import PreflightError, check_node_paths, check_paths, check_profiles
 
     try:

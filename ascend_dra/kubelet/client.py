@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -27,6 +26,7 @@ import yaml
 from grpclib.client import Channel
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
+from ascend_dra.apiclient import cluster_access_problem
 from ascend_dra.cdi import naming
 from ascend_dra.claims import yaml_problem
 from ascend_dra.kubelet._gen.k8s.io.kubelet.pkg.apis.dra import v1, v1beta1
@@ -200,9 +200,9 @@ def main(args: argparse.Namespace) -> int:
     :raises SystemExit: one line, for every failure that is not the daemon's answer.
     """
     kubeconfig = getattr(args, "kubeconfig", None)
-    if kubeconfig and args.standalone is None and not os.path.isfile(kubeconfig):
-        # kubernetes-asyncio would print "Config not found", and its error blames the file's content
-        raise SystemExit(f"ascend-dra call: --kubeconfig {kubeconfig} does not exist")
+    # kubernetes-asyncio would print "Config not found", and its error blames the file's content.
+    if kubeconfig and args.standalone is None and (problem := cluster_access_problem(kubeconfig)) is not None:
+        raise SystemExit(f"ascend-dra call: {problem}")
     reg_socket, dra_socket = _paths(args)
     for socket in (reg_socket, dra_socket):
         if not socket.exists():
