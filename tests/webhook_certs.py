@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-__all__ = ("issue", "make_ca")
+__all__ = ("encrypted_key", "issue", "make_ca")
 
 
 def _openssl(*args: str) -> None:
@@ -32,3 +32,9 @@ def issue(directory: Path, ca: tuple[Path, Path], name: str) -> tuple[Path, Path
              "-subj", f"/CN=ascend-dra-webhook-{name}", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
              "-addext", "basicConstraints=critical,CA:FALSE", "-addext", "extendedKeyUsage=serverAuth")
     return cert, key
+
+
+def encrypted_key(key: Path, into: Path) -> Path:
+    """``key`` encrypted with AES-256 and the passphrase ``secret`` (PKCS#8), written to ``into``."""
+    _openssl("pkey", "-in", str(key), "-aes256", "-passout", "pass:secret", "-out", str(into))
+    return into

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from tests.webhook_certs import issue, make_ca
+from tests.webhook_certs import encrypted_key, issue, make_ca
 
 
 def webhook(*args: str) -> subprocess.CompletedProcess[str]:
@@ -53,12 +52,6 @@ def test_key_of_another_certificate_is_refused_at_start(tmp_path, pair):
     assert result.stderr.count("\n") == 1
 
 
-def _encrypted(key: Path, into: Path) -> Path:
-    subprocess.run(["openssl", "pkey", "-in", str(key), "-aes256", "-passout", "pass:secret", "-out", str(into)],
-                   check=True, capture_output=True)
-    return into
-
-
 @pytest.mark.parametrize("case", ["key is no key", "cert is no cert", "key and cert swapped", "encrypted key"])
 def test_an_unusable_certificate_file_is_named_with_what_it_lacks(tmp_path, pair, case):
     # Before, the first three gave only OpenSSL's "[SSL] PEM lib (_ssl.c:3926)" after both file names.
@@ -66,7 +59,7 @@ def test_an_unusable_certificate_file_is_named_with_what_it_lacks(tmp_path, pair
     junk.write_text("not a PEM file\n")
     cert, key = {"key is no key": (pair[0], junk), "cert is no cert": (junk, pair[1]),
                  "key and cert swapped": (pair[1], pair[0]),
-                 "encrypted key": (pair[0], _encrypted(pair[1], tmp_path / "enc.key"))}[case]
+                 "encrypted key": (pair[0], encrypted_key(pair[1], tmp_path / "enc.key"))}[case]
     result = webhook("--tls-cert-file", str(cert), "--tls-private-key-file", str(key))
     expected = {
         "key is no key": f"--tls-private-key-file {key} holds no PEM private key (a '-----BEGIN PRIVATE KEY-----' "
