@@ -3,9 +3,11 @@ or permission error stops start-up with one line naming the flag and what to do.
 
 In order: the profiles named by ``--profiles`` are loaded (an unknown name, or every one broken, is an
 error); the profile options are checked against what the loaded profiles declare
-(:func:`ascend_dra.profiles.options.option_problems`); the directories the daemon writes are created
-(the plugin and registration dirs, the CDI dir); the boot id is read. The daemon then repeats the
-loading with logging on, and does the rest.
+(:func:`ascend_dra.profiles.options.option_problems`); the host paths the profiles read are checked
+(``--dev-root``, ``--sys-root``, an ``--npu-smi`` path); the directories the daemon writes are created
+(the plugin and registration dirs, the CDI dir); the boot id is read. The CLI runs them in that order
+(``cli._preflight``; ``discover`` the first three). The daemon then repeats the loading with logging
+on, and does the rest.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
 #: Longest unix socket path Linux takes (``sun_path`` is 108 bytes with the terminating NUL).
 MAX_SOCKET_PATH = 107
 
-__all__ = ("MAX_SOCKET_PATH", "PreflightError", "check_installed", "check_paths", "check_profiles", "preflight")
+__all__ = ("MAX_SOCKET_PATH", "PreflightError", "check_installed", "check_node_paths", "check_paths", "check_profiles")
 
 
 class PreflightError(Exception):
@@ -163,13 +165,3 @@ def check_node_paths(dev_root: Path, sys_root: Path, npu_smi: str) -> None:
                                  "npu-smi to look on $PATH and in the driver's install locations)")
         if not os.path.isfile(npu_smi) or not os.access(npu_smi, os.X_OK):
             raise PreflightError(f"--npu-smi {npu_smi} is not an executable file")
-
-
-def preflight(settings: Settings, options: Mapping[str, Mapping[str, str]]) -> None:
-    """:func:`check_profiles`, :func:`check_node_paths` then :func:`check_paths`.
-
-    :raises PreflightError: the first problem found.
-    """
-    check_profiles(settings.profiles, options)
-    check_node_paths(settings.dev_root, settings.sys_root, settings.npu_smi)
-    check_paths(settings)
