@@ -10,7 +10,8 @@ unlike HAMi-DRA, per init container) and per chip whose count ``huawei.com/<comm
   hami-vnpu-core.project-hami.io, capacity.requests: {memory, cores}, selectors}``;
 * ``-memory`` is MiB -> ``value * 1024 * 1024`` bytes (``Quantity.Value()`` rounds up, so ``1.5`` ->
   2 MiB); ``-core`` is percent of a chip, copied as a Quantity (``12.5`` -> ``12500m``); both are
-  read from ``limits``, else from ``requests`` (as HAMi reads them);
+  read from ``limits``, else from ``requests`` (HAMi and HAMi-DRA read ``limits`` only; we keep a
+  value written only in ``requests`` instead of dropping it, docs/webhook.md#conversion-of-hami-syntax);
 * selectors, in this order: the type selector, ``uuid in``, ``!(uuid in)``, ``productName in``,
   ``!(productName in)`` from ``hami.io/use-<commonWord>-uuid``, ``hami.io/no-use-<commonWord>-uuid``,
   ``hami.io/use-nputype``, ``hami.io/no-use-nputype`` (comma-split, trimmed, empties dropped, each
@@ -245,8 +246,9 @@ def _chips(container: Mapping[str, Any], path: str, problems: list[tuple[str, st
     requests = resources.get("requests") or {}
 
     def entry(key: str) -> tuple[str, object] | None:
-        """``(section, value)`` of ``key``: ``limits`` first, then ``requests`` (as HAMi reads
-        memory and cores); the entry leaves both sections either way (:func:`convert_pod`)."""
+        """``(section, value)`` of ``key``: ``limits`` first, then ``requests`` (HAMi's webhook
+        reads ``limits`` only; a value the user wrote in ``requests`` is kept, not dropped); the
+        entry leaves both sections either way (:func:`convert_pod`)."""
         for section, values in (("limits", limits), ("requests", requests)):
             if key in values:
                 return section, values[key]
