@@ -7,9 +7,12 @@ unlike HAMi-DRA, per init container) and per chip whose count ``huawei.com/<comm
 ``limits``, in the device-config order of :data:`COMMON_WORDS`, one claim:
 
 * request ``npu``, ``exactly: {allocationMode: ExactCount, count: <count>, deviceClassName:
-  hami-vnpu-core.project-hami.io, capacity.requests: {memory, cores}, selectors}``;
+  hami-vnpu-core.project-hami.io, capacity.requests: {memory, cores}, selectors}``, and with a
+  count above 1 the constraint ``distinctAttribute: <driver>/physicalID`` (HAMi's count is that many
+  chips; HAMi-DRA leaves it out, and the scheduler may then put every share on one chip);
 * ``-memory`` is MiB -> ``value * 1024 * 1024`` bytes (``Quantity.Value()`` rounds up, so ``1.5`` ->
-  2 MiB); ``-core`` is percent of a chip, copied as a Quantity (``12.5`` -> ``12500m``); both are
+  2 MiB; ``4k`` is a plain ``4000`` as the API server sends it), bytes with a unit from ``M`` up or a
+  binary one; ``-core`` is percent of a chip, copied as a Quantity (``12.5`` -> ``12500m``); both are
   read from ``limits``, else from ``requests`` (HAMi and HAMi-DRA read ``limits`` only; we keep a
   value written only in ``requests`` instead of dropping it, docs/webhook.md#conversion-of-hami-syntax);
 * selectors, in this order: the type selector, ``uuid in``, ``!(uuid in)``, ``productName in``,
@@ -91,7 +94,10 @@ POD_ANNOTATION = "ascend.project-hami.io/pod"
 #: ``GenerateResourceRequests``, docs/ascend-hardware.md#hami-device-plugin-conventions).
 MAX_MEMORY_MIB = 2**31 - 1
 _SUFFIX = re.compile(r"[+-]?[0-9.]+([a-zA-Z]*|[eE][+-]?[0-9]+)")
-_BYTE_UNITS = frozenset(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "k", "M", "G", "T", "P", "E"))
+#: Suffixes read as bytes. Not ``k``: the API server hands a webhook every quantity in canonical
+#: form, so a plain ``4000`` (MiB) arrives as ``4k``. A decimal suffix from ``M`` up read as MiB
+#: would be at least 10^6 MiB, more than any chip; as bytes it is what the user meant.
+_BYTE_UNITS = frozenset(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "M", "G", "T", "P", "E"))
 _RAND_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # apimachinery util/rand: no vowels, no 0/1/3
 
 
@@ -204,13 +210,14 @@ def _quantity(value: object) -> Decimal:
 
 
 def _memory_bytes(value: object) -> int:
-    """``-memory`` in bytes: a plain number is MiB (rounded up, as ``Quantity.Value()``); a value
-    written with a byte unit (``8Gi``, ``500M``) is bytes (rounded up).
+    """``-memory`` in bytes: a plain number is MiB (rounded up, as ``Quantity.Value()``), and so is
+    one with the suffix ``k`` (``4k`` is how a ``4000`` written in the pod reaches the webhook); a
+    value with a binary unit (``8Gi``) or a decimal one from ``M`` up (``500M``) is bytes (rounded up).
 
-    :raises ValueError: not a quantity, not above 0, a value with a unit under 1 MiB (``4k``:
-        HAMi reads it as 4000 MiB, we as 4000 bytes; no share is that small, so it is a unit slip),
-        or more than :data:`MAX_MEMORY_MIB` MiB (HAMi's int32 bound, also a unit slip: bytes
-        written without a unit, ``8589934592`` for 8 GiB).
+    :raises ValueError: not a quantity, not above 0, a value with a byte unit under 1 MiB
+        (``1023Ki``, ``1M``: no share is that small, so it is a unit slip), or more than
+        :data:`MAX_MEMORY_MIB` MiB (HAMi's int32 bound, also a unit slip: bytes written without a
+        unit, ``8589934592`` for 8 GiB).
     """
     number = _quantity(value)
     text = str(value).strip()
@@ -307,7 +314,7 @@ def _selectors(word: str, annotations: Mapping[str, Any], driver_name: str,
     return [{"cel": {"expression": e}} for e in expressions]
 
 
-def _claim_spec(chip: _Chip, selectors: list[dict[str, Any]]) -> dict[str, Any]:
+def _claim_spec(chip: _Chip, selectors: list[dict[str, Any]], driver_name: str) -> dict[str, Any]:
     exactly: dict[str, Any] = {"allocationMode": "ExactCount", "count": chip.count, "deviceClassName": DEVICE_CLASS}
     requests = {}
     if chip.cores is not None:
@@ -317,7 +324,12 @@ def _claim_spec(chip: _Chip, selectors: list[dict[str, Any]]) -> dict[str, Any]:
     if requests:
         exactly["capacity"] = {"requests": requests}
     exactly["selectors"] = selectors
-    return {"devices": {"requests": [{"name": REQUEST_NAME, "exactly": exactly}]}}
+    devices: dict[str, Any] = {"requests": [{"name": REQUEST_NAME, "exactly": exactly}]}
+    if chip.count > 1:
+        # HAMi's count is that many chips. A HAMivNPUCore device may be allocated more than once
+        # (KEP-5075), so without this the scheduler may put every share on one chip.
+        devices["constraints"] = [{"requests": [REQUEST_NAME], "distinctAttribute": f"{driver_name}/physicalID"}]
+    return {"devices": devices}
 
 
 def template_name(common_word: str, spec: Mapping[str, Any]) -> str:
@@ -412,7 +424,8 @@ def convert_pod(
                 resources.pop(part, None)
         claims = list(resources.get("claims") or ())
         for chip in chips:
-            claim_spec = _claim_spec(chip, _selectors(chip.common_word, annotations, driver_name, problems))
+            selectors = _selectors(chip.common_word, annotations, driver_name, problems)
+            claim_spec = _claim_spec(chip, selectors, driver_name)
             if mode is Mode.CLAIM:
                 object_name = pod_claim = claim_name(namespace, pod_name, name, chip.common_word)
             else:

@@ -8,6 +8,11 @@ profile loaded, so its config kind ``VnpuCoreConfig`` is validated too.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
 import pytest
 import yaml
 
@@ -26,9 +31,10 @@ LAB_ENV = {"NPU_PRIORITY": "50", "ASCEND_VISIBLE_DEVICES": "0",
            "NPU_LOCAL_SHM_PATH": "/hami-vnpu-shmem/vnpu_local_shmem", "NPU_MEM_QUOTA": "8192"}
 
 
-@pytest.mark.parametrize("mode", ["claim", "template"])
-def test_lab_pod_is_converted_allocated_and_prepared_as_the_lab_shows(control_plane, short_tmp, tmp_path, mode):
-    cp = control_plane
+@contextlib.contextmanager
+def lab_node(cp, short_tmp: Path, tmp_path: Path, mode: str) -> Iterator[tuple[DaemonProcess, Kubelet, Any]]:
+    """The simulated lab node's HAMivNPUCore daemon in cluster mode and the webhook in ``mode``, with
+    the hami-vnpu-core DeviceClass and the node's slices published; removed afterwards."""
     delete_our_slices(cp, cp.node_name)
     node = labnode.build(short_tmp / "lab")
     status, reply = cp.api("POST", f"{RES}/deviceclasses",
@@ -37,9 +43,21 @@ def test_lab_pod_is_converted_allocated_and_prepared_as_the_lab_shows(control_pl
     daemon = DaemonProcess(short_tmp / "node", node=cp.node_name, kubeconfig=cp.kubeconfig, profiles="HAMivNPUCore",
                            extra_args=node.flags()).start()
     kubelet = Kubelet(daemon)
-    claim = None
     try:
         with installed_hook(cp, tmp_path, mode, profiles="HAMivNPUCore,npu-310P") as hook:
+            wait_until(lambda: our_slices(cp, cp.node_name), "HAMivNPUCore slices published")
+            yield daemon, kubelet, hook
+    finally:
+        kubelet.close()
+        daemon.stop()
+        delete_our_slices(cp, cp.node_name)
+
+
+@pytest.mark.parametrize("mode", ["claim", "template"])
+def test_lab_pod_is_converted_allocated_and_prepared_as_the_lab_shows(control_plane, short_tmp, tmp_path, mode):
+    cp = control_plane
+    with lab_node(cp, short_tmp, tmp_path, mode) as (daemon, kubelet, hook):
+        try:
             ns = hook.namespace(NS)
             # The profile's own config kind is checked when a claim is created.
             bad = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "bad"},
@@ -51,7 +69,6 @@ def test_lab_pod_is_converted_allocated_and_prepared_as_the_lab_shows(control_pl
             assert status == 422 and reply["message"].endswith(
                 "spec.devices.config[0].opaque.parameters.mountTools: must be a boolean, got a string \"yes\" "
                 "(for all requests)"), reply
-            wait_until(lambda: our_slices(cp, cp.node_name), "HAMivNPUCore slices published")
             ok(cp, "POST", f"/api/v1/namespaces/{ns}/pods", LAB_POD)
             claim = wait_until(lambda: (c := pod_claim(cp, ns, "ascend-share-a")) and c.get("status", {}).get(
                 "allocation") and c, "allocated", within=30)
@@ -77,8 +94,34 @@ def test_lab_pod_is_converted_allocated_and_prepared_as_the_lab_shows(control_pl
             ok(cp, "DELETE", f"/api/v1/namespaces/{ns}/pods/ascend-share-a?gracePeriodSeconds=0")
             wait_until(lambda: cp.api("GET", f"{RES}/namespaces/{ns}/resourceclaims/{claim['metadata']['name']}")[0]
                        == 404, "claim deleted with its pod", within=60)
-    finally:
-        kubelet.close()
-        cp.api("DELETE", f"/api/v1/namespaces/{NS}/pods/ascend-share-a?gracePeriodSeconds=0")
-        daemon.stop()
-        delete_our_slices(cp, cp.node_name)
+        finally:
+            cp.api("DELETE", f"/api/v1/namespaces/{NS}/pods/ascend-share-a?gracePeriodSeconds=0")
+
+
+def test_a_hami_count_of_two_with_round_thousand_mib_gets_two_chips_of_that_memory(control_plane, short_tmp, tmp_path):
+    """``huawei.com/Ascend310P: 2`` with ``-memory: 4000``, through the real API server: the
+    webhook sees the memory as ``4k`` (the API server's canonical form) and reads 4000 MiB, not a
+    refused 4000 bytes; the scheduler puts the two shares on two chips, not both on one (the
+    claim's distinctAttribute), and each container edit carries the 4000 MiB quota."""
+    cp = control_plane
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "two-chips"}, "spec": {
+        "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10", "resources": {"limits": {
+            "huawei.com/Ascend310P": 2, "huawei.com/Ascend310P-memory": 4000, "huawei.com/Ascend310P-core": 25}}}]}}
+    with lab_node(cp, short_tmp, tmp_path, "template") as (daemon, kubelet, hook):
+        ns = hook.namespace(NS)
+        try:
+            ok(cp, "POST", f"/api/v1/namespaces/{ns}/pods", pod)
+            claim = wait_until(lambda: (c := pod_claim(cp, ns, "two-chips")) and c.get("status", {}).get(
+                "allocation") and c, "allocated", within=30)
+            results = claim["status"]["allocation"]["devices"]["results"]
+            assert sorted(r["device"] for r in results) == ["npu-0-0", "npu-1-0"]
+            assert {r["consumedCapacity"]["memory"] for r in results} == {"4000Mi"}
+            uid = claim["metadata"]["uid"]
+            reply = kubelet.prepare(claim)
+            assert reply.claims[uid].error == ""
+            spec = yaml.safe_load((daemon.cdi_dir / f"k8s.{DRIVER}-vnpu_{uid}.yaml").read_text())
+            envs = [dict(e.split("=", 1) for e in d["containerEdits"]["env"]) for d in spec["devices"]]
+            assert [env["NPU_MEM_QUOTA"] for env in envs] == ["4000", "4000"]
+            assert kubelet.unprepare(claim).claims[uid].error == ""
+        finally:
+            cp.api("DELETE", f"/api/v1/namespaces/{ns}/pods/two-chips?gracePeriodSeconds=0")

@@ -106,18 +106,32 @@ def test_two_chips_in_one_container_follow_device_config_order_and_share_nputype
     assert len(second.spec["devices"]["requests"][0]["exactly"]["selectors"]) == 2
 
 
+def test_a_count_above_one_asks_for_that_many_distinct_chips():
+    """HAMi's ``huawei.com/Ascend310P: 2`` is two chips; a HAMivNPUCore device may be allocated more
+    than once, so the claim says the devices' physical IDs differ. A count of 1 needs no constraint
+    (and keeps the lab's claim, and HAMi-DRA's template hash, as they were)."""
+    two = convert_pod(pod_with({"huawei.com/Ascend310P": "2", "huawei.com/Ascend310P-memory": "1024"}), "ns",
+                      driver_name="npu.example.com").claims[0].spec["devices"]
+    assert two["constraints"] == [{"requests": ["npu"], "distinctAttribute": "npu.example.com/physicalID"}]
+    assert two["requests"][0]["name"] == "npu"
+    one = convert_pod(pod_with({"huawei.com/Ascend310P": "1"}), "ns").claims[0].spec["devices"]
+    assert "constraints" not in one
+
+
 @pytest.mark.parametrize(("memory", "expected"), [
     ("8192", "8589934592"), ("1.5", "2097152"), ("8Gi", "8589934592"), ("500M", "500M"), ("1e3", "1048576k"),
-], ids=["MiB", "fraction rounds up", "binary unit is bytes", "decimal unit is bytes", "exponent is MiB"])
+    ("4k", "4194304k"), ("4000", "4194304k"), ("21k", "22020096k"),
+], ids=["MiB", "fraction rounds up", "binary unit is bytes", "decimal unit is bytes", "exponent is MiB",
+        "4000 as the API server sends it", "4000 as written", "21000 as the API server sends it"])
 def test_memory_units(memory, expected):
     [planned] = convert_pod(pod_with({"huawei.com/Ascend310P": "1", "huawei.com/Ascend310P-memory": memory}),
                             "ns").claims
     assert planned.spec["devices"]["requests"][0]["exactly"]["capacity"]["requests"]["memory"] == expected
 
 
-@pytest.mark.parametrize("memory", ["4k", "1023Ki", "1M"])
+@pytest.mark.parametrize("memory", ["1023Ki", "1M"])
 def test_memory_with_a_unit_under_one_mib_is_refused_as_a_unit_slip(memory):
-    """HAMi reads ``4k`` as 4000 MiB; as bytes it would be a 4-KB share: refused, naming both readings."""
+    """As bytes, ``1023Ki`` or ``1M`` would be a share of less than 1 MiB: refused, naming both readings."""
     with pytest.raises(ConversionError) as caught:
         convert_pod(pod_with({"huawei.com/Ascend310P": "1", "huawei.com/Ascend310P-memory": memory}), "ns")
     [(field, reason)] = caught.value.problems
