@@ -11,7 +11,7 @@ K8S_VERSIONS ?= 1.35 1.36 1.37
 K8S ?= $(firstword $(K8S_VERSIONS))
 
 .PHONY: venv test test-unit test-floors test-integration test-cluster test-container test-kubelet test-plugins proto \
-        proto-check lint demo cluster-bins node-bins container-deps cluster-up cluster-down bench soak clean helm-bin \
+        proto-check lint demo cluster-bins node-bins container-deps cluster-up cluster-down webhook-up webhook-down bench soak clean helm-bin \
         chart-check image
 
 # The venv is (re)built when pyproject.toml changes; the stamp records the last install.
@@ -114,7 +114,15 @@ cluster-up: venv
 	$(PY) tests/cluster/controlplane.py up --dir $(CLUSTER_DIR) --k8s $(K8S)   # prints the export lines
 
 cluster-down:
+	$(PY) -m tests.cluster.webhook_process down --dir $(CLUSTER_DIR)
 	$(PY) tests/cluster/controlplane.py down --dir $(CLUSTER_DIR)
+
+# The admission webhook on the cluster-up control plane (docs/webhook.md, "On the local control plane").
+webhook-up: venv
+	$(PY) -m tests.cluster.webhook_process up --dir $(CLUSTER_DIR)
+
+webhook-down: venv
+	$(PY) -m tests.cluster.webhook_process down --dir $(CLUSTER_DIR)
 
 bench: venv cluster-bins node-bins container-deps
 	$(PY) bench/bench_matrix.py

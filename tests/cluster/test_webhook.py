@@ -7,6 +7,9 @@ default). The webhook configurations are deployments/webhook/webhook-configurati
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -18,7 +21,7 @@ import yaml
 
 from tests.cluster.controlplane import ControlPlane, default_bin_dir
 from tests.cluster.test_publish import ok, wait_until
-from tests.cluster.webhook_process import Hook, installed_hook
+from tests.cluster.webhook_process import STATE, Hook, installed_hook, running
 from tests.webhook_certs import issue
 
 pytestmark = pytest.mark.cluster
@@ -420,3 +423,38 @@ def test_deployment_manifests_are_accepted_by_the_api_server(cp):
             path = PLURALS[doc["kind"]].format(ns=doc["metadata"].get("namespace", ""))
             ok(cp, "POST", f"{path}?dryRun=All", doc)
     assert sorted(set(kinds)) == sorted({*PLURALS, "Issuer", "Certificate"})
+
+
+def test_make_webhook_up_converts_hami_pods_on_the_local_control_plane_and_down_removes_it(cp):
+    """``make webhook-up`` / ``webhook-down`` (docs/webhook.md, "On the local control plane"): a
+    HAMi pod in any namespace is converted while it runs; afterwards no configuration and no
+    webhook process is left, so a HAMi pod is stored as written."""
+    def run(command: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "tests.cluster.webhook_process", command, "--dir",
+                               str(cp.workdir)], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hami"}, "spec": {"containers": [{
+        "name": "app", "image": "registry.k8s.io/pause:3.10", "resources": {"limits": {
+            "huawei.com/Ascend310P": 1, "huawei.com/Ascend310P-memory": 4000}}}]}}
+    ns = f"local-{uuid.uuid4().hex[:8]}"
+    ok(cp, "POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
+    wait_until(lambda: cp.api("GET", f"/api/v1/namespaces/{ns}/serviceaccounts/default")[0] == 200,
+               "default service account")
+    assert "configurations ascend-dra-webhook installed" in run("up")
+    pid = json.loads((cp.workdir / STATE).read_text())["pid"]
+    try:
+        # The API server picks the configurations up through an informer: retry until converted.
+        def converted() -> dict[str, Any] | None:
+            status, stored = cp.api("POST", f"/api/v1/namespaces/{ns}/pods?dryRun=All", pod)
+            return stored if status == 201 and stored["metadata"].get("labels", {}).get("hami.io/dra") else None
+        stored = wait_until(converted, "pod converted", within=20)
+        assert stored["spec"]["containers"][0]["resources"].get("limits", {}) == {}
+    finally:
+        assert "webhook stopped" in run("down")
+    for plural in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations"):
+        assert cp.api("GET", f"/apis/admissionregistration.k8s.io/v1/{plural}/ascend-dra-webhook")[0] == 404
+    assert not running(pid), "the webhook still runs"
+    status, stored = cp.api("POST", f"/api/v1/namespaces/{ns}/pods?dryRun=All", pod)
+    assert status == 201 and "hami.io/dra" not in stored["metadata"].get("labels", {})

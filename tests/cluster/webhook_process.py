@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import base64
 import contextlib
 import copy
+import json
+import os
 import re
 import signal
 import ssl
@@ -19,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from tests.cluster.controlplane import free_port
+from tests.cluster.controlplane import STATE_FILE, ControlPlane, free_port
 from tests.webhook_certs import issue, make_ca
 
 DEPLOYMENTS = Path(__file__).resolve().parents[2] / "deployments" / "webhook"
@@ -34,7 +37,8 @@ class WebhookProcess:
     chosen again if it was taken all the same."""
 
     def __init__(self, workdir: Path, kubeconfig: Path, cert: Path, key: Path, ca: Path, *, mode: str = "claim",
-                 profiles: str = "fake,gpu,npu-310P", orphan_grace: float = 15.0, port: int | None = None) -> None:
+                 profiles: str = "fake,gpu,npu-310P", orphan_grace: float = 15.0, port: int | None = None,
+                 detach: bool = False) -> None:
         self.workdir = workdir
         self.kubeconfig = kubeconfig
         self.cert, self.key, self.ca = cert, key, ca
@@ -46,6 +50,7 @@ class WebhookProcess:
         self._rebinds = 0
         self.log = workdir / f"webhook-{mode}.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.detach = detach  # its own session: it outlives ``webhook_process.py up``
 
     def start(self) -> WebhookProcess:
         argv = [sys.executable, "-m", "ascend_dra.cli", "webhook", "--port", str(self.port),  # default address: *
@@ -55,7 +60,8 @@ class WebhookProcess:
                 "--log-level", "debug"]
         logged = self.log.stat().st_size if self.log.exists() else 0  # what earlier starts wrote
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=self.detach)
         deadline = time.monotonic() + 30
         context = ssl.create_default_context(cafile=str(self.ca))
         ports = None
@@ -109,21 +115,24 @@ class WebhookProcess:
         raise RuntimeError("no VmRSS")
 
 
-def configurations(port: int, ca: Path, run_id: str) -> list[dict[str, Any]]:
+def configurations(port: int, ca: Path, run_id: str | None) -> list[dict[str, Any]]:
     """deployments/webhook/webhook-configurations.yaml with clientConfig pointed at 127.0.0.1:``port``,
     the test CA as caBundle, names suffixed with ``run_id``, and only namespaces labelled
-    ``ascend-dra-webhook-test=<run_id>`` selected."""
+    ``ascend-dra-webhook-test=<run_id>`` selected; with no ``run_id`` (``up``), the names and the
+    selectors of the deployment."""
     docs = list(yaml.safe_load_all((DEPLOYMENTS / "webhook-configurations.yaml").read_text()))
     bundle = base64.b64encode(ca.read_bytes()).decode()
     result = []
     for doc in docs:
         doc = copy.deepcopy(doc)
-        doc["metadata"] = {"name": f"{doc['metadata']['name']}-{run_id}"}
+        name = doc["metadata"]["name"]
+        doc["metadata"] = {"name": f"{name}-{run_id}" if run_id else name}
         for hook in doc["webhooks"]:
             path = hook["clientConfig"]["service"]["path"]
             hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}", "caBundle": bundle}
-            hook["namespaceSelector"]["matchExpressions"].append(
-                {"key": TEST_LABEL, "operator": "In", "values": [run_id]})
+            if run_id:
+                hook["namespaceSelector"]["matchExpressions"].append(
+                    {"key": TEST_LABEL, "operator": "In", "values": [run_id]})
         result.append(doc)
     return result
 
@@ -193,8 +202,7 @@ def installed_hook(cp: Any, workdir: Path, mode: str = "claim", profiles: str = 
     created = []
     try:
         for doc in configurations(hook.port, hook.ca[0], hook.run_id):
-            plural = ("validatingwebhookconfigurations" if doc["kind"] == "ValidatingWebhookConfiguration"
-                      else "mutatingwebhookconfigurations")
+            plural = _plural(doc["kind"])
             status, reply = cp.api("POST", f"/apis/admissionregistration.k8s.io/v1/{plural}", doc)
             assert status == 201, reply
             created.append(f"/apis/admissionregistration.k8s.io/v1/{plural}/{doc['metadata']['name']}")
@@ -215,3 +223,101 @@ def installed_hook(cp: Any, workdir: Path, mode: str = "claim", profiles: str = 
         for path in created:
             cp.api("DELETE", path)
         hook.stop()
+
+
+# ---------------------------------------------------------------------- CLI (make webhook-up / webhook-down)
+STATE = "webhook.json"
+
+
+def _plural(kind: str) -> str:
+    """``ValidatingWebhookConfiguration`` -> ``validatingwebhookconfigurations`` (the resource's name)."""
+    return f"{kind.lower()}s"
+
+
+def _cmd_up(args: argparse.Namespace) -> int:
+    """Start the webhook detached on the control plane that ``controlplane.py up`` started in
+    ``--dir``, on 127.0.0.1 with a CA of its own, and install both configurations (the deployment's
+    names and selectors, clientConfig a url), as ``deployments/webhook`` does in a cluster."""
+    workdir = Path(args.dir).resolve()
+    if not (workdir / STATE_FILE).exists():
+        print(f"no control plane in {workdir}: run make cluster-up first", file=sys.stderr)
+        return 1
+    if (workdir / STATE).exists():
+        _cmd_down(args)
+    cp = ControlPlane.attach(workdir)
+    pki = workdir / "webhook-pki"
+    ca = make_ca(pki)
+    cert, key = issue(pki, ca, "serving")
+    proc = WebhookProcess(workdir, cp.kubeconfig, cert, key, ca[0], mode=args.mode, profiles=args.profiles,
+                          detach=True).start()
+    assert proc.proc is not None
+    paths = []
+    for doc in configurations(proc.port, ca[0], None):
+        path = f"/apis/admissionregistration.k8s.io/v1/{_plural(doc['kind'])}"
+        cp.api("DELETE", f"{path}/{doc['metadata']['name']}")  # one left by an earlier run
+        status, reply = cp.api("POST", path, doc)
+        if status != 201:
+            proc.stop()
+            print(f"installing {doc['kind']} failed: {reply}", file=sys.stderr)
+            return 1
+        paths.append(f"{path}/{doc['metadata']['name']}")
+    (workdir / STATE).write_text(json.dumps({"pid": proc.proc.pid, "configurations": paths}))
+    print(f"webhook serving on https://127.0.0.1:{proc.port} ({args.mode} mode, profiles {args.profiles}), "
+          f"log {proc.log}; configurations ascend-dra-webhook installed")
+    return 0
+
+
+def running(pid: int) -> bool:
+    """True while ``pid`` runs; an exited process not yet reaped (a zombie: its parent, ``up``, is
+    gone and init may not reap at once) counts as stopped."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _cmd_down(args: argparse.Namespace) -> int:
+    """Remove what ``up`` installed and stop the webhook."""
+    workdir = Path(args.dir).resolve()
+    state_path = workdir / STATE
+    if not state_path.exists():
+        print("no webhook to stop")
+        return 0
+    state = json.loads(state_path.read_text())
+    if (workdir / STATE_FILE).exists():
+        cp = ControlPlane.attach(workdir)
+        for path in state["configurations"]:
+            cp.api("DELETE", path)
+    pid = state["pid"]
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        cmdline = []
+    if b"webhook" in cmdline:  # still ours, not a reused pid
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        while running(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    state_path.unlink()
+    print("webhook stopped; configurations removed")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="ascend-dra webhook on the local test control plane")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    up = sub.add_parser("up", help="start it detached and install its configurations")
+    up.add_argument("--dir", default=".cluster", help="the control plane's directory (make cluster-up)")
+    up.add_argument("--mode", default="template", choices=("template", "claim"), help="--conversion-mode")
+    up.add_argument("--profiles", default="HAMivNPUCore,npu-310P", help="profiles whose opaque configs it validates")
+    up.set_defaults(func=_cmd_up)
+    down = sub.add_parser("down", help="remove the configurations and stop it")
+    down.add_argument("--dir", default=".cluster", help="the control plane's directory")
+    down.set_defaults(func=_cmd_down)
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
