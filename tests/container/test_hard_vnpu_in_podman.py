@@ -1,6 +1,6 @@
 """podman runs a container from the CDI spec of a prepared hard-vNPU claim: the container sees the
-``/dev/vdavinci<vnpuID>`` node the simulated npu-smi created and the Ascend runtime's env; after
-Unprepare the vNPU and its node are gone."""
+host's ``vdavinci<vnpuID>`` node the simulated npu-smi created, as ``/dev/davinci<vnpuID>``, and
+the Ascend runtime's env; after Unprepare the vNPU and its node are gone."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def node(short_tmp):
     d.stop()
 
 
-def test_container_sees_the_vdavinci_node_and_the_runtime_env(podman, node):
+def test_container_sees_the_vnpu_as_davinci_and_the_runtime_env(podman, node):
     d, host, k = node
     claim = write_claim(d.root, claim_object("vnpu", results=[("npu", "vnpu-0-0-vir10-3c-16g-1")]))
     uid = claim["metadata"]["uid"]
@@ -43,14 +43,15 @@ def test_container_sees_the_vdavinci_node_and_the_runtime_env(podman, node):
     assert ids == [f"{KIND}={uid}-vnpu-0-0-vir10-3c-16g-1", f"{KIND}=common"]
     assert [v["vnpu_id"] for v in host.vnpus()] == [101]
 
-    done = podman.run(ids, "env; ls -l /dev/vdavinci101", cdi_dir=d.cdi_dir, label="podman run: hard vNPU")
+    done = podman.run(ids, "env; ls -l /dev/davinci101", cdi_dir=d.cdi_dir, label="podman run: hard vNPU")
     assert done.returncode == 0, done.stderr
     env = container_env(done.stdout)
     assert env["ASCEND_VISIBLE_DEVICES"] == "101"
     assert env["ASCEND_RUNTIME_OPTIONS"] == "VIRTUAL"
     assert "ASCEND_VNPU_SPECS" not in env  # the runtime would create a second vNPU
     assert env["ASCEND_DRA_NODE_NAME"] == "node-1"
-    assert_dev_null_char_device(done.stdout, "/dev/vdavinci101")
+    # The host's vdavinci101 is the container's davinci101, where CANN looks (as Huawei's device plugin).
+    assert_dev_null_char_device(done.stdout, "/dev/davinci101")
 
     assert k.unprepare(claim).claims[uid].error == ""
     assert host.vnpus() == [] and not (host.vdev / "vdavinci101").exists()

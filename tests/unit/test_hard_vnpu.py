@@ -221,7 +221,7 @@ async def test_prepare_creates_with_npu_id_and_edits_name_the_vdavinci_node(sim)
         (5, 0, 132, "vir10_3c_16g"), (5, 0, 137, "vir05_1c_8g")]
     assert [e["vnpu_id"] for e in effects["vnpus"]] == [132, 137]
     first = edits["vnpu-1-0-vir10-3c-16g-0"]
-    assert first.device_nodes[0].path == "/dev/vdavinci132"
+    assert first.device_nodes[0].path == "/dev/davinci132"  # as Huawei's device plugin mounts it
     assert first.device_nodes[0].host_path == f"{sim.vdev}/vdavinci132"
     assert (sim.vdev / "vdavinci132").exists()
     assert first.env[:1] == ("ASCEND_VISIBLE_DEVICES=132",) and "ASCEND_RUNTIME_OPTIONS=VIRTUAL" in first.env

@@ -24,7 +24,7 @@ and read back with ``info -t info-vnpu``. When a chip has more instance devices 
 so the scheduler never allocates two of them at once (it then takes another instance).
 
 Container edits of a vNPU (docs/ascend-hardware.md#device-nodes, docs/ascend-hardware.md#ascend-docker-runtime):
-``/dev/vdavinci<vnpuID>`` (host path under
+``/dev/davinci<vnpuID>`` in the container from the host's ``/dev/vdavinci<vnpuID>`` (under
 the ``vnpu-dev-dir`` option, default ``/dev``), the shared nodes and driver mounts of the whole-chip
 profiles, ``ASCEND_VISIBLE_DEVICES=<vnpuIDs of the request>`` and ``ASCEND_RUNTIME_OPTIONS=VIRTUAL``.
 ``ASCEND_VNPU_SPECS`` is **not** set: with it the Ascend Docker Runtime creates a vNPU of its own
@@ -232,7 +232,10 @@ class HardVnpuProfile(AscendChipProfile):
             number, is_vnpu = numbers[allocated.device]
             env = [f"{VISIBLE_DEVICES_ENV}={visible[allocated.base_request]}", *common_env]
             if is_vnpu:
-                node = DeviceNode(path=f"/dev/vdavinci{number}", host_path=self.vnpu_host_path(ctx.profile, number))
+                # The host's vdavinci<ID> is the container's davinci<ID>, as Huawei's own device plugin
+                # and CDI generator give it (mind-cluster getDevPath, ascend-common/cdi UseVirtual):
+                # CANN opens /dev/davinci<N>.
+                node = DeviceNode(path=f"/dev/davinci{number}", host_path=self.vnpu_host_path(ctx.profile, number))
                 env.append(f"{RUNTIME_OPTIONS_ENV}=VIRTUAL")
             else:
                 node = DeviceNode(path=f"/dev/davinci{number}", host_path="/dev/null" if simulated else None)
