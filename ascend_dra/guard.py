@@ -12,16 +12,24 @@ Rules, each a fault seen in other drivers:
   letting it block a workload claim, breaks monitoring and debugging pods.
 - A record that this release cannot read (another release's shape) holds the devices it names
   exclusively: when in doubt, never double-book.
+- Devices that consume one shared counter set (KEP-4815: a whole chip and the vNPUs cut from it)
+  never take more of it together than it has (:func:`check_counters`), whatever the scheduler
+  allocated: an API server without the DRAPartitionableDevices gate drops the counters, and a
+  claim force-deleted before its Unprepare frees them in the scheduler while its devices still run.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from decimal import Decimal
+
 import attrs
 
 from ascend_dra.checkpoint import ClaimRecord, DeviceRecord, UnreadableRecord
-from ascend_dra.model import AllocatedDevice, Device, canonical_quantity, parse_quantity
+from ascend_dra.model import AllocatedDevice, CounterSet, Device, canonical_quantity, parse_quantity
 
-__all__ = ("GuardError", "Hold", "HoldIndex", "check_free")
+__all__ = ("CounterIndex", "GuardError", "Hold", "HoldIndex", "check_counters", "check_free")
 
 
 class GuardError(Exception):
@@ -125,3 +133,65 @@ def check_free(ref: str, result: AllocatedDevice, device: Device, taken: HoldInd
         if used + parse_quantity(asked) > total:
             raise GuardError(f"{ref}: device {result.device} capacity {name}: {asked} requested but only "
                              f"{canonical_quantity(int(total - used))} of {capacity.value} is free")
+
+
+class CounterIndex:
+    """The node's shared counter sets and what each device consumes of them, parsed once per
+    inventory (``CounterSet``, ``DeviceCounterConsumption``; gate DRAPartitionableDevices).
+
+    :ivar capacity: counter set -> counter -> amount.
+    :ivar consumption: device -> counter set -> counter -> amount, for devices that consume any.
+    :ivar consumers: counter set -> the devices that consume it.
+    :raises ValueError: a counter that is not a Quantity (the inventory checks refuse it first).
+    """
+
+    def __init__(self, counter_sets: Iterable[CounterSet] = (), devices: Iterable[Device] = ()) -> None:
+        self.capacity = {s.name: {c: parse_quantity(v) for c, v in s.counters.items()} for s in counter_sets}
+        self.consumption: dict[str, dict[str, dict[str, Decimal]]] = {}
+        self.consumers: dict[str, list[str]] = defaultdict(list)
+        for device in devices:
+            for use in device.consumes_counters:
+                amounts = {c: parse_quantity(v) for c, v in use.counters.items()}
+                self.consumption.setdefault(device.name, {})[use.counter_set] = amounts
+                self.consumers[use.counter_set].append(device.name)
+
+
+def check_counters(ref: str, results: Sequence[AllocatedDevice], index: CounterIndex, taken: HoldIndex,
+                   exclude: str | None = None) -> None:
+    """Refuse a claim whose devices would take, with the devices other claims hold, more of a shared
+    counter set than it has. A held device counts once, however many shares of it are held; a
+    device of this claim that another claim holds already (a share) adds nothing; admin access
+    consumes nothing (KEP-5018).
+
+    :param exclude: a claim whose own holds do not count (its replay re-plans it).
+    :raises GuardError: naming the devices, the counter set and counter, what is free, and who holds the rest.
+    """
+    mine = list(dict.fromkeys(r.device for r in results if not r.admin_access and r.device in index.consumption))
+    for set_name in sorted({s for name in mine for s in index.consumption[name]}):
+        capacity = index.capacity.get(set_name)
+        if capacity is None:
+            continue  # a set the inventory does not define: its checks refuse such a device before publishing
+        used: dict[str, Decimal] = defaultdict(Decimal)
+        holders = []
+        for name in index.consumers[set_name]:
+            holds = taken.holds(name, exclude)
+            if holds:
+                for counter, amount in index.consumption[name][set_name].items():
+                    used[counter] += amount
+                holders.append(f"{name} by {holds[0].who}")
+        asked: dict[str, Decimal] = defaultdict(Decimal)
+        wanting = [n for n in mine if set_name in index.consumption[n] and not taken.holds(n, exclude)]
+        for name in wanting:
+            for counter, amount in index.consumption[name][set_name].items():
+                asked[counter] += amount
+        for counter, total in capacity.items():
+            if used[counter] + asked[counter] > total:
+                free = max(total - used[counter], Decimal(0))
+                raise GuardError(
+                    f"{ref}: {'devices' if len(wanting) > 1 else 'device'} {', '.join(wanting)} "
+                    f"{'need' if len(wanting) > 1 else 'needs'} {counter} "
+                    f"{canonical_quantity(str(asked[counter]))} of counter set {set_name}, which has "
+                    f"{canonical_quantity(str(free))} of {canonical_quantity(str(total))} free"
+                    + (f" (held: {'; '.join(holders)}). The scheduler frees a claim's counters when it is "
+                       "deallocated, before its Unprepare, and books none where the DRAPartitionableDevices "
+                       "gate is off; the kubelet retries once the holders are unprepared" if holders else ""))

@@ -116,6 +116,7 @@ class Planner:
         self.inventories: dict[str, Inventory] = {}
         self._device_profile: dict[str, str] = {}
         self._devices: dict[str, Device] = {}
+        self._counters = guard.CounterIndex()
         # Every loaded profile's config kinds: another profile's kind is skipped for a device,
         # while a kind nobody knows is an error naming the allowed kinds.
         self._all_kinds = frozenset(k for p in self.profiles.values() for k in p.config_types)
@@ -125,6 +126,8 @@ class Planner:
         self.inventories = dict(inventories)
         self._device_profile = {d.name: p for p, inv in inventories.items() for d in inv.devices}
         self._devices = {d.name: d for inv in inventories.values() for d in inv.devices}
+        self._counters = guard.CounterIndex((c for inv in inventories.values() for c in inv.counter_sets),
+                                            self._devices.values())
 
     def cdi_kind(self, profile_name: str) -> str:
         """``k8s.<driver>/<class>`` of a profile (docs/architecture.md#names)."""
@@ -135,7 +138,7 @@ class Planner:
         checking that the device nodes the specs name exist.
 
         :raises PlanError: unknown device, bad edits, a device node that does not exist.
-        :raises guard.GuardError: double allocation, capacity overflow.
+        :raises guard.GuardError: double allocation, capacity or shared counter overflow.
         :raises ConfigError: an opaque config that does not decode or validate.
         """
         ref = f"ResourceClaim {claim.namespace}/{claim.name}"
@@ -151,6 +154,7 @@ class Planner:
             guard.check_free(ref, result, device, taken, seen[result.device], exclude)
             seen[result.device].append(result)
             groups[self._device_profile[result.device]].append(result)
+        guard.check_counters(ref, claim.results, self._counters, taken, exclude)
 
         decoded: dict[int, Any] = {}
         # CDI kind -> the claim's CDI devices of that kind, and the profiles that made them: profiles

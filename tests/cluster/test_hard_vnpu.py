@@ -126,7 +126,8 @@ def test_vnpus_fill_the_chip_then_pend_and_a_freed_one_is_prepared_fresh(cp, nod
     assert prepare(k, claim) == devices[gone]
     assert len(host.vnpus()) == 4
     spec = (d.cdi_dir / f"k8s.{DRIVER}-vnpu_{claim['metadata']['uid']}.yaml").read_text()
-    assert f"/dev/vdavinci{freed_id}" in spec and f"ASCEND_VISIBLE_DEVICES={freed_id}" in spec
+    assert f"/dev/davinci{freed_id}" in spec and f"/vdavinci{freed_id}" in spec  # container and host path
+    assert f"ASCEND_VISIBLE_DEVICES={freed_id}" in spec
     assert (4, 0, freed_id) in vnpu_keys(host.vnpus())
 
 
