@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import attrs
 import pytest
 
 from ascend_dra.model import AllocatedDevice, ClaimAllocation
@@ -90,6 +91,20 @@ def test_template_info_of_the_node_replaces_the_tables(fixture):
 
 def sim_run(host: SimHost, *argv: str) -> str:
     return npusmi_sim.run(argv, host.sim_dir)
+
+
+async def test_simulated_chips_keep_their_models_templates_whatever_the_nodes_npu_smi_prints(tmp_path, monkeypatch):
+    """``simulate=always`` invents chips (a 910B4); asking the node's npu-smi (here one that knows a
+    310P3) for their templates gave 310P3 templates cut by 910B4 counters (a hard-vNPU user's trial)."""
+    host = SimHost(tmp_path, chips=((0, 0, 0, 0, "310P3"),))  # the NPU ID the simulated chip gets
+    monkeypatch.setenv(npusmi_sim.ENV_DIR, str(host.sim_dir))
+    ctx = attrs.evolve(host.ctx(), options={**host.options, "hard-vNPU.simulate": "always"}, fake_devices=1)
+    inventory = await HardVnpuProfile().discover(ctx)
+    chips = {d.attributes["chipName"] for d in inventory.devices}
+    published = {d.attributes["vnpuTemplate"] for d in inventory.devices if "vnpuTemplate" in d.attributes}
+    [model] = chips
+    assert published == {t.name for t in templates.resources_of(str(model), None).templates}
+    assert not published & {"vir01", "vir02", "vir04"}
 
 
 def test_simulator_prints_formats_our_parsers_read(sim):

@@ -143,7 +143,8 @@ class HardVnpuProfile(AscendChipProfile):
                 continue
             key = f"{chip.chip_name}/{chip.aicore_count}"
             if key not in by_model:
-                by_model[key] = await self._resources(npu_smi, chip)
+                # Simulated chips are invented: the node's npu-smi knows other chips, or none.
+                by_model[key] = await self._resources(None if found.source == TIER_SIMULATED else npu_smi, chip)
             resources = by_model[key]
             if resources is None or not resources.templates:
                 logger.info("chip model has no hard-vNPU templates; not published",
@@ -154,9 +155,11 @@ class HardVnpuProfile(AscendChipProfile):
             counter_sets.append(counter_set)
         return Inventory(devices=tuple(devices), counter_sets=tuple(counter_sets), source=found.source)
 
-    async def _resources(self, npu_smi: NpuSmi, chip: NpuChip) -> templates.ChipResources | None:
+    async def _resources(self, npu_smi: NpuSmi | None, chip: NpuChip) -> templates.ChipResources | None:
+        """The chip model's resources and templates: the catalogue's, replaced by what
+        ``template-info`` prints when ``npu_smi`` is given and answers."""
         base = templates.resources_of(chip.chip_name, chip.aicore_count)
-        if base is None or chip.npu_id is None:
+        if base is None or chip.npu_id is None or npu_smi is None:
             return base
         try:
             parsed = await npu_smi.template_info(chip.npu_id)
