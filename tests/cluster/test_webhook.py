@@ -456,5 +456,11 @@ def test_make_webhook_up_converts_hami_pods_on_the_local_control_plane_and_down_
     for plural in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations"):
         assert cp.api("GET", f"/apis/admissionregistration.k8s.io/v1/{plural}/ascend-dra-webhook")[0] == 404
     assert not running(pid), "the webhook still runs"
-    status, stored = cp.api("POST", f"/api/v1/namespaces/{ns}/pods?dryRun=All", pod)
-    assert status == 201 and "hami.io/dra" not in stored["metadata"].get("labels", {})
+
+    # The API server drops the configurations through its informer too: until then a pod may still
+    # be sent to the stopped webhook and refused (failurePolicy Fail).
+    def stored_as_written() -> dict[str, Any] | None:
+        status, stored = cp.api("POST", f"/api/v1/namespaces/{ns}/pods?dryRun=All", pod)
+        return stored if status == 201 else None
+    stored = wait_until(stored_as_written, "pod stored without the webhook", within=20)
+    assert "hami.io/dra" not in stored["metadata"].get("labels", {})
