@@ -190,6 +190,20 @@ class Hook:
         return name
 
 
+def wait_in_use(cp: Any, namespace: str, within: float = 20.0) -> bool:
+    """Wait until the API server sends claims in ``namespace`` to the webhook (it picks up new
+    configurations through an informer): a dry run of a claim with a bad config is refused."""
+    bad = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "probe"},
+           "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "x"}}], "config": [
+               {"opaque": {"driver": "ascend.project-hami.io", "parameters": {"kind": "Nope"}}}]}}}
+    deadline = time.monotonic() + within
+    while cp.api("POST", f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims?dryRun=All", bad)[0] != 422:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
 @contextlib.contextmanager
 def installed_hook(cp: Any, workdir: Path, mode: str = "claim", profiles: str = "fake,gpu,npu-310P"
                    ) -> Iterator[Hook]:
@@ -209,15 +223,7 @@ def installed_hook(cp: Any, workdir: Path, mode: str = "claim", profiles: str = 
         status, reply = cp.api("POST", "/apis/node.k8s.io/v1/runtimeclasses",
                                {"metadata": {"name": "ascend"}, "handler": "ascend"})
         assert status in (201, 409), reply
-        probe = hook.namespace()
-        bad = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "probe"},
-               "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "x"}}], "config": [
-                   {"opaque": {"driver": "ascend.project-hami.io", "parameters": {"kind": "Nope"}}}]}}}
-        deadline = time.monotonic() + 20
-        # The API server picks up new configurations through an informer.
-        while cp.api("POST", f"/apis/resource.k8s.io/v1/namespaces/{probe}/resourceclaims?dryRun=All", bad)[0] != 422:
-            assert time.monotonic() < deadline, "webhook configurations not in use after 20 s"
-            time.sleep(0.2)
+        assert wait_in_use(cp, hook.namespace()), "webhook configurations not in use after 20 s"
         yield hook
     finally:
         for path in created:
@@ -237,7 +243,8 @@ def _plural(kind: str) -> str:
 def _cmd_up(args: argparse.Namespace) -> int:
     """Start the webhook detached on the control plane that ``controlplane.py up`` started in
     ``--dir``, on 127.0.0.1 with a CA of its own, and install both configurations (the deployment's
-    names and selectors, clientConfig a url), as ``deployments/webhook`` does in a cluster."""
+    names and selectors, clientConfig a url), as ``deployments/webhook`` does in a cluster; return
+    once the API server sends claims to it, so a pod created next is converted."""
     workdir = Path(args.dir).resolve()
     if not (workdir / STATE_FILE).exists():
         print(f"no control plane in {workdir}: run make cluster-up first", file=sys.stderr)
@@ -262,6 +269,10 @@ def _cmd_up(args: argparse.Namespace) -> int:
             return 1
         paths.append(f"{path}/{doc['metadata']['name']}")
     (workdir / STATE).write_text(json.dumps({"pid": proc.proc.pid, "configurations": paths}))
+    if not wait_in_use(cp, "default"):
+        print("the API server does not use the webhook configurations after 20 s", file=sys.stderr)
+        _cmd_down(args)
+        return 1
     print(f"webhook serving on https://127.0.0.1:{proc.port} ({args.mode} mode, profiles {args.profiles}), "
           f"log {proc.log}; configurations ascend-dra-webhook installed")
     return 0
