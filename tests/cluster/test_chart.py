@@ -171,12 +171,27 @@ def test_hami_vnpu_core_mounts_its_dirs_and_passes_them_as_profile_options():
 
 
 def test_user_profile_options_are_passed_and_win_over_the_charts_paths():
-    container = _plugin(render("ns", set_values=(
+    objects = render("ns", set_values=(
         "profiles={HAMivNPUCore}", "profileOptions.HAMivNPUCore.vnpuCoreDir=/x",
-        "profileOptions.npu-910.simulate=never")))
+        "profileOptions.npu-910.simulate=never"))
+    container = _plugin(objects)
     options = _env(container)["PROFILE_OPTIONS"].split(",")
     assert "HAMivNPUCore.vnpuCoreDir=/x" in options and "npu-910.simulate=never" in options
     assert [o for o in options if o.startswith("HAMivNPUCore.vnpuCoreDir=")] == ["HAMivNPUCore.vnpuCoreDir=/x"]
+    # ... and the dirs they name are the ones mounted (values.yaml's own example moved the option only).
+    assert _mounts(container)["vnpu-core"] == "/x"
+    [volume] = [v for v in by_kind(objects, "DaemonSet")[0]["spec"]["template"]["spec"]["volumes"]
+                if v["name"] == "vnpu-core"]
+    assert volume["hostPath"]["path"] == "/x"
+
+
+def test_a_custom_npu_smi_path_is_mounted_and_passed_to_the_daemon():
+    """The daemon looks for npu-smi on $PATH and in the driver's install locations only: a file
+    mounted elsewhere was never run (an operator's trial)."""
+    container = _plugin(render("ns", set_values=("profiles={npu-910}", "ascend.npuSmi=/opt/bin/npu-smi")))
+    assert _mounts(container)["npu-smi"] == "/opt/bin/npu-smi"
+    assert _env(container)["NPU_SMI"] == "/opt/bin/npu-smi"
+    assert "NPU_SMI" not in _env(_plugin(render("ns", set_values=("profiles={fake}",))))
 
 
 def test_the_webhook_certificate_modes():

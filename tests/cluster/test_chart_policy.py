@@ -9,6 +9,7 @@ every version a client may write in.
 
 from __future__ import annotations
 
+import base64
 import re
 import subprocess
 import sys
@@ -146,6 +147,21 @@ def test_the_plugin_writes_no_slice_of_another_driver_even_on_its_own_node(polic
 def test_a_token_that_names_no_node_writes_no_slice(policy_active):
     plane = policy_active.plane
     status, reply = api_as(plane, policy_active.plain_token, "POST", _slices("v1"), _slice("v1", plane.node_name))
+    assert status == 403 and "no node in the service-account token" in reply["message"], reply
+
+
+def test_a_legacy_token_with_no_extra_is_refused_by_the_policy_not_by_an_evaluation_error(policy_active):
+    """A Secret-based service-account token carries no ``userInfo.extra`` at all: the policy read
+    ``'...node-name' in request.userInfo.extra`` and answered 422 with "no such key: extra"
+    instead of its 403 (an operator's trial)."""
+    plane = policy_active.plane
+    secret = ok(plane, "POST", f"/api/v1/namespaces/{NS}/secrets", {
+        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+        "metadata": {"generateName": "legacy-", "annotations": {"kubernetes.io/service-account.name": SA}}})
+    path = f"/api/v1/namespaces/{NS}/secrets/{secret['metadata']['name']}"
+    filled = wait_until(lambda: ok(plane, "GET", path).get("data", {}).get("token"), "the legacy token", within=30)
+    token = base64.b64decode(filled).decode()
+    status, reply = api_as(plane, token, "POST", f"{_slices('v1')}?dryRun=All", _slice("v1", plane.node_name))
     assert status == 403 and "no node in the service-account token" in reply["message"], reply
 
 
