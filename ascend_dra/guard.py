@@ -173,14 +173,16 @@ def check_counters(ref: str, results: Sequence[AllocatedDevice], index: CounterI
             continue  # a set the inventory does not define: its checks refuse such a device before publishing
         used: dict[str, Decimal] = defaultdict(Decimal)
         holders = []
+        held = set()
         for name in index.consumers[set_name]:
             holds = taken.holds(name, exclude)
             if holds:
+                held.add(name)
                 for counter, amount in index.consumption[name][set_name].items():
                     used[counter] += amount
                 holders.append(f"{name} by {holds[0].who}")
         asked: dict[str, Decimal] = defaultdict(Decimal)
-        wanting = [n for n in mine if set_name in index.consumption[n] and not taken.holds(n, exclude)]
+        wanting = [n for n in mine if set_name in index.consumption[n] and n not in held]
         for name in wanting:
             for counter, amount in index.consumption[name][set_name].items():
                 asked[counter] += amount

@@ -165,7 +165,8 @@ def _tail(path: Path, lines: int = 40) -> str:
     return "\n".join(data.splitlines()[-lines:])
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """True while ``pid`` runs; a zombie (exited, not yet reaped) counts as stopped."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -180,7 +181,8 @@ def _pid_alive(pid: int) -> bool:
         return False
 
 
-def _pid_cmdline(pid: int) -> list[str]:
+def pid_cmdline(pid: int) -> list[str]:
+    """The arguments ``pid`` was started with; [] once it is gone."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
@@ -241,8 +243,8 @@ class _Proc:
         if reaped is not None:
             return not reaped
         # Not our child (attached by pid): guard against pid reuse, it must still run our binary.
-        cmd = _pid_cmdline(self.pid)
-        return _pid_alive(self.pid) and bool(cmd) and cmd[0] == self.argv[0]
+        cmd = pid_cmdline(self.pid)
+        return pid_alive(self.pid) and bool(cmd) and cmd[0] == self.argv[0]
 
     def exit_code(self) -> int | None:
         return self.returncode

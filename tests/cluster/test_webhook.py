@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster.controlplane import ControlPlane, default_bin_dir
+from tests.cluster.controlplane import ControlPlane, default_bin_dir, pid_alive
 from tests.cluster.test_publish import ok, wait_until
-from tests.cluster.webhook_process import STATE, Hook, installed_hook, running
+from tests.cluster.webhook_process import STATE, Hook, installed_hook
 from tests.webhook_certs import issue
 
 pytestmark = pytest.mark.cluster
@@ -455,7 +455,7 @@ def test_make_webhook_up_converts_hami_pods_on_the_local_control_plane_and_down_
         assert "webhook stopped" in run("down")
     for plural in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations"):
         assert cp.api("GET", f"/apis/admissionregistration.k8s.io/v1/{plural}/ascend-dra-webhook")[0] == 404
-    assert not running(pid), "the webhook still runs"
+    assert not pid_alive(pid), "the webhook still runs"
 
     # The API server drops the configurations through its informer too: until then a pod may still
     # be sent to the stopped webhook and refused (failurePolicy Fail).

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from tests.cluster.controlplane import STATE_FILE, ControlPlane, free_port
+from tests.cluster.controlplane import STATE_FILE, ControlPlane, free_port, pid_alive, pid_cmdline
 from tests.webhook_certs import issue, make_ca
 
 DEPLOYMENTS = Path(__file__).resolve().parents[2] / "deployments" / "webhook"
@@ -278,16 +278,6 @@ def _cmd_up(args: argparse.Namespace) -> int:
     return 0
 
 
-def running(pid: int) -> bool:
-    """True while ``pid`` runs; an exited process not yet reaped (a zombie: its parent, ``up``, is
-    gone and init may not reap at once) counts as stopped."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def _cmd_down(args: argparse.Namespace) -> int:
     """Remove what ``up`` installed and stop the webhook."""
     workdir = Path(args.dir).resolve()
@@ -301,14 +291,10 @@ def _cmd_down(args: argparse.Namespace) -> int:
         for path in state["configurations"]:
             cp.api("DELETE", path)
     pid = state["pid"]
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        cmdline = []
-    if b"webhook" in cmdline:  # still ours, not a reused pid
+    if "webhook" in pid_cmdline(pid):  # still ours, not a reused pid
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 15
-        while running(pid) and time.monotonic() < deadline:
+        while pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
     state_path.unlink()
     print("webhook stopped; configurations removed")
