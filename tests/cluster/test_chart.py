@@ -194,6 +194,15 @@ def test_a_custom_npu_smi_path_is_mounted_and_passed_to_the_daemon():
     assert "NPU_SMI" not in _env(_plugin(render("ns", set_values=("profiles={fake}",))))
 
 
+def test_fake_devices_also_sizes_the_simulated_chips_of_the_ascend_profiles():
+    """``fakeDevices`` is how many chips a profile's ``simulate`` option invents too (a trial node
+    without an NPU); the chart passed it only with the ``fake`` profile (an operator's trial)."""
+    container = _plugin(render("ns", set_values=("profiles={hard-vNPU}", "fakeDevices=2",
+                                                 "profileOptions.hard-vNPU.simulate=always")))
+    assert _env(container)["FAKE_DEVICES"] == "2"
+    assert "hard-vNPU.simulate=always" in _env(container)["PROFILE_OPTIONS"]
+
+
 def test_the_webhook_certificate_modes():
     secret = render("ns", "webhook-values.yaml", set_values=("webhook.certificate.caBundle=Q0E=",))
     [vwc] = by_kind(secret, "ValidatingWebhookConfiguration")
