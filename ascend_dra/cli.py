@@ -43,10 +43,13 @@ class _Twin(NamedTuple):
     def resolve(self) -> Any:
         """The env value converted by ``type``, or the default when the variable is unset or empty.
 
+        A list (``PROFILES``) set empty is an empty list, not the default: a chart rendered with
+        ``profiles: []`` must not load a profile nobody named; the command refuses the empty list.
+
         :raises ValueError: one line naming the variable, its flag and what it accepts.
         """
         raw = os.environ.get(self.env)
-        if raw in (None, ""):
+        if raw is None or (raw == "" and self.type is not _csv):
             return self.default
         try:
             value = self.type(raw)

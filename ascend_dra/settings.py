@@ -174,7 +174,7 @@ class Settings:
             found.append(f"--metrics-port and --healthcheck-port are both {self.metrics_port}; give them different "
                          "ports")
         if not self.profiles:
-            found.append("--profiles is empty: name at least one profile (`ascend-dra profiles` lists them)")
+            found.append("--profiles (PROFILES) is empty: name at least one profile (`ascend-dra profiles` lists them)")
         elif len(set(self.profiles)) != len(self.profiles):
             found.append(f"--profiles {','.join(self.profiles)} names a profile twice")
         if self.fake_devices < 0:

@@ -63,6 +63,6 @@ class WebhookSettings:
         if self.orphan_grace_s < 15:
             problems.append(f"--orphan-grace {self.orphan_grace_s} must be at least 15 seconds (a review may take 10)")
         if not self.profiles:
-            problems.append("--profiles is empty: name the profiles whose configs the cluster's claims use")
+            problems.append("--profiles (PROFILES) is empty: name the profiles whose configs the cluster's claims use")
         if problems:
             raise WebhookSettingsError(problems)

@@ -106,6 +106,13 @@ def test_a_surge_without_a_readiness_probe_is_refused_at_render():
     assert "daemon.rollingUpdate needs a readiness probe" in str(failed.value)
 
 
+def test_no_profile_is_refused_at_render():
+    """``profiles: []`` rendered PROFILES="", which the daemon read as unset and loaded npu-910."""
+    with pytest.raises(AssertionError) as failed:
+        render("ns", set_values=("profiles=null",))
+    assert "profiles is empty: name at least one of fake, npu-310P" in str(failed.value)
+
+
 def test_rolling_update_uses_max_surge_and_the_pod_uid_and_can_be_turned_off():
     on, off = (by_kind(render("ns", set_values=(f"daemon.rollingUpdate={v}",)), "DaemonSet")[0]
                for v in ("true", "false"))

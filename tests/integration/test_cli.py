@@ -162,7 +162,7 @@ BASE_ENV = {"PATH": "/usr/bin:/bin"}
     [
         (["--driver-name", "Bad Driver"], "--driver-name 'Bad Driver' must be a lower-case DNS subdomain"),
         (["--node-name", "Demo_Node"], "--node-name 'Demo_Node' must be the node's name: a lower-case DNS subdomain"),
-        (["--profiles", ""], "--profiles is empty: name at least one profile"),
+        (["--profiles", ""], "--profiles (PROFILES) is empty: name at least one profile"),
         (["--profiles", "fake,fake"], "--profiles fake,fake names a profile twice"),
         (["--fake-devices", "-1"], "--fake-devices -1 must be 0 or more"),
         (["--profile-option", "novalue"], "'novalue' is not KEY=VALUE"),
@@ -182,6 +182,19 @@ def test_bad_flags_are_refused_before_anything_starts(short_tmp, args, message):
                  env=BASE_ENV)
     assert result.returncode == 2
     assert message in result.stderr
+    assert not (short_tmp / "plugins").exists()
+
+
+@pytest.mark.parametrize("command", ["run", "webhook"])
+def test_profiles_set_empty_is_refused_not_read_as_the_default(short_tmp, command):
+    """A chart rendered with ``profiles: []`` sets PROFILES=""; the daemon loaded npu-910, which nobody named."""
+    (short_tmp / "tls.crt").write_text("")
+    args = (["--node-name", "n", "--standalone", str(short_tmp)] if command == "run" else
+            ["--tls-cert-file", str(short_tmp / "tls.crt"), "--tls-private-key-file", str(short_tmp / "tls.crt")])
+    result = cli(command, *args, env={**BASE_ENV, "PROFILES": ""})
+    assert result.returncode == 2
+    assert "--profiles (PROFILES) is empty: name" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
     assert not (short_tmp / "plugins").exists()
 
 
