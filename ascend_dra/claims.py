@@ -88,61 +88,113 @@ def check_claim_ref(namespace: str, name: str, uid: str, *, uid_recorded: bool =
                          f"at most 253 characters, and not {COMMON_DEVICE!r}")
 
 
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    """``value`` as a mapping (None: empty). :raises ClaimError: naming ``where``."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ClaimError(f"{where} must be an object, not {type(value).__name__} {value!r:.60}")
+    return value
+
+
+def _list(value: Any, where: str) -> list[Any]:
+    """``value`` as a list (None: empty). :raises ClaimError: naming ``where``."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ClaimError(f"{where} must be a list, not {type(value).__name__} {value!r:.60}")
+    return value
+
+
+def _quantity(value: Any, where: str) -> str:
+    """A Quantity as its string (the API server's form); a plain number from a hand-written claim
+    file is taken as that number. :raises ClaimError: anything else, naming ``where``."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise ClaimError(f"{where} must be a Quantity string (e.g. \"4Gi\", \"10\"), not {value!r:.60}")
+
+
 def parse_claim(obj: Any, driver_name: str) -> ClaimAllocation:
     """Reduce a ResourceClaim object (``resource.k8s.io/v1`` JSON) to what our driver prepares.
 
     Only ``status.allocation.devices.results`` and ``.config`` entries for ``driver_name`` are kept.
+    Every field read is checked for its API type: the API server guarantees them, a hand-written
+    standalone claim file does not, and a wrong type must not change what is prepared (a string
+    ``adminAccess: "false"`` read as true skipped the guard; ``requests: npu`` became three requests).
 
-    :raises ClaimError: if the object is not a ResourceClaim, lacks metadata, or is not allocated.
+    :raises ClaimError: if the object is not a ResourceClaim, lacks metadata, is not allocated, or
+        a field has the wrong type (the message names the field).
     """
     if not isinstance(obj, Mapping) or obj.get("kind") not in (None, "ResourceClaim"):
         raise ClaimError(f"not a ResourceClaim object (kind {obj.get('kind') if isinstance(obj, Mapping) else None!r})")
-    meta = obj.get("metadata") or {}
-    namespace, name, uid = meta.get("namespace") or "", meta.get("name") or "", meta.get("uid") or ""
+    meta = _mapping(obj.get("metadata"), "metadata")
+    ident = {}
+    for key in ("namespace", "name", "uid"):
+        value = meta.get(key) or ""
+        if not isinstance(value, str):
+            raise ClaimError(f"metadata.{key} must be a string, not {value!r:.60}")
+        ident[key] = value
+    namespace, name, uid = ident["namespace"], ident["name"], ident["uid"]
     check_claim_ref(namespace, name, uid)
     ref = f"ResourceClaim {namespace}/{name}"
-    status = obj.get("status") or {}
-    allocation = status.get("allocation")
+    status = _mapping(obj.get("status"), f"{ref}: status")
+    allocation = _mapping(status.get("allocation"), f"{ref}: status.allocation")
     if not allocation:
         raise ClaimError(f"{ref} is not allocated (status.allocation is empty)")
-    devices = allocation.get("devices") or {}
+    devices = _mapping(allocation.get("devices"), f"{ref}: status.allocation.devices")
     results = []
-    for i, result in enumerate(devices.get("results") or []):
+    for i, result in enumerate(_list(devices.get("results"), f"{ref}: status.allocation.devices.results")):
+        where = f"{ref}: status.allocation.devices.results[{i}]"
+        result = _mapping(result, where)
         if result.get("driver") != driver_name:
             continue
         for key in ("request", "pool", "device"):
             if not isinstance(result.get(key), str) or not result.get(key):
-                raise ClaimError(f"{ref}: status.allocation.devices.results[{i}].{key} is missing")
+                raise ClaimError(f"{where}.{key} is missing")
+        share_id = result.get("shareID")
+        if share_id is not None and (not isinstance(share_id, str) or not share_id):
+            raise ClaimError(f"{where}.shareID must be a non-empty string, not {share_id!r:.60}")
+        admin = result.get("adminAccess")
+        if admin is not None and not isinstance(admin, bool):
+            raise ClaimError(f"{where}.adminAccess must be true or false, not {admin!r:.60}")
+        consumed = _mapping(result.get("consumedCapacity"), f"{where}.consumedCapacity")
         results.append(
             AllocatedDevice(
                 request=result["request"],
                 driver=driver_name,
                 pool=result["pool"],
                 device=result["device"],
-                share_id=result.get("shareID"),
-                consumed_capacity=dict(result.get("consumedCapacity") or {}),
-                admin_access=bool(result.get("adminAccess")),
+                share_id=share_id,
+                consumed_capacity={str(k): _quantity(v, f"{where}.consumedCapacity.{k}") for k, v in consumed.items()},
+                admin_access=bool(admin),
             )
         )
     configs = []
-    for i, config in enumerate(devices.get("config") or []):
-        opaque = config.get("opaque") or {}
+    for i, config in enumerate(_list(devices.get("config"), f"{ref}: status.allocation.devices.config")):
+        where = f"{ref}: status.allocation.devices.config[{i}]"
+        config = _mapping(config, where)
+        opaque = _mapping(config.get("opaque"), f"{where}.opaque")
         if opaque.get("driver") != driver_name:
             continue
         source = config.get("source")
         if source not in ("FromClass", "FromClaim"):
-            raise ClaimError(f"{ref}: status.allocation.devices.config[{i}].source {source!r} is not "
-                             "FromClass or FromClaim")
+            raise ClaimError(f"{where}.source {source!r} is not FromClass or FromClaim")
+        requests = _list(config.get("requests"), f"{where}.requests")
+        if not all(isinstance(r, str) and r for r in requests):
+            raise ClaimError(f"{where}.requests must be a list of request names, not {requests!r:.60}")
         configs.append(
             OpaqueConfig(
                 source=source,
-                requests=tuple(config.get("requests") or ()),
+                requests=tuple(requests),
                 driver=driver_name,
                 parameters=opaque.get("parameters") or {},
                 index=i,
             )
         )
-    reserved = tuple(r.get("uid", "") for r in status.get("reservedFor") or ())
+    reserved = tuple(_mapping(r, f"{ref}: status.reservedFor[{i}]").get("uid", "")
+                     for i, r in enumerate(_list(status.get("reservedFor"), f"{ref}: status.reservedFor")))
     return ClaimAllocation(uid, namespace, name, tuple(results), tuple(configs), reserved)
 
 

@@ -27,7 +27,7 @@ from decimal import Decimal
 import attrs
 
 from ascend_dra.checkpoint import ClaimRecord, DeviceRecord, UnreadableRecord
-from ascend_dra.model import AllocatedDevice, CounterSet, Device, canonical_quantity, parse_quantity
+from ascend_dra.model import AllocatedDevice, Capacity, CounterSet, Device, canonical_quantity, parse_quantity
 
 __all__ = ("CounterIndex", "GuardError", "Hold", "HoldIndex", "check_counters", "check_free")
 
@@ -119,9 +119,13 @@ def check_free(ref: str, result: AllocatedDevice, device: Device, taken: HoldInd
                          "exclusively (it was allocated while the device allowed one allocation only)")
     for name, asked in result.consumed_capacity.items():
         try:
-            parse_quantity(asked)
+            amount = parse_quantity(asked)
         except ValueError as exc:
             raise GuardError(f"{ref}: consumedCapacity {name} of device {result.device}: {exc}") from None
+        capacity = device.capacities.get(name)  # a capacity the device lacks is not summed below
+        problem = None if capacity is None else _outside_policy(amount, capacity)
+        if problem is not None:
+            raise GuardError(f"{ref}: consumedCapacity {name} {asked} of device {result.device} {problem}")
     for name, capacity in device.capacities.items():
         # Holds in the checkpoint and earlier results of this claim were checked already.
         used = sum((parse_quantity(h.device.consumed_capacity[name]) for h in holds
@@ -133,6 +137,34 @@ def check_free(ref: str, result: AllocatedDevice, device: Device, taken: HoldInd
         if used + parse_quantity(asked) > total:
             raise GuardError(f"{ref}: device {result.device} capacity {name}: {asked} requested but only "
                              f"{canonical_quantity(int(total - used))} of {capacity.value} is free")
+
+
+def _outside_policy(amount: Decimal, capacity: Capacity) -> str | None:
+    """Why ``amount`` is not a value the scheduler can have booked of ``capacity``, or None.
+
+    The scheduler books a request rounded up to the capacity's request policy (KEP-5075
+    ``DeviceCapacity.requestPolicy``): a negative amount, or one outside the policy's valid values
+    or range, came from a foreign allocator or a hand-written claim, and summed with the others it
+    would let a device be over-booked (-100 then 64 and 64 of 64 containers fit).
+    """
+    if amount < 0:
+        return "is negative"
+    policy = capacity.request_policy
+    if policy is None:
+        return None
+    if policy.valid_values:
+        if all(parse_quantity(v) != amount for v in policy.valid_values):
+            return f"is not one of the device's valid values ({', '.join(policy.valid_values)})"
+        return None
+    low = parse_quantity(policy.valid_range_min) if policy.valid_range_min is not None else None
+    high = parse_quantity(policy.valid_range_max) if policy.valid_range_max is not None else None
+    step = parse_quantity(policy.valid_range_step) if policy.valid_range_step is not None else None
+    allowed = (f"from {policy.valid_range_min}" + (f" to {policy.valid_range_max}" if high is not None else "")
+               + (f" in steps of {policy.valid_range_step}" if step else ""))
+    if (low is not None and amount < low) or (high is not None and amount > high) or \
+            (step and low is not None and (amount - low) % step):
+        return f"is outside the device's valid range ({allowed})"
+    return None
 
 
 class CounterIndex:

@@ -63,6 +63,48 @@ def test_parse_claim_of_a_claim_with_only_other_drivers_has_no_results():
     assert (claim.results, claim.configs) == ((), ())
 
 
+@pytest.mark.parametrize(("results", "configs", "message"), [
+    ([result("npu", "npu-0-0", adminAccess="false")], [],
+     "results[0].adminAccess must be true or false, not 'false'"),
+    ([result("npu", "npu-0-0")], [{**fake_config(), "requests": "npu"}],
+     "config[0].requests must be a list, not str 'npu'"),
+    ([result("npu", "npu-0-0")], [fake_config(requests=["npu", 3])],
+     "config[0].requests must be a list of request names"),
+    ("npu-0-0", [], "results[0] must be an object, not str 'npu-0-0'"),
+    ([result("npu", "npu-0-0")], ["FakeConfig"], "config[0] must be an object, not str 'FakeConfig'"),
+    ([result("npu", "npu-0-0", shareID=7)], [], "results[0].shareID must be a non-empty string, not 7"),
+    ([result("npu", "npu-0-0", shareID="x", consumedCapacity=["cores"])], [],
+     "results[0].consumedCapacity must be an object"),
+    ([result("npu", "npu-0-0", shareID="x", consumedCapacity={"cores": True})], [],
+     "results[0].consumedCapacity.cores must be a Quantity string"),
+], ids=["adminAccess string", "requests string", "requests not names", "result string", "config string",
+        "shareID number", "consumedCapacity list", "consumedCapacity bool"])
+def test_parse_claim_refuses_fields_of_the_wrong_type_naming_them(results, configs, message):
+    """A hand-written claim file is not checked by an API server: ``adminAccess: "false"`` was read
+    as admin access (skipping the double-allocation guard) and ``requests: npu`` as the requests
+    n, p and u (an audit of bad claims)."""
+    obj = claim_object("c", uid=UID, results=[] if isinstance(results, str) else results, configs=configs)
+    if isinstance(results, str):
+        obj["status"]["allocation"]["devices"]["results"] = [results]
+    with pytest.raises(ClaimError) as refused:
+        parse_claim(obj, DRIVER)
+    assert f"ResourceClaim default/c: status.allocation.devices.{message}" in str(refused.value)
+
+
+def test_parse_claim_reads_a_plain_number_as_a_quantity():
+    obj = claim_object("c", uid=UID, results=[result("npu", "npu-0-0", shareID="x",
+                                                     consumedCapacity={"cores": 25, "memory": 0.5})])
+    [share] = parse_claim(obj, DRIVER).results
+    assert share.consumed_capacity == {"cores": "25", "memory": "0.5"}
+
+
+@pytest.mark.parametrize("meta", [{"name": "c", "namespace": "default", "uid": 5},
+                                  {"name": ["c"], "namespace": "default", "uid": UID}])
+def test_parse_claim_refuses_metadata_of_the_wrong_type(meta):
+    with pytest.raises(ClaimError, match=r"metadata\.(uid|name) must be a string"):
+        parse_claim({"kind": "ResourceClaim", "metadata": meta}, DRIVER)
+
+
 def test_base_request_strips_the_subrequest():
     assert AllocatedDevice("share/small", DRIVER, "node-1", "npu-1-0").base_request == "share"
     assert AllocatedDevice("npu", DRIVER, "node-1", "npu-1-0").base_request == "npu"

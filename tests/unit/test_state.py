@@ -29,6 +29,7 @@ from ascend_dra.profiles.base import (
 from ascend_dra.profiles.base import (
     ApplyContext,
     Capacity,
+    CapacityRequestPolicy,
     ContainerEdits,
     Device,
     Inventory,
@@ -378,6 +379,41 @@ async def test_a_claims_consumed_capacity_never_fails_the_batch(tmp_path, memory
     assert isinstance(results[good["metadata"]["uid"]], list)
     got = results[odd["metadata"]["uid"]]
     assert isinstance(got, list if outcome == "prepared" else PrepareError)
+
+
+class PolicyProfile(SharedProfile):
+    """``vnpu-0`` with request policies (KEP-5075): cores 1-100 in steps of 1, one container a share."""
+
+    async def discover(self, ctx: ProfileContext) -> Inventory:
+        return Inventory(devices=(Device("vnpu-0", capacities={
+            "memory": Capacity("32Gi"),
+            "cores": Capacity("100", CapacityRequestPolicy(default="10", valid_range_min="1", valid_range_max="100",
+                                                           valid_range_step="1")),
+            "containers": Capacity("2", CapacityRequestPolicy(default="1", valid_values=("1",))),
+        }, allow_multiple_allocations=True),), source="simulated")
+
+
+@pytest.mark.parametrize(("consumed", "message"), [
+    ({"memory": "-100Gi"}, "consumedCapacity memory -100Gi of device vnpu-0 is negative"),
+    ({"cores": "-50"}, "consumedCapacity cores -50 of device vnpu-0 is negative"),
+    ({"cores": "0.5"}, "consumedCapacity cores 0.5 of device vnpu-0 is outside the device's valid range (from 1 to "
+                       "100 in steps of 1)"),
+    ({"containers": "-1"}, "consumedCapacity containers -1 of device vnpu-0 is negative"),
+    ({"containers": "2"}, "consumedCapacity containers 2 of device vnpu-0 is not one of the device's valid values (1)"),
+], ids=["negative memory", "negative cores", "off the range's step", "negative count", "not a valid value"])
+async def test_a_consumed_capacity_the_scheduler_cannot_have_booked_is_refused(tmp_path, consumed, message):
+    """A negative amount summed with the others let a chip be over-booked (-100, then 64 and 64 of a
+    64-container chip were all prepared); the scheduler books only values of the request policy (an
+    audit of bad claims)."""
+    state = await make_state(tmp_path, {"shared": PolicyProfile()})
+    odd = share("vnpu-0", "1Gi", "10")
+    odd["consumedCapacity"].update(consumed)
+    claim = write_claim(tmp_path, claim_object("odd", results=[odd]))
+    assert str((await state.prepare([ref(claim)]))[claim["metadata"]["uid"]]) == f"ResourceClaim default/odd: {message}"
+    assert on_disk(tmp_path).claims == {}
+    # The device's whole capacity is still free for claims the scheduler could have made.
+    full = write_claim(tmp_path, claim_object("full", results=[share("vnpu-0", "32Gi", "100")]))
+    assert isinstance((await state.prepare([ref(full)]))[full["metadata"]["uid"]], list)
 
 
 # -- side effects -----------------------------------------------------------------------------------
