@@ -388,11 +388,17 @@ def decode_records(raw_claims: Mapping[str, Any], *, boot_id: str = "") -> Check
 
 
 def _names_no_claim(doc: Any) -> bool:
-    """Whether a damaged document provably records no claim (so setting it aside loses nothing)."""
+    """Whether a damaged document provably records no claim (so setting it aside loses nothing):
+    nothing at all, or a ``data`` object whose ``claims`` is there and empty. A missing ``data`` or
+    ``claims`` proves nothing: one flipped bit in the key's name hides every record under it."""
     if not isinstance(doc, dict):
         return doc is None or doc == [] or doc == ""
+    if not doc:
+        return True
+    if "data" in doc and doc["data"] is None:
+        return True
     data = doc.get("data")
-    return data is None or (isinstance(data, dict) and not data.get("claims"))
+    return isinstance(data, dict) and data.get("claims", None) in ({}, None) and "claims" in data
 
 
 def load(path: Path) -> CheckpointData:
@@ -405,6 +411,9 @@ def load(path: Path) -> CheckpointData:
     try:
         blob = path.read_bytes()
     except FileNotFoundError:
+        if path.is_symlink():  # a link to a volume not mounted yet: its records are somewhere
+            raise CheckpointCorrupt(path, f"it is a symbolic link to {os.readlink(path)}, which does not exist "
+                                    "(a volume not mounted?)") from None
         return CheckpointData()
     return decode(blob, path)
 

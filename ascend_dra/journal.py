@@ -14,9 +14,16 @@ journal applied in order. A compaction writes a new snapshot (atomic replace) an
 journal; a crash between the two replays the old journal over the new snapshot, which gives the
 same state again, since the journal's last change of each claim is what the snapshot holds.
 
-Reading: a line that fails its checksum is a torn append if it is the last one (the write was never
-acknowledged: it is dropped and cut off before the next append), and damage anywhere else
-(:class:`~ascend_dra.checkpoint.CheckpointCorrupt`). All functions block: call them from a worker thread.
+Reading tells a torn append (a write never acknowledged: dropped, and cut off before the next
+append) from damage (:class:`~ascend_dra.checkpoint.CheckpointCorrupt`, start-up refuses) by what a
+crash can leave. An append writes whole lines past the end of the file and fdatasyncs; a crash before
+the fdatasync returns leaves a last piece without its newline, or pages of the new bytes unwritten,
+which read back as NUL bytes (the file was extended, so there is no older content to show). Every
+later write's fdatasync would have flushed those pages, so such a hole is always in the last write,
+and it and everything after it are dropped. A complete line that fails its checksum without a NUL in
+it (a flipped bit), a header that is not ours, and a line that is neither a record nor a deletion
+are damage, wherever they are: dropping them would forget an acknowledged claim.
+All functions block: call them from a worker thread.
 """
 
 from __future__ import annotations
@@ -97,22 +104,37 @@ def _parse(path: Path, blob: bytes, start: int) -> JournalContents:
     """The lines of ``blob``, which begins at byte ``start`` of the file (0: with the header)."""
     changes: list[tuple[str, Any]] = []
     offset = 0
+    first = blob.split(b"\n", 1)[0]
+    if start == 0 and blob and (b"\n" not in blob or _line(first[33:])[:32] != first[:32]):
+        # The header is written alone, into an empty journal (a new one, or after a compaction whose
+        # snapshot holds every change), so a crash can cut only the header itself short.
+        if len(blob) <= len(_HEADER_LINE) and _HEADER_LINE.startswith(blob.rstrip(b"\0")):
+            return JournalContents((), 0, True)
+        raise CheckpointCorrupt(path, "the journal's first line is not its header (the file was modified or damaged)")
     lines = blob.split(b"\n")
+    where = f" after byte {start}" if start else ""
     for number, line in enumerate(lines[:-1], start=1):  # the last piece has no newline: torn or empty
         payload = line[33:]
         if len(line) < 34 or line[32:33] != b" " or _line(payload)[:32] != line[:32]:
-            if number == len(lines) - 1:  # the last complete-looking line: an append cut short
+            if b"\0" in line:  # pages of the last, unacknowledged write that never reached the disk
                 return JournalContents(tuple(changes), start + offset, True)
-            raise CheckpointCorrupt(path, f"line {number} {'after byte ' + str(start) + ' ' if start else ''}"
-                                    "of the journal fails its checksum (the file was modified or damaged)")
+            raise CheckpointCorrupt(path, f"line {number}{where} of the journal fails its checksum (the file was "
+                                    "modified or damaged)")
         entry = orjson.loads(payload)
         if number == 1 and start == 0:
             if entry != _HEADER:
                 raise CheckpointCorrupt(path, f"the journal's header is {entry!r}, not {_HEADER!r}")
         elif not isinstance(entry, dict) or not isinstance(entry.get("uid"), str):
-            raise CheckpointCorrupt(path, f"line {number} of the journal is not a claim record change")
+            raise CheckpointCorrupt(path, f"line {number}{where} of the journal is not a claim record change")
+        elif entry.get("deleted") is True and "record" not in entry:
+            changes.append((entry["uid"], None))
+        elif isinstance(entry.get("record"), dict) and "deleted" not in entry:
+            changes.append((entry["uid"], entry["record"]))
         else:
-            changes.append((entry["uid"], None if entry.get("deleted") else entry.get("record")))
+            # Not one of the two changes this release writes: another release's. Skipping it could
+            # forget a claim, and reading it as a deletion would.
+            raise CheckpointCorrupt(path, f"line {number}{where} of the journal is neither a record nor a deletion "
+                                    f"(keys {', '.join(sorted(entry))}; written by another ascend-dra release?)")
         offset += len(line) + 1
     return JournalContents(tuple(changes), start + offset, offset != len(blob))
 

@@ -263,6 +263,11 @@ def test_fields_of_a_newer_release_survive_a_rewrite(tmp_path):
     (b'{"kind":"AscendDRACheckpoint","version":1,"checksum":"sha256:00","data":{"claims":{"u":{}}}}', False),
     (b'{"kind":"AscendDRACheckpoint","version":1,"checksum":"sha256:00","data":{"claims"', False),
     (b"null", True),
+    # One flipped bit in a key's name hid every record under it, and the file was set aside as
+    # empty: start-up forgot the claims, removed their specs and gave their devices away (an audit).
+    (b'{"kind":"AscendDRACheckpoint","version":1,"checksum":"sha256:00","d`ta":{"claims":{"u":{}}}}', False),
+    (b'{"kind":"AscendDRACheckpoint","version":1,"checksum":"sha256:00","data":{"cla)ms":{"u":{}}}}', False),
+    (b'{"kind":"AscendDRACheckpoint","version":1,"checksum":"sha256:00","data":{"boot_id":"b"}}', False),
 ])
 def test_a_damaged_file_says_whether_it_records_any_claim(tmp_path, blob, nothing):
     path = tmp_path / ckpt.CHECKPOINT_FILE
@@ -270,6 +275,17 @@ def test_a_damaged_file_says_whether_it_records_any_claim(tmp_path, blob, nothin
     with pytest.raises(CheckpointCorrupt) as raised:
         ckpt.load(path)
     assert raised.value.records_nothing is nothing
+
+
+def test_a_checkpoint_that_links_to_nothing_is_not_an_empty_checkpoint(tmp_path):
+    """A link to a volume not mounted yet read as "no checkpoint": start-up began empty (an audit)."""
+    path = tmp_path / ckpt.CHECKPOINT_FILE
+    path.symlink_to(tmp_path / "unmounted" / "checkpoint.json")
+    with pytest.raises(CheckpointCorrupt) as raised:
+        ckpt.load(path)
+    assert raised.value.reason == (f"it is a symbolic link to {tmp_path}/unmounted/checkpoint.json, which does not "
+                                   "exist (a volume not mounted?)")
+    assert raised.value.records_nothing is False
 
 
 def test_data_that_is_not_an_object_of_records_is_corrupt(tmp_path):

@@ -9,6 +9,7 @@ import threading
 
 import anyio
 import attrs
+import orjson
 import pytest
 
 from ascend_dra import checkpoint as ckpt
@@ -76,6 +77,65 @@ def test_a_damaged_line_before_the_last_is_corrupt(tmp_path):
     with pytest.raises(CheckpointCorrupt) as raised:
         jr.read(path)
     assert raised.value.reason == "line 2 of the journal fails its checksum (the file was modified or damaged)"
+
+
+def _two_appends(path) -> tuple[bytes, int]:
+    journal = opened(path)
+    journal.append(jr.change_lines([("a", record("a"))]))
+    good = path.stat().st_size
+    journal.append(jr.change_lines([("b", record("b")), ("c", record("c"))]))
+    journal.close()
+    return path.read_bytes(), good
+
+
+def test_a_flipped_bit_in_the_last_acknowledged_line_is_damage_not_a_torn_append(tmp_path):
+    """The last line of the last append was fdatasynced and answered: cutting it off as torn forgot
+    a prepared claim, whose spec start-up then removed and whose device it gave away (an audit of
+    faults)."""
+    path = tmp_path / jr.JOURNAL_FILE
+    blob, _ = _two_appends(path)
+    path.write_bytes(blob[:-20] + bytes([blob[-20] ^ 0x01]) + blob[-19:])
+    with pytest.raises(CheckpointCorrupt) as raised:
+        jr.read(path)
+    assert raised.value.reason == "line 4 of the journal fails its checksum (the file was modified or damaged)"
+
+
+def test_a_hole_of_nul_bytes_in_the_last_append_drops_it_from_the_hole_on(tmp_path):
+    """A crash before the fdatasync returned may leave pages of the new bytes unwritten (NULs), also
+    before the append's last line: that append was never acknowledged."""
+    path = tmp_path / jr.JOURNAL_FILE
+    blob, good = _two_appends(path)
+    hole = good + 40  # inside b's line; c's line after it is intact
+    path.write_bytes(blob[:hole] + b"\0" * 30 + blob[hole + 30:])
+    contents = jr.read(path)
+    assert [uid for uid, _ in contents.changes] == ["a"]
+    assert (contents.good_size, contents.torn_tail) == (good, True)
+
+
+@pytest.mark.parametrize("damage", ["zeroed", "garbage"])
+def test_a_journal_whose_header_is_gone_is_damage_unless_only_the_header_was_being_written(tmp_path, damage):
+    path = tmp_path / jr.JOURNAL_FILE
+    blob, _ = _two_appends(path)
+    path.write_bytes(b"\0" * len(blob) if damage == "zeroed" else b"x" + blob[1:])
+    with pytest.raises(CheckpointCorrupt, match="the journal's first line is not its header"):
+        jr.read(path)
+    for torn in (jr._HEADER_LINE[:10], b"\0" * len(jr._HEADER_LINE), jr._HEADER_LINE[:20] + b"\0" * 5):
+        path.write_bytes(torn)  # a crash while a new or just emptied journal got its header: nothing in it
+        assert jr.read(path) == jr.JournalContents((), 0, True)
+
+
+@pytest.mark.parametrize("entry", [{"uid": "a", "annotate": {"x": 1}}, {"uid": "a", "record": None},
+                                   {"uid": "a", "record": ["x"]}, {"uid": "a", "deleted": True, "record": {}}],
+                         ids=["another kind", "null record", "record not an object", "both"])
+def test_a_line_that_is_neither_a_record_nor_a_deletion_is_damage_not_a_deletion(tmp_path, entry):
+    """Any line without ``record`` was read as "claim deleted": a newer release's line kind made an
+    older one forget claim a and give its device away (an audit of faults)."""
+    path = tmp_path / jr.JOURNAL_FILE
+    _two_appends(path)
+    with path.open("ab") as f:
+        f.write(jr._line(orjson.dumps(entry)))
+    with pytest.raises(CheckpointCorrupt, match="line 5 of the journal is neither a record nor a deletion"):
+        jr.read(path)
 
 
 def test_a_journal_with_another_header_is_corrupt(tmp_path):
