@@ -49,8 +49,9 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644, *, durable: bool = 
             tmp.unlink()
         except OSError:
             pass
-        if isinstance(exc, OSError) and exc.filename == os.fspath(tmp):
-            exc.filename = os.fspath(path)  # name the file the caller asked for, not our temp file
+        if isinstance(exc, OSError) and exc.filename in (None, os.fspath(tmp)):
+            # name the file the caller asked for, not our temp file; a write or fsync names none
+            exc.filename = os.fspath(path)
         raise
     if durable:
         fsync_dir(path.parent)

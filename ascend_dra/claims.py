@@ -12,9 +12,9 @@ a path or a CDI name (docs/architecture.md#durable-state).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import yaml
 
@@ -28,6 +28,7 @@ __all__ = (
     "StandaloneClaimSource",
     "check_claim_ref",
     "parse_claim",
+    "unique_refs",
 )
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -114,6 +115,23 @@ def _quantity(value: Any, where: str) -> str:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)
     raise ClaimError(f"{where} must be a Quantity string (e.g. \"4Gi\", \"10\"), not {value!r:.60}")
+
+
+_Ref = TypeVar("_Ref", bound="_HasUid")
+
+
+class _HasUid(Protocol):
+    @property
+    def uid(self) -> str: ...
+
+
+def unique_refs(refs: Sequence[_Ref]) -> list[_Ref]:
+    """``refs`` with each uid once (its first mention): a uid named twice in one call is one claim,
+    prepared or unprepared once (twice, the second Unprepare of it failed the whole call)."""
+    seen: dict[str, _Ref] = {}
+    for ref in refs:
+        seen.setdefault(ref.uid, ref)
+    return list(seen.values())
 
 
 def parse_claim(obj: Any, driver_name: str) -> ClaimAllocation:

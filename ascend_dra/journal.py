@@ -213,6 +213,10 @@ class Journal:
         :raises OSError: nothing was appended (a partial write is cut off again, best effort).
         """
         assert self._fd is not None, "journal not open"
+        # Empty: a header write failed after the file was truncated (a compaction on a failing disk).
+        header = self._size == 0
+        if header:
+            data = _HEADER_LINE + data
         try:
             view = memoryview(data)
             offset = self._size
@@ -227,7 +231,7 @@ class Journal:
                 pass
             raise
         self._size += len(data)
-        self.lines += data.count(b"\n")
+        self.lines += data.count(b"\n") - header
 
     def reset(self) -> None:
         """Empty the journal (after a snapshot that holds its changes was written)."""
@@ -237,10 +241,13 @@ class Journal:
     def _rewrite_header(self) -> None:
         assert self._fd is not None
         os.ftruncate(self._fd, 0)
+        # Empty now, whatever happens next: if the header write fails, the next append writes the
+        # header first, instead of appending at the old size after a hole (which reads as damage).
+        self._size = 0
+        self.lines = 0
         os.pwrite(self._fd, _HEADER_LINE, 0)
         os.fdatasync(self._fd)
         self._size = len(_HEADER_LINE)
-        self.lines = 0
 
     def close(self) -> None:
         if self._fd is not None:

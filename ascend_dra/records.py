@@ -249,8 +249,10 @@ class ClaimRecords:
                     await self._on_writer(self._write_snapshot, self.table.snapshot_claims())
                 elif changes:
                     await self._on_writer(self.journal.append, change_lines(changes))
-            except BaseException:
+            except BaseException as exc:
                 self.table.requeue(uid for uid, _ in changes)
+                if isinstance(exc, OSError) and exc.filename is None:
+                    exc.filename = str(self.journal.path)  # a write on the open fd names no file
                 raise
             self._durable = max(self._durable, version)
 

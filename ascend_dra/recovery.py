@@ -65,7 +65,13 @@ class RecoveryMixin:
         # Start from a fresh snapshot when anything changed (journal entries, rollbacks, a reboot),
         # so an older release that reads only the snapshot sees this state too.
         if journal.changes or self._records.has_dirty or data.boot_id != self.boot_id:
-            await self._save(compact=True)
+            try:
+                await self._save(compact=True)
+            except OSError as exc:
+                # A full or read-only state disk must not keep the node from serving the claims the
+                # files hold (replays need no write); the changes stay pending for the next write.
+                log.warning("compacting the checkpoint at start-up failed; serving from the snapshot and "
+                            "the journal, the next write retries", extra={"error": describe_error(exc)})
 
     async def _remove_orphan_specs(self: DeviceState) -> None:
         """Remove per-claim specs of our kinds that no record names; a failure is retried later.
@@ -137,7 +143,7 @@ class RecoveryMixin:
         even when present (start-up: node name or driver name may have changed)."""
         self.cdi.ensure_root()
         file = naming.common_spec_file(kind)
-        if rewrite or not self.cdi.path(file).exists():
+        if rewrite or not self.cdi.path(file).is_file():
             edits = ContainerEdits(env=(f"ASCEND_DRA_NODE_NAME={self.node_name}",
                                         f"ASCEND_DRA_DRIVER_NAME={self.driver_name}"))
             self.cdi.write(file, Spec(kind, (CdiDevice(naming.COMMON_DEVICE, edits),)))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import math
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -180,8 +181,9 @@ class Settings:
         if self.fake_devices < 0:
             found.append(f"--fake-devices {self.fake_devices} must be 0 or more")
         for name in ("discovery_timeout", "rediscover_interval", "health_interval"):
-            if getattr(self, name) <= 0:
-                found.append(f"--{name.replace('_', '-')} {getattr(self, name)} must be more than 0 seconds")
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):  # nan passed `<= 0`
+                found.append(f"--{name.replace('_', '-')} {getattr(self, name)} must be a number of seconds, more "
+                             "than 0")
         if self.standalone is None and not found:  # a kubelet checks these only in cluster mode
             found += endpoint_problems(str(self.dra_socket), str(self.kubelet_root_dir))
         return found

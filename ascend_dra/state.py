@@ -41,7 +41,7 @@ from ascend_dra.cdi import naming
 from ascend_dra.cdi.spec import Spec
 from ascend_dra.cdi.store import CdiStore
 from ascend_dra.checkpoint import ClaimRecord
-from ascend_dra.claims import ClaimError, ClaimSource, PrepareError, check_claim_ref
+from ascend_dra.claims import ClaimError, ClaimSource, PrepareError, check_claim_ref, unique_refs
 from ascend_dra.faults import crash_point
 from ascend_dra.journal import Journal
 from ascend_dra.model import ClaimAllocation, Inventory, PreparedDevice
@@ -63,6 +63,10 @@ class ClaimRef:
     namespace: str
     name: str
     uid: str
+
+
+class GuardRefusal(PrepareError):
+    """A claim the double-allocation guard refused (its message names the device and the holder)."""
 
 
 class DeviceState(RecoveryMixin, UnprepareMixin):
@@ -154,8 +158,12 @@ class DeviceState(RecoveryMixin, UnprepareMixin):
     async def prepare(self, refs: Sequence[ClaimRef]) -> dict[str, list[PreparedDevice] | Exception]:
         """Prepare a batch of claims; return ``{claim uid: devices or the claim's error}``.
 
-        Never raises for one claim's problem; every requested uid gets an entry.
+        Never raises for one claim's problem; every requested uid gets an entry (a uid named twice
+        is prepared once). A claim refused by the guard while a claim planned before it in this call
+        held the device is planned again if that claim's Prepare then failed: one bad claim does not
+        fail another by a reservation it no longer has.
         """
+        refs = unique_refs(refs)
         results: dict[str, list[PreparedDevice] | Exception] = {}
         fetched: dict[str, ClaimAllocation] = {}
 
@@ -184,6 +192,7 @@ class DeviceState(RecoveryMixin, UnprepareMixin):
         # what fetch() saw; a claim it skipped as prepared, and no longer is, is fetched below.
         async with self._lock_claims(ref.uid for ref in refs if ref.uid not in results), self.store.exclusive():
             plans: list[Plan] = []
+            refused: list[ClaimRef] = []  # by the guard, while claims of this call held devices
             for ref in refs:
                 if ref.uid in results:
                     continue
@@ -209,37 +218,60 @@ class DeviceState(RecoveryMixin, UnprepareMixin):
                     await fetch(ref)
                     if ref.uid in results:
                         continue
-                # From here to the PrepareStarted record nothing awaits: the guard's view of which
-                # devices are taken and this claim's reservation are one atomic step for the loop.
-                try:
-                    plan = self.planner.plan(fetched[ref.uid], self._holds)
-                except (guard.GuardError, PlanError) as exc:
-                    results[ref.uid] = PrepareError(str(exc))
-                    continue
-                except ConfigError as exc:
-                    results[ref.uid] = PrepareError(f"{where}: invalid opaque config: {exc}")
-                    continue
-                except (PrepareError, ClaimError) as exc:
-                    results[ref.uid] = exc
-                    continue
-                except Exception as exc:  # a bug in a profile or in us: this claim fails, not the batch
-                    log.exception("planning a claim failed", extra={"claim_uid": ref.uid})
-                    results[ref.uid] = PrepareError(f"{where}: {type(exc).__name__}: {exc}")
-                    continue
-                c = plan.claim
-                # A profile whose side effects will run is recorded first with no result: a crash
-                # inside its hook then still rolls back through unprepare_side_effects(None, ctx).
-                pending = {p: None for p in plan.groups if self._hook(p, "prepare_side_effects") is not None}
-                self._records[c.uid] = ClaimRecord(c.uid, c.namespace, c.name, ckpt.PREPARE_STARTED, self.boot_id,
-                                                   plan.devices, tuple(plan.specs), side_effects=pending,
-                                                   device_nodes=plan.device_nodes)
-                plans.append(plan)
-            if plans:
-                await self._prepare_plans(plans, results)
+                plan = self._reserve(fetched[ref.uid], results)
+                if plan is not None:
+                    plans.append(plan)
+                elif plans and isinstance(results[ref.uid], GuardRefusal):
+                    refused.append(ref)
+            if plans and await self._prepare_plans(plans, results) and refused:
+                again = []
+                for ref in refused:
+                    del results[ref.uid]
+                    plan = self._reserve(fetched[ref.uid], results)
+                    if plan is not None:
+                        again.append(plan)
+                if again:
+                    await self._prepare_plans(again, results)
         return results
 
-    async def _prepare_plans(self, plans: list[Plan], results: dict[str, Any]) -> None:
-        """Make the reserved (PrepareStarted, in memory) claims of ``plans`` durable, then prepared."""
+    def _reserve(self, claim: ClaimAllocation, results: dict[str, Any]) -> Plan | None:
+        """Plan ``claim`` and reserve its devices (a PrepareStarted record, in memory); or put the
+        claim's error in ``results`` (a :class:`GuardRefusal` when the guard refused it) and return None.
+
+        Nothing awaits here: the guard's view of which devices are taken and this claim's
+        reservation are one atomic step for the loop.
+        """
+        where = f"ResourceClaim {claim.namespace}/{claim.name}"
+        try:
+            plan = self.planner.plan(claim, self._holds)
+        except guard.GuardError as exc:
+            results[claim.uid] = GuardRefusal(str(exc))
+            return None
+        except PlanError as exc:
+            results[claim.uid] = PrepareError(str(exc))
+            return None
+        except ConfigError as exc:
+            results[claim.uid] = PrepareError(f"{where}: invalid opaque config: {exc}")
+            return None
+        except (PrepareError, ClaimError) as exc:
+            results[claim.uid] = exc
+            return None
+        except Exception as exc:  # a bug in a profile or in us: this claim fails, not the batch
+            log.exception("planning a claim failed", extra={"claim_uid": claim.uid})
+            results[claim.uid] = PrepareError(f"{where}: {type(exc).__name__}: {exc}")
+            return None
+        c = plan.claim
+        # A profile whose side effects will run is recorded first with no result: a crash
+        # inside its hook then still rolls back through unprepare_side_effects(None, ctx).
+        pending = {p: None for p in plan.groups if self._hook(p, "prepare_side_effects") is not None}
+        self._records[c.uid] = ClaimRecord(c.uid, c.namespace, c.name, ckpt.PREPARE_STARTED, self.boot_id,
+                                           plan.devices, tuple(plan.specs), side_effects=pending,
+                                           device_nodes=plan.device_nodes)
+        return plan
+
+    async def _prepare_plans(self, plans: list[Plan], results: dict[str, Any]) -> bool:
+        """Make the reserved (PrepareStarted, in memory) claims of ``plans`` durable, then prepared;
+        return whether any of them failed (and so gave its devices back)."""
         crash_point("prepare:before-started-write")
         try:
             # The reservation must be durable before a side effect changes the node, so that a
@@ -249,11 +281,14 @@ class DeviceState(RecoveryMixin, UnprepareMixin):
                 await self._save()
         except OSError as exc:
             for plan in plans:
-                del self._records[plan.claim.uid]
-                results[plan.claim.uid] = PrepareError(f"writing the checkpoint: {exc}")
-            return
+                c = plan.claim
+                del self._records[c.uid]
+                results[c.uid] = PrepareError(f"ResourceClaim {c.namespace}/{c.name}: writing the checkpoint: "
+                                              f"{describe_error(exc)}")
+            return True
         crash_point("prepare:after-started-write")
         done = []
+        failed = False
         for plan in plans:
             c = plan.claim
             try:
@@ -269,29 +304,31 @@ class DeviceState(RecoveryMixin, UnprepareMixin):
             except Exception as exc:
                 log.warning("prepare failed; rolling back", extra={"claim_uid": c.uid, "error": str(exc)})
                 results[c.uid] = PrepareError(f"ResourceClaim {c.namespace}/{c.name}: {describe_error(exc)}")
-                try:
-                    await self._rollback(self._records[c.uid])
-                    del self._records[c.uid]
-                except Exception as rollback_exc:
-                    # The record stays PrepareStarted: the next Prepare of this claim, or the next
-                    # start-up, rolls it back again.
-                    log.error("rollback failed; will retry", extra={"claim_uid": c.uid, "error": str(rollback_exc)})
+                # On failure the record stays PrepareStarted (its devices held) and retry_cleanup,
+                # the claim's next Prepare or the next start-up rolls it back again.
+                await self._try_rollback(self._records[c.uid])
+                failed = True
                 continue
             self._records[c.uid] = attrs.evolve(self._records[c.uid], state=ckpt.PREPARE_COMPLETED)
             done.append(plan)
         try:
             await self._save()
         except OSError as exc:
-            # The specs exist but the checkpoint still says PrepareStarted: report the failure;
-            # the kubelet retries, and the retry rolls back and prepares again.
+            # The checkpoint does not say PrepareCompleted, so the kubelet is told the Prepare failed:
+            # then nothing of it may stay behind holding the devices (a reservation kept in memory
+            # refused other claims while the disk was full, and after). Roll each back now; one
+            # that resists stays PrepareStarted and is retried by retry_cleanup.
             for plan in done:
-                self._records[plan.claim.uid] = attrs.evolve(self._records[plan.claim.uid],
-                                                             state=ckpt.PREPARE_STARTED)
-                results[plan.claim.uid] = PrepareError(f"writing the checkpoint: {exc}")
-            return
+                c = plan.claim
+                results[c.uid] = PrepareError(f"ResourceClaim {c.namespace}/{c.name}: writing the checkpoint: "
+                                              f"{describe_error(exc)}")
+                self._records[c.uid] = attrs.evolve(self._records[c.uid], state=ckpt.PREPARE_STARTED)
+                await self._try_rollback(self._records[c.uid])
+            return True
         crash_point("prepare:after-completed-write")
         for plan in done:
             results[plan.claim.uid] = self._prepared_devices(self._records[plan.claim.uid])
+        return failed
 
     def _foreign_record_error(self, uid: str, where: str) -> PrepareError | None:
         """The error for a claim whose record another release wrote in a way we cannot honour."""
@@ -329,7 +366,10 @@ class DeviceState(RecoveryMixin, UnprepareMixin):
                 self._write_specs(plan.specs)
                 self._records[record.uid] = attrs.evolve(record, boot_id=self.boot_id, side_effects=side_effects,
                                                          device_nodes=plan.device_nodes)
-                await self._save()
+                try:
+                    await self._save()
+                except OSError as exc:  # the spec is written; it is the checkpoint that failed
+                    raise PrepareError(f"{where}: writing the checkpoint: {describe_error(exc)}") from None
                 log.info("re-created the CDI spec of a prepared claim", extra={"claim_uid": record.uid,
                                                                                "rebooted": rebooted})
             elif missing:  # only common specs (or the whole dir) went away
@@ -348,9 +388,9 @@ class DeviceState(RecoveryMixin, UnprepareMixin):
         return {cdi_id.partition("=")[0] for d in record.devices for cdi_id in d.cdi_device_ids}
 
     def _missing_spec_files(self, record: ClaimRecord) -> list[str]:
-        """Spec files that the record's CDI ids need and that are not on disk (blocking)."""
+        """Spec files that the record's CDI ids need and that are not on disk as files (blocking)."""
         files = [*record.cdi_specs, *(naming.common_spec_file(k) for k in sorted(self._kinds_of(record)))]
-        return [f for f in files if not self.cdi.path(f).exists()]
+        return [f for f in files if not self.cdi.path(f).is_file()]  # a directory there resolves nothing
 
     def _check_answer(self, record: ClaimRecord) -> None:
         """The last check before an answer: every spec file its CDI ids need is on disk and every
@@ -361,8 +401,8 @@ class DeviceState(RecoveryMixin, UnprepareMixin):
         where = f"ResourceClaim {record.namespace}/{record.name}"
         missing = self._missing_spec_files(record)
         if missing:
-            raise PrepareError(f"{where}: CDI spec files {', '.join(missing)} are missing under {self.cdi.root} "
-                               "right after they were written (is something removing them?)")
+            raise PrepareError(f"{where}: CDI spec files {', '.join(missing)} are missing under {self.cdi.root} (or "
+                               "are not regular files) right after they were written (is something removing them?)")
         absent = self.planner.absent_nodes(record.device_nodes)
         if absent:
             raise PrepareError(f"{where}: device nodes {', '.join(absent)} named by its CDI spec no longer exist "

@@ -22,11 +22,14 @@ certificate reload possible), and its client does the webhook's few API calls to
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
+import attrs
 from aiohttp import web
 from anyio.abc import TaskStatus
 
@@ -170,19 +173,60 @@ def _port(site: web.BaseSite) -> int:
     return int(server.sockets[0].getsockname()[1])
 
 
-def prepare(settings: WebhookSettings) -> tuple[WebhookMetrics, ServingCertificate, dict[str, Profile]]:
-    """What must work before serving: the certificate pair and the profiles.
+@attrs.frozen
+class Prepared:
+    """What :func:`prepare` made: the metrics, the certificate, the profiles and the bound listeners
+    (``metrics_listener`` None without ``--metrics-port``)."""
 
+    metrics: WebhookMetrics
+    certificate: ServingCertificate
+    profiles: dict[str, Profile]
+    listener: socket.socket
+    metrics_listener: socket.socket | None
+
+
+def _listen(flag: str, address: str, port: int) -> socket.socket:
+    """:raises ValueError: one line naming ``flag`` (in use, not an address of this host, no permission)."""
+    try:
+        return tcp_listener(address, port)
+    except OSError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)  # create_server appends the address again
+        raise ValueError(f"{flag} {port}: cannot listen on {address}:{port}: {reason}") from None
+
+
+def listeners(settings: WebhookSettings) -> tuple[socket.socket, socket.socket | None]:
+    """The bound webhook and metrics sockets (the second None without ``--metrics-port``): bound
+    before anything else starts, so that a port in use is one line, not an error inside the
+    server's task group after the start-up log.
+
+    :raises ValueError: a port cannot be bound (the message names its flag).
+    """
+    listener = _listen("--port", settings.address, settings.port)
+    try:
+        return listener, (None if settings.metrics_port is None else
+                          _listen("--metrics-port", settings.metrics_address, settings.metrics_port))
+    except BaseException:
+        listener.close()
+        raise
+
+
+def prepare(settings: WebhookSettings, bound: tuple[socket.socket, socket.socket | None] | None = None) -> Prepared:
+    """What must work before serving: the certificate pair, the profiles and the listening sockets.
+
+    :param bound: from :func:`listeners`; bound here when None.
     :raises TlsError: the certificate or key cannot be used.
+    :raises ValueError: a port cannot be bound (the message names its flag).
     :raises SystemExit: a named profile is missing or broken (the message names it).
     """
     metrics = WebhookMetrics()
     certificate = ServingCertificate(settings.tls_cert_file, settings.tls_private_key_file, metrics)
-    return metrics, certificate, load_profiles(settings.profiles)
+    profiles = load_profiles(settings.profiles)
+    listener, metrics_listener = bound or listeners(settings)
+    return Prepared(metrics, certificate, profiles, listener, metrics_listener)
 
 
 async def serve(settings: WebhookSettings, *, task_status: TaskStatus[dict[str, int]] = anyio.TASK_STATUS_IGNORED,
-                prepared: tuple[WebhookMetrics, ServingCertificate, dict[str, Profile]] | None = None) -> None:
+                prepared: Prepared | None = None) -> None:
     """Run the webhook until cancelled; reports ``{"port": ..., "metrics_port": ...}`` once serving.
 
     :param prepared: the result of :func:`prepare`, made here when None.
@@ -191,7 +235,8 @@ async def serve(settings: WebhookSettings, *, task_status: TaskStatus[dict[str, 
     from ascend_dra.webhook.kubeapi import KubeApi
     from ascend_dra.webhook.owners import OwnerLoop
 
-    metrics, certificate, profiles = prepared or prepare(settings)
+    prepared = prepared or prepare(settings)
+    metrics, certificate, profiles = prepared.metrics, prepared.certificate, prepared.profiles
     api = KubeApi.open(settings.kubeconfig)
     webhook = Webhook(settings.driver_name, profiles, PodMutator(api, settings.conversion_mode, settings.driver_name),
                       metrics)
@@ -200,15 +245,14 @@ async def serve(settings: WebhookSettings, *, task_status: TaskStatus[dict[str, 
         runner = web.AppRunner(build_app(webhook), access_log=None, handle_signals=False, shutdown_timeout=5)
         await runner.setup()
         runners.append(runner)
-        site = web.SockSite(runner, tcp_listener(settings.address, settings.port),
-                            ssl_context=certificate.server_context, backlog=512)
+        site = web.SockSite(runner, prepared.listener, ssl_context=certificate.server_context, backlog=512)
         await site.start()
         ports = {"port": _port(site)}
-        if settings.metrics_port is not None:
+        if prepared.metrics_listener is not None:
             metrics_runner = web.AppRunner(_metrics_app(metrics), access_log=None, handle_signals=False)
             await metrics_runner.setup()
             runners.append(metrics_runner)
-            metrics_site = web.SockSite(metrics_runner, tcp_listener(settings.metrics_address, settings.metrics_port))
+            metrics_site = web.SockSite(metrics_runner, prepared.metrics_listener)
             await metrics_site.start()
             ports["metrics_port"] = _port(metrics_site)
         async with anyio.create_task_group() as tg:
@@ -229,10 +273,10 @@ async def serve(settings: WebhookSettings, *, task_status: TaskStatus[dict[str, 
             await api.close()
 
 
-async def _main(settings: WebhookSettings) -> None:
+async def _main(settings: WebhookSettings, bound: tuple[socket.socket, socket.socket | None]) -> None:
     from ascend_dra.webhook.kubeapi import KubeApi
 
-    prepared = prepare(settings)  # start-up errors reach the caller as they are, not in an exception group
+    prepared = prepare(settings, bound)  # start-up errors reach the caller as they are, not in an exception group
     await KubeApi.open(settings.kubeconfig).close()  # an unusable kubeconfig is said now, not at the first review
     await run_until_signal(lambda: serve(settings, prepared=prepared), logger)
 
@@ -241,6 +285,7 @@ def main(settings: WebhookSettings) -> int:
     """Run ``ascend-dra webhook`` until SIGTERM/SIGINT; returns the exit code."""
     from ascend_dra.logs import setup_logging
 
+    bound = listeners(settings)  # before the first log line: a port in use is the only line
     setup_logging(settings.log_level, settings.log_format)
-    anyio.run(_main, settings)
+    anyio.run(_main, settings, bound)
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -60,9 +61,14 @@ class WebhookSettings:
                                     ("--metrics-address", self.metrics_port, self.metrics_address)):
             if port is not None and (problem := address_problem(flag, address)) is not None:
                 problems.append(problem)
-        if self.orphan_grace_s < 15:
-            problems.append(f"--orphan-grace {self.orphan_grace_s} must be at least 15 seconds (a review may take 10)")
+        if not (math.isfinite(self.orphan_grace_s) and self.orphan_grace_s >= 15):  # nan passed `< 15`
+            problems.append(f"--orphan-grace {self.orphan_grace_s} must be a number of seconds, at least 15 (a review "
+                            "may take 10)")
+        if self.metrics_port and self.metrics_port == self.port:
+            problems.append(f"--port and --metrics-port are both {self.port}; give them different ports")
         if not self.profiles:
             problems.append("--profiles (PROFILES) is empty: name the profiles whose configs the cluster's claims use")
+        elif len(set(self.profiles)) != len(self.profiles):
+            problems.append(f"--profiles {','.join(self.profiles)} names a profile twice")
         if problems:
             raise WebhookSettingsError(problems)

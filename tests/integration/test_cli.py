@@ -165,6 +165,9 @@ BASE_ENV = {"PATH": "/usr/bin:/bin"}
         (["--profiles", ""], "--profiles (PROFILES) is empty: name at least one profile"),
         (["--profiles", "fake,fake"], "--profiles fake,fake names a profile twice"),
         (["--fake-devices", "-1"], "--fake-devices -1 must be 0 or more"),
+        # nan passed `<= 0`: the daemon served, then died in anyio.sleep with an 80-line traceback.
+        (["--health-interval", "nan"], "--health-interval nan must be a number of seconds, more than 0"),
+        (["--discovery-timeout", "inf"], "--discovery-timeout inf must be a number of seconds, more than 0"),
         (["--profile-option", "novalue"], "'novalue' is not KEY=VALUE"),
         # A README trial: the daemon loaded its profiles, then logged "cannot listen on bogus:19090:
         # Unknown error -2" between two other lines.
@@ -174,7 +177,8 @@ BASE_ENV = {"PATH": "/usr/bin:/bin"}
         (["--healthcheck-port", "19091", "--healthcheck-address", "1.2.3.4.5"],
          "--healthcheck-address '1.2.3.4.5' is neither an IP address nor a name this host resolves"),
     ],
-    ids=["driver-name", "node-name", "no-profiles", "twice", "negative-devices", "option-format", "metrics-address",
+    ids=["driver-name", "node-name", "no-profiles", "twice", "negative-devices", "nan-interval", "inf-timeout",
+         "option-format", "metrics-address",
          "healthcheck-address"],
 )
 def test_bad_flags_are_refused_before_anything_starts(short_tmp, args, message):

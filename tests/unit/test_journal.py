@@ -138,6 +138,27 @@ def test_a_line_that_is_neither_a_record_nor_a_deletion_is_damage_not_a_deletion
         jr.read(path)
 
 
+def test_a_compaction_whose_header_write_fails_leaves_a_journal_the_next_start_reads(tmp_path, monkeypatch):
+    """EIO at the fdatasync of the emptied journal's header: later appends went at the old size,
+    after a hole, and the next start-up refused the journal as damaged (an audit of faults)."""
+    path = tmp_path / jr.JOURNAL_FILE
+    journal = opened(path)
+    journal.append(jr.change_lines([("a", record("a")), ("b", record("b"))]))
+    real = jr.os.fdatasync
+
+    def eio(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(jr.os, "fdatasync", eio)
+    with pytest.raises(OSError):
+        journal.reset()
+    monkeypatch.setattr(jr.os, "fdatasync", real)
+    journal.append(jr.change_lines([("c", record("c"))]))
+    contents = jr.read(path)
+    assert [uid for uid, _ in contents.changes] == ["c"] and not contents.torn_tail
+    assert journal.lines == 1 and journal.size == path.stat().st_size
+
+
 def test_a_journal_with_another_header_is_corrupt(tmp_path):
     path = tmp_path / jr.JOURNAL_FILE
     path.write_bytes(jr._line(b'{"kind":"Other","version":1}') + jr.change_lines([("a", record("a"))]))

@@ -31,14 +31,38 @@ def pair(tmp_path_factory):
     (["--port", "70000"], "--port 70000 is not a TCP port (0..65535)"),
     (["--driver-name", "Not_DNS"], "--driver-name 'Not_DNS' must be a lower-case DNS subdomain of at most 63 "
                                    "characters (e.g. ascend.project-hami.io)"),
-    (["--orphan-grace", "1"], "--orphan-grace 1.0 must be at least 15 seconds (a review may take 10)"),
+    (["--orphan-grace", "1"], "--orphan-grace 1.0 must be a number of seconds, at least 15 (a review may take 10)"),
+    # nan passed `< 15`, and every claim without its pod yet was deleted at the first sweep (an audit).
+    (["--orphan-grace", "nan"], "--orphan-grace nan must be a number of seconds, at least 15 (a review may take "
+                                "10)"),
+    (["--port", "18443", "--metrics-port", "18443"], "--port and --metrics-port are both 18443; give them "
+                                                     "different ports"),
+    (["--profiles", "fake,fake"], "--profiles fake,fake names a profile twice"),
     (["--address", "no-such-host.invalid"], "--address 'no-such-host.invalid' is neither an IP address nor a name "
                                             "this host resolves (*: every address, IPv4 and IPv6; '::' dual-stack; "
                                             "'0.0.0.0' IPv4 only)"),
-], ids=["port", "driver name", "orphan grace", "address"])
+], ids=["port", "driver name", "orphan grace", "orphan grace nan", "same ports", "profile twice", "address"])
 def test_bad_flags_name_the_flag(pair, flags, message):
     result = webhook("--tls-cert-file", str(pair[0]), "--tls-private-key-file", str(pair[1]), *flags)
     assert (result.returncode, result.stderr) == (2, f"ascend-dra webhook: {message}\n")
+
+
+@pytest.mark.parametrize("which", ["--port", "--metrics-port"])
+def test_a_port_in_use_is_one_line_naming_its_flag(pair, which):
+    """It was a 45-line exception group from inside the server's task group (an audit)."""
+    import socket
+
+    taken = socket.create_server(("127.0.0.1", 0))
+    try:
+        port = taken.getsockname()[1]
+        flags = ["--port", str(port)] if which == "--port" else ["--port", "0", "--metrics-port", str(port)]
+        result = webhook("--tls-cert-file", str(pair[0]), "--tls-private-key-file", str(pair[1]), "--profiles", "fake",
+                         "--address", "127.0.0.1", "--metrics-address", "127.0.0.1", *flags)
+    finally:
+        taken.close()
+    assert result.returncode == 1
+    assert result.stderr == (f"ascend-dra webhook: {which} {port}: cannot listen on 127.0.0.1:{port}: Address already "
+                             "in use\n")
 
 
 def test_key_of_another_certificate_is_refused_at_start(tmp_path, pair):
