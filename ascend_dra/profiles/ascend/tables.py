@@ -259,6 +259,10 @@ def _info_chip(command: str, columns: list[list[list[str]]], block: list[tuple[i
                     prefix = {"hugepages": "hugepages", "memory": "memory", "hbm": "hbm"}[field]
                     unit = "" if field == "hugepages" else "_mib"
                     values[f"{prefix}_used{unit}"], values[f"{prefix}_total{unit}"] = used, total
+                elif field == "health":
+                    # Kept as printed: "NA" or "Unknown" for one chip is that chip's health, unknown
+                    # (CHIP_HEALTH), not a table to refuse for every chip.
+                    values[field] = token.strip()
                 else:
                     values[field] = _text.text_or_none(token)
     if "chip_id" not in values and columns[0][:1] == [["NPU ID"]]:
