@@ -398,7 +398,7 @@ def _webhook(args: argparse.Namespace) -> int:
         print("ascend-dra webhook: --tls-cert-file and --tls-private-key-file (or TLS_CERT_FILE, "
               "TLS_PRIVATE_KEY_FILE) are required", file=sys.stderr)
         return 2
-    from ascend_dra.preflight import PreflightError, check_installed
+    from ascend_dra.preflight import PreflightError, broken_profiles, check_installed
     from ascend_dra.webhook.server import main as webhook_main
     from ascend_dra.webhook.settings import WebhookSettings, WebhookSettingsError
     from ascend_dra.webhook.tls import TlsError
@@ -406,7 +406,7 @@ def _webhook(args: argparse.Namespace) -> int:
     # A name no distribution installs, in run's words (the webhook needs only the profiles' config
     # schemas, so check_profiles' other checks, pynvml's among them, are not asked).
     try:
-        check_installed(tuple(args.profiles))
+        broken_profiles(check_installed(tuple(args.profiles)))  # quietly: one line, no traceback logged
     except PreflightError as exc:
         print(f"ascend-dra webhook: {exc}", file=sys.stderr)
         return 2

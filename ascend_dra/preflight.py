@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -47,6 +47,14 @@ def check_installed(profiles: tuple[str, ...]) -> list[LoadedProfile]:
     return entries
 
 
+def broken_profiles(entries: Sequence[LoadedProfile]) -> None:
+    """:raises PreflightError: naming every entry that did not load, with its distribution and why."""
+    broken = [e for e in entries if e.profile is None]
+    if broken:
+        raise PreflightError("; ".join(str(e.error) if e.error is not None else f"profile {e.name!r} did not load"
+                                       for e in broken))
+
+
 def check_profiles(profiles: tuple[str, ...], options: Mapping[str, Mapping[str, str]]) -> None:
     """Load ``profiles`` quietly and check ``options`` against their declarations.
 
@@ -54,16 +62,16 @@ def check_profiles(profiles: tuple[str, ...], options: Mapping[str, Mapping[str,
     A loaded profile with a ``preflight(options)`` method is asked whether it can start (the gpu
     profile: is pynvml installed); what it raises is reported.
 
-    :raises PreflightError: an uninstalled profile name, no profile loadable, bad options, or a
+    :raises PreflightError: an uninstalled profile name, a named profile that does not load (a
+        daemon without a profile it was told to run would serve a pool short of its devices: a
+        configuration error, unlike a discovery that fails, which is retried), bad options, or a
         profile's preflight refusal (all of them, ``; ``-joined).
     """
     from ascend_dra.profiles.options import option_problems
 
     entries = check_installed(profiles)
+    broken_profiles(entries)
     loaded = {e.name: e.profile for e in entries if e.profile is not None}
-    if not loaded:
-        reasons = "; ".join(f"{e.name}: {e.error.reason}" for e in entries if e.error is not None)
-        raise PreflightError(f"--profiles {','.join(profiles)}: no profile could be loaded ({reasons})")
     problems = [p for source, given in options.items() for p in option_problems(given, loaded, source=source)]
     if problems:
         raise PreflightError("; ".join(problems))
@@ -73,7 +81,7 @@ def check_profiles(profiles: tuple[str, ...], options: Mapping[str, Mapping[str,
         if callable(hook):
             try:
                 hook(merged)
-            except Exception as exc:  # a profile's own readiness check: its message is the line
+            except (Exception, SystemExit) as exc:  # a profile's own readiness check: its message is the line
                 problems.append(str(exc) or f"profile {name}: {type(exc).__name__}")
     if problems:
         raise PreflightError("; ".join(problems))

@@ -164,8 +164,9 @@ def contract_problems(profile: object, entry_point: str) -> list[str]:
 def load_one(ep: EntryPoint, *, log: bool = True) -> LoadedProfile:
     """Import one entry point, call its factory and check the result against the contract.
 
-    Never raises (except ``BaseException`` such as KeyboardInterrupt): a failure is held in the
-    result's ``error`` with the original exception as its ``__cause__``.
+    Never raises (except ``BaseException`` such as KeyboardInterrupt, but ``SystemExit`` included:
+    a module that calls ``sys.exit`` on import is broken, not a reason to end the daemon unnamed): a
+    failure is held in the result's ``error`` with the original exception as its ``__cause__``.
 
     :param log: log the outcome (INFO when loaded; ERROR with the traceback when broken). The
         ``ascend-dra profiles`` listing turns this off and shows the status instead.
@@ -179,7 +180,7 @@ def load_one(ep: EntryPoint, *, log: bool = True) -> LoadedProfile:
         if problems:
             raise TypeError(f"the object from {ep.value} does not satisfy the profile contract "
                             f"(ascend_dra/profiles/base.py): {'; '.join(problems)}")
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         error = ProfileLoadError(ep.name, where, f"{type(exc).__name__}: {exc}")
         error.__cause__ = exc
         if log:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -86,18 +88,38 @@ def test_the_example_profile_is_published_beside_the_fake_one(daemon_factory) ->
     assert (daemon.cdi_dir / f"k8s.{DRIVER}-example_common.yaml").exists()
 
 
-def test_broken_third_party_profiles_are_skipped_and_named(daemon_factory, tmp_path: Path) -> None:
+def test_a_profile_whose_discovery_hangs_is_skipped_and_named(daemon_factory, tmp_path: Path) -> None:
+    """Discovery is retried at every rediscovery: a profile whose npu-smi hangs today is not a
+    configuration error, and the others serve meanwhile."""
     vendor = tmp_path / "vendor"
-    write_distribution(vendor, "broken-vendor-profile", {"broken": "import libvendor_that_is_not_there\n"})
     write_distribution(vendor, "hanging-vendor-profile", {"hangs": HANGING})
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(vendor), os.environ.get("PYTHONPATH")]))}
-    daemon = daemon_factory("broken,fake,hangs,example", fake_devices=1, env=env,
-                            extra_args=["--discovery-timeout", "0.5"])
+    daemon = daemon_factory("fake,hangs,example", fake_devices=1, env=env, extra_args=["--discovery-timeout", "0.5"])
     assert sorted(published_devices(daemon.root)) == ["example-0", "npu-0-0"]
-    log = daemon.log_text()
-    assert "profile broken, skipped profile=broken distribution='broken-vendor-profile 1.0'" in log
-    assert "ModuleNotFoundError: No module named 'libvendor_that_is_not_there'" in log
-    assert "profile 'hangs' from hanging-vendor-profile 1.0: discovery did not finish within 0.5 s" in log
+    assert "profile 'hangs' from hanging-vendor-profile 1.0: discovery did not finish within 0.5 s" in daemon.log_text()
+
+
+@pytest.mark.parametrize(("module", "reason"), [
+    ("import libvendor_that_is_not_there\n", "ModuleNotFoundError: No module named 'libvendor_that_is_not_there'"),
+    ("raise SystemExit('no licence for this node')\n", "SystemExit: no licence for this node"),
+], ids=["import error", "sys.exit on import"])
+def test_a_named_profile_that_does_not_load_stops_start_up_in_one_line(tmp_path: Path, module: str,
+                                                                       reason: str) -> None:
+    """A daemon told to run a profile it cannot load would serve a pool short of those devices (it
+    skipped the profile with an ERROR traceback and served the others); a module calling sys.exit
+    on import ended the daemon with only its own message, naming no profile (an audit)."""
+    vendor = tmp_path / "vendor"
+    write_distribution(vendor, "broken-vendor-profile", {"broken": module})
+    with tempfile.TemporaryDirectory(prefix="tp-") as root:
+        result = subprocess.run(
+            [sys.executable, "-m", "ascend_dra.cli", "run", "--node-name", "n", "--standalone", root,
+             "--profiles", "fake,broken"],
+            capture_output=True, text=True, timeout=60,
+            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": os.pathsep.join(filter(None, [
+                str(vendor), os.environ.get("PYTHONPATH")]))})
+        assert result.returncode == 2
+        assert result.stderr == (f"ascend-dra run: profile 'broken' from broken-vendor-profile 1.0: {reason}\n")
+        assert not (Path(root) / "plugins").exists()
 
 
 def gpu_config(source: str, requests: list[str], sharing: dict[str, Any]) -> dict[str, Any]:

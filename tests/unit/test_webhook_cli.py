@@ -65,6 +65,24 @@ def test_a_port_in_use_is_one_line_naming_its_flag(pair, which):
                              "in use\n")
 
 
+def test_a_profile_that_does_not_load_is_one_line_without_a_logged_traceback(tmp_path, pair):
+    """The quiet check found it, then loading it again for serving logged its traceback first (an audit)."""
+    import os
+
+    from tests.distributions import write_distribution
+
+    write_distribution(tmp_path / "vendor", "broken-vendor-profile", {"broken": "import libvendor_not_there\n"})
+    result = subprocess.run(
+        [sys.executable, "-m", "ascend_dra.cli", "webhook", "--tls-cert-file", str(pair[0]),
+         "--tls-private-key-file", str(pair[1]), "--profiles", "fake,broken"],
+        capture_output=True, text=True, timeout=60,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": os.pathsep.join(filter(None, [
+            str(tmp_path / "vendor"), os.environ.get("PYTHONPATH")]))})
+    assert (result.returncode, result.stderr) == (2, "ascend-dra webhook: profile 'broken' from broken-vendor-profile "
+                                                     "1.0: ModuleNotFoundError: No module named "
+                                                     "'libvendor_not_there'\n")
+
+
 def test_key_of_another_certificate_is_refused_at_start(tmp_path, pair):
     other = issue(tmp_path, make_ca(tmp_path), "other")
     result = webhook("--tls-cert-file", str(pair[0]), "--tls-private-key-file", str(other[1]))
