@@ -243,7 +243,16 @@ def cluster_access_problem(kubeconfig: str | None) -> str | None:
     :return: no such kubeconfig file, or no in-cluster service account, as one line naming the flag.
     """
     if kubeconfig:
-        return None if os.path.isfile(kubeconfig) else f"--kubeconfig {kubeconfig} does not exist"
+        if ":" in kubeconfig and not os.path.exists(kubeconfig):
+            return (f"--kubeconfig {kubeconfig}: one file is read, not a list of files as kubectl's KUBECONFIG "
+                    "(merge them with kubectl config view --flatten)")
+        if not os.path.exists(kubeconfig):
+            return f"--kubeconfig {kubeconfig} does not exist"
+        if not os.path.isfile(kubeconfig):
+            return f"--kubeconfig {kubeconfig} is not a file"
+        if not os.access(kubeconfig, os.R_OK):
+            return f"--kubeconfig {kubeconfig}: permission denied"
+        return None
     if not (os.environ.get("KUBERNETES_SERVICE_HOST") and os.path.isfile(SERVICE_ACCOUNT_TOKEN)):
         return ("cluster mode cannot use the in-cluster configuration (no KUBERNETES_SERVICE_HOST or "
                 f"no {SERVICE_ACCOUNT_TOKEN}); pass --kubeconfig FILE, run inside a pod with a "

@@ -410,6 +410,11 @@ def _webhook(args: argparse.Namespace) -> int:
     except PreflightError as exc:
         print(f"ascend-dra webhook: {exc}", file=sys.stderr)
         return 2
+    from ascend_dra.apiclient import cluster_access_problem
+
+    if args.kubeconfig and (problem := cluster_access_problem(args.kubeconfig)) is not None:
+        print(f"ascend-dra webhook: {problem}", file=sys.stderr)  # not the bare errno text, after a log line
+        return 2
     try:
         settings = WebhookSettings(
             tls_cert_file=args.tls_cert_file, tls_private_key_file=args.tls_private_key_file, port=args.port,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -130,6 +131,10 @@ def check_paths(settings: Settings) -> None:
         if len(os.fsencode(socket)) > MAX_SOCKET_PATH:
             raise PreflightError(f"{flag}: the socket path {socket} is {len(os.fsencode(socket))} bytes, over the "
                                  f"{MAX_SOCKET_PATH}-byte unix socket limit; use a shorter directory")
+        if os.path.lexists(socket) and not stat.S_ISSOCK(os.lstat(socket).st_mode):
+            # Found here, before anything is published, not when the socket is bound.
+            raise PreflightError(f"{flag}: {socket} exists and is not a socket; the daemon replaces only a socket "
+                                 "there, so move it away")
     _make_dir(settings.plugin_dir, 0o750, flag_plugins, standalone)
     _make_dir(settings.registrar_dir, 0o750, flag_registrar, standalone)
     # An existing read-only CDI dir is not refused: the daemon serves and reports each spec it cannot

@@ -86,6 +86,10 @@ class SettingsError(ValueError):
 #: (docs/architecture.md#names).
 DEFAULT_DRIVER_NAME = "ascend.project-hami.io"
 
+#: The most simulated devices (``--fake-devices``): far beyond any node, short of a pool whose
+#: discovery holds the event loop for minutes.
+MAX_FAKE_DEVICES = 10_000
+
 
 @attrs.frozen
 class Settings:
@@ -178,8 +182,8 @@ class Settings:
             found.append("--profiles (PROFILES) is empty: name at least one profile (`ascend-dra profiles` lists them)")
         elif len(set(self.profiles)) != len(self.profiles):
             found.append(f"--profiles {','.join(self.profiles)} names a profile twice")
-        if self.fake_devices < 0:
-            found.append(f"--fake-devices {self.fake_devices} must be 0 or more")
+        if not 0 <= self.fake_devices <= MAX_FAKE_DEVICES:  # a billion held the loop for minutes
+            found.append(f"--fake-devices {self.fake_devices} must be from 0 to {MAX_FAKE_DEVICES}")
         for name in ("discovery_timeout", "rediscover_interval", "health_interval"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):  # nan passed `<= 0`
                 found.append(f"--{name.replace('_', '-')} {getattr(self, name)} must be a number of seconds, more "

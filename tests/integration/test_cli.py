@@ -164,7 +164,8 @@ BASE_ENV = {"PATH": "/usr/bin:/bin"}
         (["--node-name", "Demo_Node"], "--node-name 'Demo_Node' must be the node's name: a lower-case DNS subdomain"),
         (["--profiles", ""], "--profiles (PROFILES) is empty: name at least one profile"),
         (["--profiles", "fake,fake"], "--profiles fake,fake names a profile twice"),
-        (["--fake-devices", "-1"], "--fake-devices -1 must be 0 or more"),
+        (["--fake-devices", "-1"], "--fake-devices -1 must be from 0 to 10000"),
+        (["--fake-devices", "1000000000"], "--fake-devices 1000000000 must be from 0 to 10000"),
         # nan passed `<= 0`: the daemon served, then died in anyio.sleep with an 80-line traceback.
         (["--health-interval", "nan"], "--health-interval nan must be a number of seconds, more than 0"),
         (["--discovery-timeout", "inf"], "--discovery-timeout inf must be a number of seconds, more than 0"),
@@ -177,7 +178,7 @@ BASE_ENV = {"PATH": "/usr/bin:/bin"}
         (["--healthcheck-port", "19091", "--healthcheck-address", "1.2.3.4.5"],
          "--healthcheck-address '1.2.3.4.5' is neither an IP address nor a name this host resolves"),
     ],
-    ids=["driver-name", "node-name", "no-profiles", "twice", "negative-devices", "nan-interval", "inf-timeout",
+    ids=["driver-name", "node-name", "no-profiles", "twice", "negative-devices", "billion-devices", "nan-interval", "inf-timeout",
          "option-format", "metrics-address",
          "healthcheck-address"],
 )
@@ -242,12 +243,32 @@ def test_cluster_mode_without_a_cluster_says_what_to_pass(short_tmp):
     assert missing.returncode == 1
     assert missing.stderr == "ascend-dra run: --kubeconfig nokubeconfig does not exist\n"
     assert not (short_tmp / "reg").exists() or not any((short_tmp / "reg").iterdir())
+    # A directory was said not to exist; kubectl's colon list was read as one path (an audit).
+    for given, said in ((str(short_tmp), f"--kubeconfig {short_tmp} is not a file"),
+                        ("a:b", "--kubeconfig a:b: one file is read, not a list of files as kubectl's KUBECONFIG "
+                                "(merge them with kubectl config view --flatten)")):
+        wrong = cli("run", "--node-name", "n", "--profiles", "fake", *dirs, "--kubeconfig", given, env=BASE_ENV)
+        assert (wrong.returncode, wrong.stderr) == (1, f"ascend-dra run: {said}\n")
     broken = short_tmp / "broken-kubeconfig"
     broken.write_text("apiVersion: v1\nkind: Config\n")
     unusable = cli("run", "--node-name", "n", "--profiles", "fake", *dirs, "--kubeconfig", str(broken),
                    env=BASE_ENV)
     assert unusable.returncode == 1
     assert f"refusing to start: cluster mode cannot use the kubeconfig {broken}:" in unusable.stderr
+
+
+@pytest.mark.parametrize("which", ["registration", "dra"])
+def test_a_file_where_a_socket_belongs_is_refused_before_anything_is_published(short_tmp, which):
+    """It was found when the socket was bound, after the slices were published (an audit)."""
+    path = (short_tmp / "plugins_registry" / f"{DRIVER}-reg.sock" if which == "registration"
+            else short_tmp / "plugins" / DRIVER / "dra.sock")
+    path.parent.mkdir(parents=True)
+    path.write_text("")
+    result = cli("run", "--node-name", "n", "--profiles", "fake", "--standalone", str(short_tmp), env=BASE_ENV)
+    assert result.returncode == 1
+    assert result.stderr == (f"ascend-dra run: --standalone: {path} exists and is not a socket; the daemon replaces "
+                             "only a socket there, so move it away\n")
+    assert not (short_tmp / "resourceslices").exists()
 
 
 @pytest.mark.parametrize(("flag", "message"), [

@@ -83,6 +83,13 @@ def test_a_profile_that_does_not_load_is_one_line_without_a_logged_traceback(tmp
                                                      "'libvendor_not_there'\n")
 
 
+def test_an_unreadable_kubeconfig_is_one_line_naming_the_flag(tmp_path, pair):
+    """It was the bare "[Errno 21] Is a directory: '/tmp'" after a log line (an audit)."""
+    result = webhook("--tls-cert-file", str(pair[0]), "--tls-private-key-file", str(pair[1]), "--profiles", "fake",
+                     "--kubeconfig", str(tmp_path))
+    assert (result.returncode, result.stderr) == (2, f"ascend-dra webhook: --kubeconfig {tmp_path} is not a file\n")
+
+
 def test_key_of_another_certificate_is_refused_at_start(tmp_path, pair):
     other = issue(tmp_path, make_ca(tmp_path), "other")
     result = webhook("--tls-cert-file", str(pair[0]), "--tls-private-key-file", str(other[1]))
