@@ -178,9 +178,8 @@ BASE_ENV = {"PATH": "/usr/bin:/bin"}
         (["--healthcheck-port", "19091", "--healthcheck-address", "1.2.3.4.5"],
          "--healthcheck-address '1.2.3.4.5' is neither an IP address nor a name this host resolves"),
     ],
-    ids=["driver-name", "node-name", "no-profiles", "twice", "negative-devices", "billion-devices", "nan-interval", "inf-timeout",
-         "option-format", "metrics-address",
-         "healthcheck-address"],
+    ids=["driver-name", "node-name", "no-profiles", "twice", "negative-devices", "billion-devices", "nan-interval",
+         "inf-timeout", "option-format", "metrics-address", "healthcheck-address"],
 )
 def test_bad_flags_are_refused_before_anything_starts(short_tmp, args, message):
     result = cli("run", "--node-name", "n", "--profiles", "fake", "--standalone", str(short_tmp), *args,
