@@ -113,6 +113,28 @@ def test_no_profile_is_refused_at_render():
     assert "profiles is empty: name at least one of fake, npu-310P" in str(failed.value)
 
 
+@pytest.mark.parametrize(("value", "said"), [
+    ("fakeDevices=abc", "at '/fakeDevices': got string, want integer"),
+    ("logFormat=xml", "at '/logFormat': value must be one of 'text', 'json'"),
+    ("logLevel=verbose", "at '/logLevel'"),
+    ("webhook.conversionMode=direct", "at '/webhook/conversionMode': value must be one of 'template', 'claim'"),
+    ("webhook.failurePolicy.validating=ignore", "at '/webhook/failurePolicy/validating'"),
+    ("webhook.timeoutSeconds.mutating=60", "at '/webhook/timeoutSeconds/mutating'"),
+    ("daemon.metricsPort=70000", "at '/daemon/metricsPort'"),
+    ("kubeletRootDir=relative/kubelet", "at '/kubeletRootDir'"),
+    ("daemon.metricPort=1", "at '/daemon': additional properties 'metricPort' not allowed"),
+    ("profiles=npu-910", "at '/profiles': got string, want"),
+    ("daemon.metricsPort=51515", "daemon.metricsPort and daemon.healthcheckPort are both 51515"),
+    ("webhook.metricsPort=8443", "webhook.metricsPort and webhook.port are both 8443"),
+], ids=lambda v: v.split("=")[0] if "=" in v else "")
+def test_a_value_of_the_wrong_kind_is_refused_at_render_naming_it(value, said):
+    """Without a schema these rendered, and failed later as a crash loop, an API server refusal or,
+    for a typo'd key, not at all (an audit of configuration errors)."""
+    with pytest.raises(AssertionError) as failed:
+        render("ns", "webhook-values.yaml", set_values=(value,))
+    assert said in str(failed.value)
+
+
 def test_rolling_update_uses_max_surge_and_the_pod_uid_and_can_be_turned_off():
     on, off = (by_kind(render("ns", set_values=(f"daemon.rollingUpdate={v}",)), "DaemonSet")[0]
                for v in ("true", "false"))
