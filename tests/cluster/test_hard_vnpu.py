@@ -28,11 +28,12 @@ CHIP_CLASS = "ascend910b-chip.ascend.project-hami.io"
 VIR05 = f'device.attributes["{DRIVER}"].vnpuTemplate == "vir05_1c_8g"'
 
 
-@pytest.fixture
-def node(cp, short_tmp):
-    """A hard-vNPU daemon on a one-chip 910B4 host, its DeviceClasses applied; cleaned up after."""
+@pytest.fixture(params=["910B4"])
+def node(cp, short_tmp, request):
+    """A hard-vNPU daemon on a one-chip host (910B4 unless the test asks for another model by
+    ``@pytest.mark.parametrize("node", [...], indirect=True)``), its DeviceClasses applied; cleaned up after."""
     root = short_tmp / "node"
-    host = SimHost(root, chips=((4, 0, 0, 0, "910B4"),))
+    host = SimHost(root, chips=((4, 0, 0, 0, request.param),))
     d = DaemonProcess(root, node=cp.node_name, kubeconfig=cp.kubeconfig, profiles="hard-vNPU", env=host.env,
                       extra_args=daemon_args(host)).start()
     for doc in yaml.safe_load_all((EXAMPLES / "deviceclasses" / "hard-vnpu.yaml").read_text()):
@@ -153,6 +154,27 @@ def test_a_whole_chip_waits_for_its_vnpus_and_vnpus_wait_for_the_whole_chip(cp, 
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("node", ["310P3"], indirect=True)
+@pytest.mark.parametrize("order", [("vir01",) * 6 + ("vir02_1c",), ("vir02", "vir01", "vir04_3c"),
+                                   ("vir01",) * 3 + ("vir02",) * 2],
+                         ids=["huawei full 310P3", "vir02 vir01 vir04_3c", "three vir01 then two vir02"])
+def test_a_310p3_takes_every_combination_its_counters_allow_in_the_order_claims_come(cp, node, order):
+    """With vNPU IDs dealt round-robin over the templates, each of these left its last claim
+    pending: every free instance of the template shared an ID with a vNPU already allocated (a
+    hard-vNPU user's trial). Each claim is allocated by the real scheduler before the next is made."""
+    d, host, k, pods = node
+    wait_until(lambda: [s for s in our_slices(cp, cp.node_name) if "sharedCounters" in s["spec"]],
+               "counter slice published")
+    made = []
+    for template in order:
+        pod = create(cp, pods, "ascend310p-vnpu.ascend.project-hami.io",
+                     f'device.attributes["{DRIVER}"].vnpuTemplate == "{template}"')
+        made.append(prepare(k, allocated(cp, pod)))
+    assert [name.split("-")[3] for name in made] == [t.replace("_", "-").split("-")[0] for t in order]
+    assert len({v[2] for v in vnpu_keys(host.vnpus())}) == len(order)  # one vNPU each, distinct IDs
+
+
+@pytest.mark.anyio
 async def test_eight_310p3_chips_publish_in_split_slices_the_api_server_stores_unchanged(control_plane, tmp_path,
                                                                                          monkeypatch):
     from ascend_dra.profiles.ascend import npusmi_sim
@@ -165,7 +187,7 @@ async def test_eight_310p3_chips_publish_in_split_slices_the_api_server_stores_u
     created = []
     try:
         objs = build_slices(inventory, driver_name=DRIVER, node_name="fixture-hard-vnpu")
-        assert len(objs) == 4  # 168 devices in 3 slices of at most 64, 8 counter sets in one
+        assert len(objs) == 6  # 312 devices in 5 slices of at most 64, 8 counter sets in one
         for obj in objs:
             stored = ok(control_plane, "POST", f"{RES}/resourceslices", obj)
             created.append(stored["metadata"]["name"])

@@ -19,9 +19,11 @@ second profile's duplicates).
 effects run, so the ID the container gets must be known then: each instance device has a fixed vNPU
 ID ``physicalID x 16 + 100 + k`` (docs/ascend-hardware.md#hard-vnpu-templates), passed to
 ``npu-smi set -t create-vnpu -v``
-and read back with ``info -t info-vnpu``. When a chip has more instance devices than vNPU IDs (a
-310P3 has 20 devices and 8 IDs), devices that share an ID also consume a ``vnpu-id-<k>`` counter of 1,
-so the scheduler never allocates two of them at once (it then takes another instance).
+and read back with ``info -t info-vnpu``. When a chip's templates need more instances than it has
+vNPU IDs (a 310P3: 19 instances, 8 IDs), instance ``k`` of every template takes ID ``k`` and consumes
+a ``vnpu-id-<k>`` counter of 1, so the scheduler never allocates two devices of one ID at once; each
+template gets as many instances as IDs it may need (:func:`.templates.id_choices`), so a free one is
+always left for any combination the other counters allow.
 
 Container edits of a vNPU (docs/ascend-hardware.md#device-nodes, docs/ascend-hardware.md#ascend-docker-runtime):
 ``/dev/davinci<vnpuID>`` in the container from the host's ``/dev/vdavinci<vnpuID>`` (under
@@ -173,6 +175,8 @@ class HardVnpuProfile(AscendChipProfile):
         """The whole chip, its template instances and its counter set (see the module docstring)."""
         instances = [(t, k) for t in resources.templates for k in range(templates.max_instances(resources, t))]
         shared_ids = len(instances) > resources.id_slots
+        if shared_ids:  # instance k of every template takes ID k (templates.id_choices)
+            instances = [(t, k) for t in resources.templates for k in range(templates.id_choices(resources, t))]
         totals = {name: _quantity(name, v) for name, v in templates.chip_counters(resources).items()}
         if shared_ids:
             totals.update({f"vnpu-id-{k}": "1" for k in range(resources.id_slots)})
@@ -181,7 +185,7 @@ class HardVnpuProfile(AscendChipProfile):
         devices = [Device(name=whole.name, attributes=whole.attributes, capacities=whole.capacities,
                           consumes_counters=(CounterConsumption(set_name, dict(totals)),))]
         for index, (template, k) in enumerate(instances):
-            slot = index % resources.id_slots
+            slot = k if shared_ids else index
             needs = {name: _quantity(name, v) for name, v in templates.template_counters(resources, template).items()}
             if shared_ids:
                 needs[f"vnpu-id-{slot}"] = "1"

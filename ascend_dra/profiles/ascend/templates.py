@@ -43,6 +43,7 @@ __all__ = (
     "VnpuTemplate",
     "chip_counters",
     "from_template_info",
+    "id_choices",
     "max_instances",
     "resources_of",
     "template_counters",
@@ -217,6 +218,30 @@ def max_instances(resources: ChipResources, template: VnpuTemplate) -> int:
     if resources.max_vnpus is not None:
         fits.append(resources.max_vnpus)
     return max(min(fits), 0)
+
+
+def id_choices(resources: ChipResources, template: VnpuTemplate) -> int:
+    """How many instance devices ``template`` gets when a chip's instances share its vNPU IDs: one
+    per ID it may take, IDs ``0 .. n-1``, so that whatever the chip holds, a free one is left.
+
+    One vNPU of ``template`` coexists with at most ``m`` others: its chip's vNPU limit and IDs less
+    one, and for each counter every template needs, what is left of it over the least any template
+    needs. With ``m + 1`` IDs to choose from, ``m`` others can never take them all, so every
+    combination the counters allow is schedulable, whatever order the claims come in (a scheduler
+    takes the first free instance; with IDs dealt round-robin over the templates, Huawei's own full
+    310P3, six vir01 and one vir02_1c, stayed pending). At least :func:`max_instances`.
+    """
+    totals = chip_counters(resources)
+    needs = [template_counters(resources, t) for t in resources.templates]
+    own = template_counters(resources, template)
+    others = [resources.id_slots - 1]
+    if resources.max_vnpus is not None:
+        others.append(resources.max_vnpus - 1)
+    for counter, total in totals.items():
+        least = min(n.get(counter, 0) for n in needs)
+        if least > 0:
+            others.append((total - own.get(counter, 0)) // least)
+    return max(min(resources.id_slots, 1 + max(min(others), 0)), max_instances(resources, template))
 
 
 def vnpu_id(physical_id: int, slot: int) -> int:
