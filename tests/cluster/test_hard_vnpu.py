@@ -162,7 +162,7 @@ def test_a_310p3_takes_every_combination_its_counters_allow_in_the_order_claims_
     """With vNPU IDs dealt round-robin over the templates, each of these left its last claim
     pending: every free instance of the template shared an ID with a vNPU already allocated (a
     hard-vNPU user's trial). Each claim is allocated by the real scheduler before the next is made."""
-    d, host, k, pods = node
+    _, host, k, pods = node
     wait_until(lambda: [s for s in our_slices(cp, cp.node_name) if "sharedCounters" in s["spec"]],
                "counter slice published")
     made = []
