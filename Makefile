@@ -113,8 +113,10 @@ cluster-up: venv
 	tests/cluster/build.sh --k8s $(K8S)
 	$(PY) tests/cluster/controlplane.py up --dir $(CLUSTER_DIR) --k8s $(K8S)   # prints the export lines
 
+# Nothing to stop before the first `make venv` (a fresh clone): say so instead of failing.
 cluster-down:
-	$(PY) -m tests.cluster.webhook_process down --dir $(CLUSTER_DIR)
+	@if [ ! -x $(PY) ]; then echo "nothing to stop (no $(VENV) yet)"; exit 0; fi; \
+	$(PY) -m tests.cluster.webhook_process down --dir $(CLUSTER_DIR) && \
 	$(PY) tests/cluster/controlplane.py down --dir $(CLUSTER_DIR)
 
 # The admission webhook on the cluster-up control plane (docs/webhook.md, "On the local control plane").

@@ -162,9 +162,11 @@ def _node_flags(p: Parser, node_required: bool) -> None:
 
 
 def _log_flags(p: Parser) -> None:
+    from ascend_dra.logs import THIRD_PARTY
+
     _flag(p, "--log-level", "LOG_LEVEL", "info",
-          "debug, info, warning or error; third-party libraries (grpclib, h2, hpack, aiohttp, kubernetes_asyncio, "
-          "urllib3, asyncio) stay at warning unless named: debug,grpclib=debug (docs/logging.md)", type=_log_level)
+          f"debug, info, warning or error; third-party libraries ({', '.join(THIRD_PARTY)}) stay at warning "
+          "unless named: debug,grpclib=debug (docs/logging.md)", type=_log_level)
     _flag(p, "--log-format", "LOG_FORMAT", "text", "text or json", choices=("text", "json"))
 
 
@@ -304,8 +306,8 @@ def _webhook_parser(sub: Any) -> None:
     _flag(hook, "--port", "WEBHOOK_PORT", 8443, "HTTPS port of the webhook endpoints, /healthz and /readyz", type=int)
     _flag(hook, "--address", "WEBHOOK_ADDRESS", "*", "address the HTTPS server listens on (*: every address, IPv4 "
           "and IPv6 where the kernel has it; '::' dual-stack; '0.0.0.0' IPv4 only)")
-    _flag(hook, "--tls-cert-file", "TLS_CERT_FILE", None, "PEM serving certificate (reloaded when it changes)",
-          type=Path)
+    _flag(hook, "--tls-cert-file", "TLS_CERT_FILE", None, "PEM serving certificate, required (reloaded when it "
+          "changes; hack/webhook-certs.sh makes one for a cluster, make webhook-up for the local one)", type=Path)
     _flag(hook, "--tls-private-key-file", "TLS_PRIVATE_KEY_FILE", None, "PEM private key of the certificate",
           type=Path)
     _flag(hook, "--driver-name", "DRIVER_NAME", DEFAULT_DRIVER_NAME, "DRA driver name")

@@ -14,14 +14,19 @@ journal applied in order. A compaction writes a new snapshot (atomic replace) an
 journal; a crash between the two replays the old journal over the new snapshot, which gives the
 same state again, since the journal's last change of each claim is what the snapshot holds.
 
+Each append ends with a *commit line*, ``{"uid": "", "deleted": true, "commit": <change lines>}``: a
+deletion of no claim to a release that does not know it (``""`` is never a claim uid), so older
+releases read these journals unchanged.
+
 Reading tells a torn append (a write never acknowledged: dropped, and cut off before the next
 append) from damage (:class:`~ascend_dra.checkpoint.CheckpointCorrupt`, start-up refuses) by what a
 crash can leave. An append writes whole lines past the end of the file and fdatasyncs; a crash before
 the fdatasync returns leaves a last piece without its newline, or pages of the new bytes unwritten,
 which read back as NUL bytes (the file was extended, so there is no older content to show). Every
-later write's fdatasync would have flushed those pages, so such a hole is always in the last write,
-and it and everything after it are dropped. A complete line that fails its checksum without a NUL in
-it (a flipped bit), a header that is not ours, and a line that is neither a record nor a deletion
+later write's fdatasync would have flushed those pages, so such a hole is only torn when it is in
+the last write: when no intact line follows the first commit line after it. A hole followed by a
+later write (a zeroed block on a failing disk), a complete line that fails its checksum without a NUL
+in it (a flipped bit), a header that is not ours, and a line that is neither a record nor a deletion
 are damage, wherever they are: dropping them would forget an acknowledged claim.
 All functions block: call them from a worker thread.
 """
@@ -55,6 +60,22 @@ def _line(payload: bytes) -> bytes:
 _HEADER_LINE = _line(orjson.dumps(_HEADER, option=orjson.OPT_SORT_KEYS))
 
 
+def _commit_line(count: int) -> bytes:
+    return _line(orjson.dumps({"uid": "", "deleted": True, "commit": count}))
+
+
+def _is_commit(line: bytes) -> bool:
+    """An intact commit line (its checksum holds)."""
+    payload = line[33:]
+    if len(line) < 34 or _line(payload)[:32] != line[:32]:
+        return False
+    try:
+        entry = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(entry, dict) and entry.get("uid") == "" and "commit" in entry
+
+
 def change_lines(changes: Iterable[tuple[str, Any]]) -> bytes:
     """The journal lines of ``(uid, record as stored, or None for deleted)`` changes."""
     return b"".join(_line(orjson.dumps({"uid": uid, "record": record} if record is not None
@@ -79,20 +100,23 @@ class JournalContents:
 def read(path: Path) -> JournalContents:
     """Read the journal; a missing or empty file has no changes.
 
-    :raises CheckpointCorrupt: a damaged line that is not the last one, or a wrong header.
+    :raises CheckpointCorrupt: damage (see the module docstring), a wrong header, a link to nothing.
     """
     try:
         blob = path.read_bytes()
     except FileNotFoundError:
+        if path.is_symlink():  # a link to a volume not mounted yet: the changes are somewhere
+            raise CheckpointCorrupt(path, f"it is a symbolic link to {os.readlink(path)}, which does not exist "
+                                    "(a volume not mounted?)") from None
         return JournalContents()
     return _parse(path, blob, 0)
 
 
 def read_tail(path: Path, offset: int) -> JournalContents:
     """Read the changes appended after byte ``offset`` (the end of an intact line) by another
-    instance; ``good_size`` is absolute. A torn last line is reported as by :func:`read`.
+    instance; ``good_size`` is absolute. A torn last write is reported as by :func:`read`.
 
-    :raises CheckpointCorrupt: a damaged line that is not the last one.
+    :raises CheckpointCorrupt: damage (see the module docstring).
     """
     with open(path, "rb") as f:
         f.seek(offset)
@@ -116,16 +140,20 @@ def _parse(path: Path, blob: bytes, start: int) -> JournalContents:
     for number, line in enumerate(lines[:-1], start=1):  # the last piece has no newline: torn or empty
         payload = line[33:]
         if len(line) < 34 or line[32:33] != b" " or _line(payload)[:32] != line[:32]:
-            if b"\0" in line:  # pages of the last, unacknowledged write that never reached the disk
+            if b"\0" in line and _in_last_write(lines[number:-1]):
+                # pages of the last, unacknowledged write that never reached the disk
                 return JournalContents(tuple(changes), start + offset, True)
             raise CheckpointCorrupt(path, f"line {number}{where} of the journal fails its checksum (the file was "
-                                    "modified or damaged)")
+                                    "modified or damaged)" + (", and a later write follows it" if b"\0" in line
+                                                              else ""))
         entry = orjson.loads(payload)
         if number == 1 and start == 0:
             if entry != _HEADER:
                 raise CheckpointCorrupt(path, f"the journal's header is {entry!r}, not {_HEADER!r}")
         elif not isinstance(entry, dict) or not isinstance(entry.get("uid"), str):
             raise CheckpointCorrupt(path, f"line {number}{where} of the journal is not a claim record change")
+        elif entry["uid"] == "" and "commit" in entry:
+            pass  # the end of one append
         elif entry.get("deleted") is True and "record" not in entry:
             changes.append((entry["uid"], None))
         elif isinstance(entry.get("record"), dict) and "deleted" not in entry:
@@ -137,6 +165,15 @@ def _parse(path: Path, blob: bytes, start: int) -> JournalContents:
                                     f"(keys {', '.join(sorted(entry))}; written by another ascend-dra release?)")
         offset += len(line) + 1
     return JournalContents(tuple(changes), start + offset, offset != len(blob))
+
+
+def _in_last_write(after: list[bytes]) -> bool:
+    """Whether the complete lines ``after`` a damaged one hold no later write: nothing follows the
+    first intact commit line among them (that commit closes the damaged line's own append)."""
+    for index, line in enumerate(after):
+        if _is_commit(line):
+            return index == len(after) - 1
+    return True
 
 
 def apply_journal(data: ckpt.CheckpointData, contents: JournalContents) -> ckpt.CheckpointData:
@@ -178,8 +215,11 @@ class Journal:
         self._size = contents.good_size
         self.lines = len(contents.changes)
         if self._size == 0:
-            self._rewrite_header()
-            fsync_dir(self.path.parent)  # the file itself may be new
+            try:
+                self._rewrite_header()
+                fsync_dir(self.path.parent)  # the file itself may be new
+            except OSError:
+                pass  # a full disk must not stop a start that only replays: the first append writes it
         elif contents.torn_tail:
             os.ftruncate(self._fd, self._size)
             os.fdatasync(self._fd)
@@ -213,10 +253,12 @@ class Journal:
         :raises OSError: nothing was appended (a partial write is cut off again, best effort).
         """
         assert self._fd is not None, "journal not open"
-        # Empty: a header write failed after the file was truncated (a compaction on a failing disk).
-        header = self._size == 0
-        if header:
-            data = _HEADER_LINE + data
+        if self._size == 0:
+            # Empty: a header write failed (a full or failing disk). The header goes first and alone,
+            # as the torn-header rule expects (journal.read).
+            self._rewrite_header()
+            fsync_dir(self.path.parent)
+        data += _commit_line(data.count(b"\n"))
         try:
             view = memoryview(data)
             offset = self._size
@@ -231,7 +273,7 @@ class Journal:
                 pass
             raise
         self._size += len(data)
-        self.lines += data.count(b"\n") - header
+        self.lines += data.count(b"\n") - 1
 
     def reset(self) -> None:
         """Empty the journal (after a snapshot that holds its changes was written)."""

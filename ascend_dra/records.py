@@ -53,11 +53,16 @@ class ClaimRecords:
     """
 
     def __init__(self, plugin_dir: Path, boot_id: str,
-                 on_change: Callable[[str, Any], None] | None = None, *, shared: bool = False) -> None:
+                 on_change: Callable[[str, Any], None] | None = None, *, shared: bool = False,
+                 on_started: Callable[[str], None] | None = None) -> None:
         self.checkpoint_path = ckpt.checkpoint_path(plugin_dir)
         self.journal = Journal(Path(plugin_dir) / JOURNAL_FILE)
         self.boot_id = boot_id
         self._on_change = on_change
+        # Told of every PrepareStarted record read back from the files in shared mode: an operation
+        # ends inside one hold, so such a record is never in flight; it was left by a failed or
+        # killed operation (of either instance) and needs rolling back.
+        self._on_started = on_started
         self.table = ckpt.RecordTable(on_change=on_change)
         self._flush_lock = anyio.Lock(fast_acquire=True)  # see DeviceState._lock_claims
         # Appends and snapshots run on one thread of their own, one at a time, in order; see _on_writer.
@@ -179,12 +184,20 @@ class ClaimRecords:
                     self._on_change(uid, None)
             await anyio.to_thread.run_sync(self.journal.reposition, contents)
             self._stale = False
+            started = [uid for uid in self.table if self.table[uid].state == ckpt.PREPARE_STARTED]
         elif journal_size > self.journal.size:
             self.syncs["tail"] += 1
             tail = await anyio.to_thread.run_sync(read_tail, self.journal.path, self.journal.size)
             for uid, stored in tail.changes:
                 self.table.apply_stored(uid, stored)
             await anyio.to_thread.run_sync(self.journal.reposition, tail, self.journal.lines + len(tail.changes))
+            started = [uid for uid, _ in tail.changes
+                       if uid in self.table and self.table[uid].state == ckpt.PREPARE_STARTED]
+        else:
+            return
+        if self._on_started is not None:
+            for uid in started:
+                self._on_started(uid)
 
     def _remember_snapshot(self) -> None:
         """Keep the current snapshot open (blocking), so that its inode number is not reused and a

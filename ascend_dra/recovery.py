@@ -68,8 +68,10 @@ class RecoveryMixin:
             try:
                 await self._save(compact=True)
             except OSError as exc:
-                # A full or read-only state disk must not keep the node from serving the claims the
-                # files hold (replays need no write); the changes stay pending for the next write.
+                # A full state disk must not keep the node from serving the claims the files hold
+                # (replays need no write); the changes stay pending for the next write (in shared
+                # mode, records rolled back here come back from the files at the next hold, and
+                # records.py queues them for retry_cleanup).
                 log.warning("compacting the checkpoint at start-up failed; serving from the snapshot and "
                             "the journal, the next write retries", extra={"error": describe_error(exc)})
 

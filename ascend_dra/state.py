@@ -99,7 +99,8 @@ class DeviceState(RecoveryMixin, UnprepareMixin):
         self.boot_id = boot_id
         self.claim_source = claim_source
         self._holds = guard.HoldIndex()
-        self.store = ClaimRecords(plugin_dir, boot_id, on_change=self._holds.update, shared=shared)
+        self.store = ClaimRecords(plugin_dir, boot_id, on_change=self._holds.update, shared=shared,
+                                  on_started=lambda uid: self._pending_rollback.add(uid))
         self._pending_rollback: set[str] = set()  # PrepareStarted claims whose rollback failed
         self._stray: set[str] = set()  # orphan spec files that could not be removed
         self._claim_locks: dict[str, anyio.Lock] = {}

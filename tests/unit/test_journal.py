@@ -97,7 +97,7 @@ def test_a_flipped_bit_in_the_last_acknowledged_line_is_damage_not_a_torn_append
     path.write_bytes(blob[:-20] + bytes([blob[-20] ^ 0x01]) + blob[-19:])
     with pytest.raises(CheckpointCorrupt) as raised:
         jr.read(path)
-    assert raised.value.reason == "line 4 of the journal fails its checksum (the file was modified or damaged)"
+    assert raised.value.reason == "line 6 of the journal fails its checksum (the file was modified or damaged)"
 
 
 def test_a_hole_of_nul_bytes_in_the_last_append_drops_it_from_the_hole_on(tmp_path):
@@ -110,6 +110,28 @@ def test_a_hole_of_nul_bytes_in_the_last_append_drops_it_from_the_hole_on(tmp_pa
     contents = jr.read(path)
     assert [uid for uid, _ in contents.changes] == ["a"]
     assert (contents.good_size, contents.torn_tail) == (good, True)
+
+
+def test_a_hole_of_nul_bytes_followed_by_a_later_write_is_damage(tmp_path):
+    """A zeroed block on a failing disk, not a crash: the write after it was acknowledged, so the
+    hole's was too. Read as torn, every acknowledged line after it was dropped and cut off (a review)."""
+    path = tmp_path / jr.JOURNAL_FILE
+    blob, _ = _two_appends(path)
+    hole = len(jr._HEADER_LINE) + 40  # inside a's line; b's append follows
+    path.write_bytes(blob[:hole] + b"\0" * 30 + blob[hole + 30:])
+    with pytest.raises(CheckpointCorrupt) as raised:
+        jr.read(path)
+    assert raised.value.reason == ("line 2 of the journal fails its checksum (the file was modified or damaged), "
+                                   "and a later write follows it")
+
+
+def test_each_append_ends_with_a_commit_line_an_older_release_reads_as_a_deletion_of_no_claim(tmp_path):
+    path = tmp_path / jr.JOURNAL_FILE
+    journal = opened(path)
+    journal.append(jr.change_lines([("a", record("a")), ("b", record("b"))]))
+    last = path.read_bytes().splitlines()[-1]
+    assert orjson.loads(last[33:]) == {"uid": "", "deleted": True, "commit": 2}
+    assert [uid for uid, _ in jr.read(path).changes] == ["a", "b"] and journal.lines == 2
 
 
 @pytest.mark.parametrize("damage", ["zeroed", "garbage"])
@@ -134,7 +156,7 @@ def test_a_line_that_is_neither_a_record_nor_a_deletion_is_damage_not_a_deletion
     _two_appends(path)
     with path.open("ab") as f:
         f.write(jr._line(orjson.dumps(entry)))
-    with pytest.raises(CheckpointCorrupt, match="line 5 of the journal is neither a record nor a deletion"):
+    with pytest.raises(CheckpointCorrupt, match="line 7 of the journal is neither a record nor a deletion"):
         jr.read(path)
 
 
@@ -157,6 +179,14 @@ def test_a_compaction_whose_header_write_fails_leaves_a_journal_the_next_start_r
     contents = jr.read(path)
     assert [uid for uid, _ in contents.changes] == ["c"] and not contents.torn_tail
     assert journal.lines == 1 and journal.size == path.stat().st_size
+
+
+def test_a_journal_that_links_to_nothing_is_not_an_empty_journal(tmp_path):
+    """It read as no changes, and opening it for appends created the link's target (a review)."""
+    path = tmp_path / jr.JOURNAL_FILE
+    path.symlink_to(tmp_path / "unmounted" / jr.JOURNAL_FILE)
+    with pytest.raises(CheckpointCorrupt, match=r"it is a symbolic link to .*, which does not exist"):
+        jr.read(path)
 
 
 def test_a_journal_with_another_header_is_corrupt(tmp_path):
@@ -226,7 +256,8 @@ async def test_a_prepare_appends_one_line_whatever_the_number_of_prepared_claims
     last = write_claim(tmp_path, claim_object("last", results=[("npu", "npu-250-0")]))
     await state.prepare([ref(last)])
     grown = journal.read_bytes()[size:]
-    assert grown.count(b"\n") == 1  # one line: the PrepareCompleted record (no side effects: no PrepareStarted)
+    # The PrepareCompleted record (no side effects: no PrepareStarted) and the append's commit line.
+    assert grown.count(b"\n") == 2
     assert len(grown) < 1024
     assert (snapshot.stat().st_ino if snapshot.exists() else None) == snapshot_before  # not rewritten
     assert on_disk(tmp_path).claims[last["metadata"]["uid"]].state == "PrepareCompleted"

@@ -3,6 +3,7 @@ directory see each other's changes under the checkpoint lock, whichever way they
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 
@@ -20,7 +21,7 @@ from ascend_dra.records import ClaimRecords
 from ascend_dra.sharedlock import CheckpointLock
 from ascend_dra.state import DeviceState
 from tests.claimfiles import claim_object, write_claim
-from tests.unit.test_state import DRIVER, NODE, ref
+from tests.unit.test_state import DRIVER, NODE, SideEffectProfile, on_disk, ref
 
 pytestmark = pytest.mark.anyio
 
@@ -234,3 +235,29 @@ async def test_changes_a_cancelled_operation_never_wrote_are_dropped_before_the_
         assert sorted(a.table) == ["real"]  # a reads the files again instead of writing its phantom
         await a.save()
     assert sorted(jr.load_state(tmp_path).claims) == ["real"]
+
+
+async def test_a_prepare_rolled_back_after_a_failed_write_does_not_come_back_from_the_files(tmp_path, monkeypatch):
+    """Its PrepareStarted record was durable; the rollback deleted it in memory only, the next hold
+    read it back from the files, and nothing rolled it back again: the device stayed refused to
+    every other claim until a restart (a review)."""
+    state = await shared_state(tmp_path, {"effects": SideEffectProfile()})
+    journal = state.store.journal
+    real = journal.append
+    calls = {"n": 0}
+
+    def full_at_the_third(data: bytes) -> None:
+        calls["n"] += 1
+        if calls["n"] >= 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(data)
+
+    monkeypatch.setattr(journal, "append", full_at_the_third)
+    a = write_claim(tmp_path, claim_object("a", results=[("x", "hw-0")]))
+    assert "No space left on device" in str((await state.prepare([ref(a)]))[a["metadata"]["uid"]])
+    monkeypatch.setattr(journal, "append", real)  # the disk has room again
+    b = write_claim(tmp_path, claim_object("b", results=[("x", "hw-0")]))
+    await state.prepare([ref(b)])  # the hold that reads the files again
+    await state.retry_cleanup()
+    assert isinstance((await state.prepare([ref(b)]))[b["metadata"]["uid"]], list)
+    assert sorted(r.name for r in on_disk(tmp_path).claims.values()) == ["b"]
