@@ -269,6 +269,20 @@ async def test_every_combination_the_chip_holds_is_schedulable_in_any_order(tmp_
     assert checked >= len(combos)
 
 
+async def test_discover_says_which_npu_smi_it_used_and_why_it_fell_back(tmp_path, monkeypatch):
+    """`ascend-dra discover --profiles hard-vNPU` printed no note at all, where the other Ascend
+    profiles name the npu-smi they ran and the tier that failed (a new user's trial)."""
+    host = SimHost(tmp_path, chips=((4, 0, 0, 0, "910B4"),))
+    monkeypatch.setenv(npusmi_sim.ENV_DIR, str(host.sim_dir))
+    profile = HardVnpuProfile()
+    await profile.discover(host.ctx())
+    assert any("npu-smi" in note for note in profile.discovery_notes())
+    missing = attrs.evolve(host.ctx(), npu_smi=str(tmp_path / "no-such" / "npu-smi"))
+    await profile.discover(missing)
+    notes = profile.discovery_notes()
+    assert any(f"{tmp_path}/no-such/npu-smi" in note for note in notes), notes
+
+
 async def test_template_info_missing_falls_back_to_the_reference_tables(tmp_path, monkeypatch):
     host = SimHost(tmp_path, chips=((0, 0, 0, 0, "910B4-1"),))
     monkeypatch.setenv(npusmi_sim.ENV_DIR, str(host.sim_dir))

@@ -49,13 +49,13 @@ import anyio
 from ascend_dra.model import AttributeValue, Capacity
 from ascend_dra.profiles.ascend import host, templates
 from ascend_dra.profiles.ascend.attributes import chip_attributes, chip_capacities, device_name
-from ascend_dra.profiles.ascend.chip import NpuChip
+from ascend_dra.profiles.ascend.chip import DroppedChip, NpuChip
 from ascend_dra.profiles.ascend.chips import MODELS, ChipFamily
 from ascend_dra.profiles.ascend.config import NpuConfig
-from ascend_dra.profiles.ascend.discovery import TIER_SIMULATED, discover_chips
+from ascend_dra.profiles.ascend.discovery import TIER_NPU_SMI, TIER_SIMULATED, discover_chips
 from ascend_dra.profiles.ascend.errors import NpuSmiError
 from ascend_dra.profiles.ascend.npusmi import NpuSmi
-from ascend_dra.profiles.ascend.profile import VISIBLE_DEVICES_ENV, AscendChipProfile
+from ascend_dra.profiles.ascend.profile import VISIBLE_DEVICES_ENV, AscendChipProfile, unknown_family
 from ascend_dra.profiles.ascend.vnpu_ops import VnpuOps
 from ascend_dra.profiles.base import (
     AllocatedDevice,
@@ -134,13 +134,21 @@ class HardVnpuProfile(AscendChipProfile):
             npu_smi=ctx.npu_smi, dev_root=ctx.dev_root, sys_root=ctx.sys_root, node_name=ctx.node_name,
             simulate=self.simulate_mode(ctx), simulated_model=self.simulated_model,
             simulated_count=ctx.fake_devices, timeout_s=self.timeout_s, profile=self.name,
+            host_root=self.host_root, search_path=self.search_path, known=self._known,
         )
         self.layout = await anyio.to_thread.run_sync(host.probe, ctx.dev_root, self.host_root)
+        if found.source == TIER_NPU_SMI:
+            self._known = {c.physical_id: c for c in found.chips}
+        # What `ascend-dra discover` says under the table (AscendChipProfile.discovery_notes).
+        self.last_discovery = found
+        dropped = list(found.dropped)
         npu_smi = NpuSmi(ctx.npu_smi, timeout_s=self.timeout_s)
         by_model: dict[str, templates.ChipResources | None] = {}
         devices: list[Device] = []
         counter_sets: list[CounterSet] = []
         for chip in found.chips:
+            if chip.family is None:
+                dropped.append(DroppedChip.of(chip, unknown_family(chip)))
             if chip.family not in self.families:
                 continue
             key = f"{chip.chip_name}/{chip.aicore_count}"
@@ -151,10 +159,12 @@ class HardVnpuProfile(AscendChipProfile):
             if resources is None or not resources.templates:
                 logger.info("chip model has no hard-vNPU templates; not published",
                             extra={"profile": self.name, "chip": chip.chip_name, "device_name": device_name(chip)})
+                dropped.append(DroppedChip.of(chip, f"chip model {chip.chip_name} has no hard-vNPU templates"))
                 continue
             chip_devices, counter_set = self.chip_devices(chip, resources)
             devices.extend(chip_devices)
             counter_sets.append(counter_set)
+        self._dropped = tuple(dropped)
         return Inventory(devices=tuple(devices), counter_sets=tuple(counter_sets), source=found.source)
 
     async def _resources(self, npu_smi: NpuSmi | None, chip: NpuChip) -> templates.ChipResources | None:

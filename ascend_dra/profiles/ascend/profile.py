@@ -147,7 +147,7 @@ class AscendChipProfile:
         self.layout = await anyio.to_thread.run_sync(host.probe, ctx.dev_root, self.host_root)
         if found.source == TIER_NPU_SMI:
             self._known = {c.physical_id: c for c in found.chips}
-        unknown = tuple(DroppedChip.of(c, _unknown_family(c)) for c in found.chips if c.family is None)
+        unknown = tuple(DroppedChip.of(c, unknown_family(c)) for c in found.chips if c.family is None)
         for chip in unknown:
             logger.warning("chip not published", extra={**chip.log_fields(), "tier": found.source,
                                                          "profile": self.name})
@@ -277,7 +277,7 @@ class AscendChipProfile:
         return edits
 
 
-def _unknown_family(chip: NpuChip) -> str:
+def unknown_family(chip: NpuChip) -> str:
     """Why a chip has no family (the sources of :func:`.chips.family_of`, in the words of the operator)."""
     name = f"chip name {chip.chip_name!r} matches no family" if chip.chip_name else "no chip name"
     return f"chip family unknown: {name}, and no known PCI device ID (npu-smi -t board, sysfs)"
