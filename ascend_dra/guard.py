@@ -113,6 +113,10 @@ def check_free(ref: str, result: AllocatedDevice, device: Device, taken: HoldInd
             raise GuardError(f"{ref}: device {result.device} is allocated twice in this claim and does not "
                              "allow multiple allocations")
         return
+    if any(r.share_id == result.share_id for r in same_claim):
+        # Its two CDI devices would have one name ("profile ... produced invalid CDI spec" before).
+        raise GuardError(f"{ref}: device {result.device} has shareID {result.share_id} twice in this claim "
+                         "(status.allocation.devices.results); each share of a device has a shareID of its own")
     exclusive = next((h for h in holds if h.device.holds_exclusively), None)
     if exclusive is not None:
         raise GuardError(f"{ref}: device {result.device} is already prepared for {exclusive.who}, which holds it "

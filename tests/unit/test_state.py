@@ -416,6 +416,17 @@ async def test_a_consumed_capacity_the_scheduler_cannot_have_booked_is_refused(t
     assert isinstance((await state.prepare([ref(full)]))[full["metadata"]["uid"]], list)
 
 
+async def test_one_share_id_twice_on_a_device_in_one_claim_is_refused_naming_the_share(tmp_path):
+    """It failed as "profile shared produced invalid CDI spec: duplicate device", blaming the
+    profile (an audit of bad claims)."""
+    state = await make_state(tmp_path, {"shared": SharedProfile()})
+    twice = write_claim(tmp_path, claim_object("twice", results=[share("vnpu-0", "1Gi", "10", share_id="s1"),
+                                                                 share("vnpu-0", "1Gi", "10", "other", "s1")]))
+    assert str((await state.prepare([ref(twice)]))[twice["metadata"]["uid"]]) == (
+        "ResourceClaim default/twice: device vnpu-0 has shareID s1 twice in this claim "
+        "(status.allocation.devices.results); each share of a device has a shareID of its own")
+
+
 # -- side effects -----------------------------------------------------------------------------------
 
 
