@@ -126,6 +126,8 @@ def test_no_profile_is_refused_at_render():
     ("profiles=npu-910", "at '/profiles': got string, want"),
     ("daemon.metricsPort=51515", "daemon.metricsPort and daemon.healthcheckPort are both 51515"),
     ("webhook.metricsPort=8443", "webhook.metricsPort and webhook.port are both 8443"),
+    # PROFILE_OPTIONS is comma-separated: the daemon read the rest as an entry "b" (not KEY=VALUE).
+    ("profileOptions.npu-910.simulate=a\\,b", "at '/profileOptions/npu-910/simulate'"),
 ], ids=lambda v: v.split("=")[0] if "=" in v else "")
 def test_a_value_of_the_wrong_kind_is_refused_at_render_naming_it(value, said):
     """Without a schema these rendered, and failed later as a crash loop, an API server refusal or,
