@@ -243,6 +243,9 @@ class Daemon:
         try:
             self.metrics.follow(lambda: len(self.state.prepared_claims) if self.state is not None else 0,
                                 lambda: self.registration.registered)
+            self.metrics.follow_checkpoint(
+                lambda: self.state.store.write_failures if self.state is not None else 0,
+                lambda: self.state.cleanup_pending if self.state is not None else False)
             with _port_flag("--metrics-port", s.metrics_port, s.metrics_address):
                 if s.metrics_port:
                     self.metrics.serve(s.metrics_port, s.metrics_address,

@@ -66,8 +66,15 @@ async def _hold(path: Path, *, shared: bool, poll_s: float, pid_file: bool) -> A
         os.close(fd)
     try:
         if pid_file:  # only an exclusive holder writes: shared holders would overwrite each other
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n{time.clock_gettime_ns(time.CLOCK_BOOTTIME)}\n".encode(), 0)
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n{time.clock_gettime_ns(time.CLOCK_BOOTTIME)}\n".encode(), 0)
+            except OSError as exc:
+                # The lock is the flock, not these lines: a full state disk must not stop a start
+                # that can still serve (the pid is for messages; without the start stamp a rolling
+                # update's older instance lets this one publish, as for an older release).
+                log.warning("cannot write the pid into the lock file", extra={"lock": str(path),
+                                                                              "error": exc.strerror})
         yield fd
     finally:
         os.close(fd)  # releases the lock

@@ -110,6 +110,13 @@ class Metrics:
                                      ["result"], registry=r)
         for result in ("ok", "failed"):
             self.status_writes.labels(result)
+        self.checkpoint_failures = Gauge(
+            "ascend_dra_checkpoint_write_failures",
+            "checkpoint writes that failed since the daemon started (a full, read-only or failing state disk: "
+            "every Prepare and Unprepare then fails); it only grows", registry=r)
+        self.cleanup_pending = Gauge("ascend_dra_cleanup_pending",
+                                     "1 while a rollback or an orphan CDI spec removal failed and waits for its retry "
+                                     "(the devices it names stay held)", registry=r)
         for op in ("prepare", "unprepare"):
             for result in _RESULTS:
                 self.requests[op].labels(result)
@@ -132,6 +139,11 @@ class Metrics:
         (from the server's thread: they must only read)."""
         self.prepared.set_function(lambda: float(prepared()))
         self.registration.set_function(lambda: -1.0 if (v := registered()) is None else float(v))
+
+    def follow_checkpoint(self, failures: Callable[[], int], cleanup_pending: Callable[[], bool]) -> None:
+        """Read the checkpoint gauges from these callables at every scrape (from the server's thread)."""
+        self.checkpoint_failures.set_function(lambda: float(failures()))
+        self.cleanup_pending.set_function(lambda: float(cleanup_pending()))
 
     def follow_claim_status(self, pending: Callable[[], int]) -> None:
         """Read the claim-status backlog from ``pending`` at every scrape (from the server's thread)."""

@@ -67,6 +67,7 @@ class ClaimRecords:
         self._flush_lock = anyio.Lock(fast_acquire=True)  # see DeviceState._lock_claims
         # Appends and snapshots run on one thread of their own, one at a time, in order; see _on_writer.
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ascend-dra-journal")
+        self.write_failures = 0  # writes that failed with an OSError since start (a metric)
         self._version = 0  # bumped by every save call
         self._durable = 0  # the highest version known to be on disk
         self.shared = shared
@@ -264,8 +265,10 @@ class ClaimRecords:
                     await self._on_writer(self.journal.append, change_lines(changes))
             except BaseException as exc:
                 self.table.requeue(uid for uid, _ in changes)
-                if isinstance(exc, OSError) and exc.filename is None:
-                    exc.filename = str(self.journal.path)  # a write on the open fd names no file
+                if isinstance(exc, OSError):
+                    self.write_failures += 1
+                    if exc.filename is None:
+                        exc.filename = str(self.journal.path)  # a write on the open fd names no file
                 raise
             self._durable = max(self._durable, version)
 

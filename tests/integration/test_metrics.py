@@ -89,3 +89,47 @@ def test_process_metrics_and_build_info_are_exported(short_tmp):
         assert any(name == "python_info" for name, _ in samples)
     finally:
         d.stop()
+
+
+def test_a_state_disk_that_takes_no_writes_shows_in_the_metrics_and_heals(short_tmp):
+    """Every Prepare failed while the state disk was full, and /metrics and the probes said nothing
+    (an audit of disk faults): ascend_dra_checkpoint_write_failures grows while it lasts."""
+    import os
+
+    from tests.integration.daemon import DRIVER
+
+    root = short_tmp / "sa"
+    state_dir = root / "plugins" / DRIVER
+    state_dir.mkdir(parents=True)
+    assert os.system(f"mount -t tmpfs -o size=64k tmpfs {state_dir}") == 0, "needs root (CI runs as root)"
+    port = free_port()
+    d = DaemonProcess(root, fake_devices=16,
+                      extra_args=["--metrics-port", str(port), "--metrics-address", "127.0.0.1"]).start()
+    k = Kubelet(d)
+    filler = state_dir / "filler"
+    try:
+        assert scrape(port)[("ascend_dra_checkpoint_write_failures", ())] == 0
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)  # the disk fills up
+        try:
+            while os.write(fd, b"\0" * 4096):
+                pass
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        # Appends go on in the journal's last page until it is full; then each one fails.
+        errors = {}
+        for i in range(16):
+            claim = write_claim(d.root, claim_object(f"c{i}", results=[("npu", f"npu-{i}-0")]))
+            errors[i] = (claim, k.prepare(claim).claims[claim["metadata"]["uid"]].error)
+        failed = [(c, e) for c, e in errors.values() if e]
+        assert failed and all("No space left on device" in e for _, e in failed)
+        assert scrape(port)[("ascend_dra_checkpoint_write_failures", ())] >= len(failed)
+        filler.unlink()
+        for claim, _ in failed:
+            assert k.prepare(claim).claims[claim["metadata"]["uid"]].error == ""
+        assert scrape(port)[("ascend_dra_prepared_claims", ())] == 16
+    finally:
+        k.close()
+        d.stop()
+        os.system(f"umount {state_dir}")

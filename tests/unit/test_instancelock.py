@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import time
+
+import pytest
 
 from ascend_dra import instancelock
 
@@ -126,3 +129,19 @@ def test_a_lock_file_removed_under_a_starting_instance_is_locked_again_at_its_pa
             assert path.read_text().startswith(f"{os.getpid()}\n")
 
     anyio.run(main)
+
+
+@pytest.mark.anyio
+async def test_a_full_state_disk_does_not_keep_the_instance_lock_from_being_taken(tmp_path, monkeypatch):
+    """Writing the pid into the lock file failed with ENOSPC and the daemon stopped at start ("stopped:
+    [Errno 28] No space left on device", naming no file); the lock is the flock (an audit of faults)."""
+    def full(fd: int, data: bytes, offset: int) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(instancelock.os, "pwrite", full)
+    async with instancelock.hold_instance_lock(tmp_path, rolling_update_id=None):
+        other = os.open(tmp_path / "daemon.lock", os.O_RDWR)
+        with pytest.raises(BlockingIOError):  # held all the same
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.close(other)
+
