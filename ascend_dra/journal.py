@@ -60,20 +60,23 @@ def _line(payload: bytes) -> bytes:
 _HEADER_LINE = _line(orjson.dumps(_HEADER, option=orjson.OPT_SORT_KEYS))
 
 
-def _commit_line(count: int) -> bytes:
-    return _line(orjson.dumps({"uid": "", "deleted": True, "commit": count}))
+def _commit_line(count: int, at: int) -> bytes:
+    """The line that ends an append of ``count`` change lines written from byte ``at``."""
+    return _line(orjson.dumps({"uid": "", "deleted": True, "commit": count, "at": at}))
 
 
-def _is_commit(line: bytes) -> bool:
-    """An intact commit line (its checksum holds)."""
+def _commit_start(line: bytes) -> int | None:
+    """Where the append an intact commit line ends began (its ``at``), or None: not one."""
     payload = line[33:]
     if len(line) < 34 or _line(payload)[:32] != line[:32]:
-        return False
+        return None
     try:
         entry = orjson.loads(payload)
     except orjson.JSONDecodeError:
-        return False
-    return isinstance(entry, dict) and entry.get("uid") == "" and "commit" in entry
+        return None
+    if isinstance(entry, dict) and entry.get("uid") == "" and isinstance(entry.get("at"), int):
+        return int(entry["at"])
+    return None
 
 
 def change_lines(changes: Iterable[tuple[str, Any]]) -> bytes:
@@ -140,7 +143,7 @@ def _parse(path: Path, blob: bytes, start: int) -> JournalContents:
     for number, line in enumerate(lines[:-1], start=1):  # the last piece has no newline: torn or empty
         payload = line[33:]
         if len(line) < 34 or line[32:33] != b" " or _line(payload)[:32] != line[:32]:
-            if b"\0" in line and _in_last_write(lines[number:-1]):
+            if b"\0" in line and _in_last_write(start + offset, lines[number:-1]):
                 # pages of the last, unacknowledged write that never reached the disk
                 return JournalContents(tuple(changes), start + offset, True)
             raise CheckpointCorrupt(path, f"line {number}{where} of the journal fails its checksum (the file was "
@@ -167,12 +170,16 @@ def _parse(path: Path, blob: bytes, start: int) -> JournalContents:
     return JournalContents(tuple(changes), start + offset, offset != len(blob))
 
 
-def _in_last_write(after: list[bytes]) -> bool:
-    """Whether the complete lines ``after`` a damaged one hold no later write: nothing follows the
-    first intact commit line among them (that commit closes the damaged line's own append)."""
+def _in_last_write(at: int, after: list[bytes]) -> bool:
+    """Whether a damaged line at byte ``at`` is in the file's last append: the first intact commit
+    line among the complete lines ``after`` it is the last line and began its append at or before
+    ``at`` (a zeroed block that also took the previous commit line is not the last write's hole).
+    Without a commit line after it (an older release's journal, or a hole that runs to the end)
+    it cannot be told from a crash, and counts as torn."""
     for index, line in enumerate(after):
-        if _is_commit(line):
-            return index == len(after) - 1
+        began = _commit_start(line)
+        if began is not None:
+            return index == len(after) - 1 and began <= at
     return True
 
 
@@ -223,6 +230,8 @@ class Journal:
         elif contents.torn_tail:
             os.ftruncate(self._fd, self._size)
             os.fdatasync(self._fd)
+        else:
+            os.fdatasync(self._fd)  # see reposition: appends go only after durable lines
 
     def fileno(self) -> int:
         assert self._fd is not None, "journal not open"
@@ -246,6 +255,12 @@ class Journal:
         elif contents.torn_tail:
             os.ftruncate(self._fd, self._size)
             os.fdatasync(self._fd)
+        else:
+            # An instance killed between its write and its fdatasync leaves lines only in the page
+            # cache; made durable now, before anything is appended after them, so that a hole in
+            # them after a power loss is never followed by a later write (which reads as damage).
+            # Nothing to write, and cheap, when they are on disk already.
+            os.fdatasync(self._fd)
 
     def append(self, data: bytes) -> None:
         """Append ``data`` (whole lines) and make it durable.
@@ -258,7 +273,7 @@ class Journal:
             # as the torn-header rule expects (journal.read).
             self._rewrite_header()
             fsync_dir(self.path.parent)
-        data += _commit_line(data.count(b"\n"))
+        data += _commit_line(data.count(b"\n"), self._size)
         try:
             view = memoryview(data)
             offset = self._size
@@ -267,8 +282,9 @@ class Journal:
                 view, offset = view[written:], offset + written
             os.fdatasync(self._fd)
         except OSError:
-            try:
+            try:  # cut off again, durably: pages already on disk must not bring it back after a crash
                 os.ftruncate(self._fd, self._size)
+                os.fdatasync(self._fd)
             except OSError:
                 pass
             raise

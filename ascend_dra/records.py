@@ -285,11 +285,21 @@ class ClaimRecords:
             await asyncio.wrap_future(self._writer.submit(fn, *args))
 
     def _write_snapshot(self, claims: Mapping[str, Any]) -> None:
-        """Replace the snapshot with ``claims``, then empty the journal (blocking)."""
+        """Replace the snapshot with ``claims``, then empty the journal (blocking).
+
+        Once the snapshot is written the changes are durable, so a journal that cannot be emptied
+        does not fail the write (the Prepare would be reported failed and rolled back while the
+        snapshot says it completed): its old lines replay over the new snapshot to the same state,
+        and an emptied journal whose header failed gets it with the next append.
+        """
         ckpt.save(self.checkpoint_path, ckpt.encode_raw({"boot_id": self.boot_id, "claims": claims}))
         if self.shared:
             self._remember_snapshot()
-        self.journal.reset()
+        try:
+            self.journal.reset()
+        except OSError as exc:
+            log.warning("emptying the checkpoint journal after a compaction failed; the next write retries",
+                        extra={"file": str(self.journal.path), "error": exc.strerror or str(exc)})
 
     async def close(self) -> None:
         """Compact into one snapshot and close the journal (clean shutdown), so an older release

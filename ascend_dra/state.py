@@ -319,12 +319,13 @@ class DeviceState(RecoveryMixin, UnprepareMixin):
             # then nothing of it may stay behind holding the devices (a reservation kept in memory
             # refused other claims while the disk was full, and after). Roll each back now; one
             # that resists stays PrepareStarted and is retried by retry_cleanup.
-            for plan in done:
-                c = plan.claim
+            for plan in done:  # all of them before the first await: a concurrent write must not
+                c = plan.claim  # make one durable as completed while it is being rolled back
                 results[c.uid] = PrepareError(f"ResourceClaim {c.namespace}/{c.name}: writing the checkpoint: "
                                               f"{describe_error(exc)}")
                 self._records[c.uid] = attrs.evolve(self._records[c.uid], state=ckpt.PREPARE_STARTED)
-                await self._try_rollback(self._records[c.uid])
+            for plan in done:
+                await self._try_rollback(self._records[plan.claim.uid])
             return True
         crash_point("prepare:after-completed-write")
         for plan in done:

@@ -283,6 +283,16 @@ async def test_discover_says_which_npu_smi_it_used_and_why_it_fell_back(tmp_path
     assert any(f"{tmp_path}/no-such/npu-smi" in note for note in notes), notes
 
 
+def test_a_template_larger_than_the_chip_gets_no_instance():
+    """A template-info template bigger than the chip got one instance with ID choices, a device
+    that could never be allocated (a second review)."""
+    resources = templates.MODELS["310P3"]
+    huge = templates.VnpuTemplate("vir99", 4, 48 * 1024, 1, dict.fromkeys(templates.ENGINES, 0))
+    bigger = attrs.evolve(resources, templates=(*resources.templates, huge))
+    assert templates.max_instances(bigger, huge) == 0
+    assert templates.id_choices(bigger, huge) == 0
+
+
 async def test_template_info_missing_falls_back_to_the_reference_tables(tmp_path, monkeypatch):
     host = SimHost(tmp_path, chips=((0, 0, 0, 0, "910B4-1"),))
     monkeypatch.setenv(npusmi_sim.ENV_DIR, str(host.sim_dir))

@@ -125,12 +125,43 @@ def test_a_hole_of_nul_bytes_followed_by_a_later_write_is_damage(tmp_path):
                                    "and a later write follows it")
 
 
+def test_a_zeroed_block_that_took_the_previous_commit_line_is_damage_not_the_last_write_torn(tmp_path):
+    """The first intact commit after the hole was the last append's own, so the hole read as torn
+    and two acknowledged appends were dropped (a second review): the commit line names where its
+    append began."""
+    path = tmp_path / jr.JOURNAL_FILE
+    journal = opened(path)
+    ends = []
+    for uid in ("c0", "c1", "c2"):
+        journal.append(jr.change_lines([(uid, record(uid))]))
+        ends.append(path.stat().st_size)
+    blob = path.read_bytes()
+    start, stop = ends[1] - 120, ends[1] + 50  # c1's tail, its commit line, the start of c2's append
+    path.write_bytes(blob[:start] + b"\0" * (stop - start) + blob[stop:])
+    with pytest.raises(CheckpointCorrupt, match="and a later write follows it"):
+        jr.read(path)
+
+
+def test_lines_another_instance_left_unsynced_are_made_durable_before_an_append_follows_them(tmp_path,
+                                                                                           monkeypatch):
+    """An instance killed between its write and its fdatasync leaves its lines in the page cache;
+    appended after without a sync, a power loss could leave a hole in them followed by a later
+    write, which start-up refuses as damage (a second review)."""
+    path = tmp_path / jr.JOURNAL_FILE
+    mine, theirs = opened(path), opened(path)
+    theirs.append(jr.change_lines([("a", record("a"))]))
+    synced = []
+    monkeypatch.setattr(jr.os, "fdatasync", lambda fd, real=jr.os.fdatasync: (synced.append(fd), real(fd)))
+    mine.reposition(jr.read_tail(path, mine.size), mine.lines + 1)
+    assert synced == [mine.fileno()]
+
+
 def test_each_append_ends_with_a_commit_line_an_older_release_reads_as_a_deletion_of_no_claim(tmp_path):
     path = tmp_path / jr.JOURNAL_FILE
     journal = opened(path)
     journal.append(jr.change_lines([("a", record("a")), ("b", record("b"))]))
     last = path.read_bytes().splitlines()[-1]
-    assert orjson.loads(last[33:]) == {"uid": "", "deleted": True, "commit": 2}
+    assert orjson.loads(last[33:]) == {"uid": "", "deleted": True, "commit": 2, "at": len(jr._HEADER_LINE)}
     assert [uid for uid, _ in jr.read(path).changes] == ["a", "b"] and journal.lines == 2
 
 

@@ -130,3 +130,25 @@ async def test_a_directory_where_the_common_spec_belongs_fails_the_claim_instead
     assert isinstance(error, PrepareError)
     assert "k8s.ascend.project-hami.io-npu_common.yaml" in str(error)
     assert on_disk(tmp_path).claims == {}
+
+
+async def test_a_journal_that_cannot_be_emptied_after_a_compaction_does_not_fail_the_prepare(tmp_path, monkeypatch):
+    """The snapshot was written (the claim durably completed), then emptying the journal failed: the
+    Prepare was reported failed and rolled back while the snapshot said it was prepared (a second
+    review)."""
+    state = await make_state(tmp_path, {"fake": FakeProfile()})
+
+    def eio() -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    x = write_claim(tmp_path, claim_object("x", results=[("npu", "npu-1-0")]))
+    await state.prepare([ref(x)])
+    await state.unprepare([ref(x)])  # two change lines, no record: the next write compacts
+    monkeypatch.setattr("ascend_dra.records.COMPACT_MIN_LINES", 0)
+    monkeypatch.setattr(state.store.journal, "reset", eio)
+    snapshot = tmp_path / "plugin" / "checkpoint.json"
+    before = snapshot.stat().st_mtime_ns if snapshot.exists() else None
+    a = write_claim(tmp_path, claim_object("a", results=[("npu", "npu-0-0")]))
+    assert isinstance((await state.prepare([ref(a)]))[uid(a)], list)
+    assert snapshot.stat().st_mtime_ns != before  # it did compact
+    assert on_disk(tmp_path).claims[uid(a)].state == "PrepareCompleted"

@@ -231,6 +231,8 @@ def id_choices(resources: ChipResources, template: VnpuTemplate) -> int:
     takes the first free instance; with IDs dealt round-robin over the templates, Huawei's own full
     310P3, six vir01 and one vir02_1c, stayed pending). At least :func:`max_instances`.
     """
+    if max_instances(resources, template) == 0:
+        return 0  # it does not fit the chip at all (a template-info template larger than the chip)
     totals = chip_counters(resources)
     needs = [template_counters(resources, t) for t in resources.templates]
     own = template_counters(resources, template)
