@@ -74,6 +74,20 @@ async def test_310_four_chip_card_keeps_its_device_names_when_npu_smi_goes_away(
     assert any("chip IDs and NPU IDs unknown" in note for note in cold.discovery_notes())
 
 
+async def test_logic_ids_that_disagree_without_a_phyid_remap_answer_are_said_in_discover(tmp_path: Path) -> None:
+    """npu-smi info prints Device 3..6, -m logic IDs 0..3, and this npu-smi has no phyid-remap: the
+    -m IDs name the devices, which was said at INFO only (an audit of public npu-smi layouts)."""
+    exe = fake_npu_smi(tmp_path, {"info": "310_info_atlas800-3000_4chips-per-card_npu-smi-21.0.4.txt",
+                                  "info -m": "310_info_-m_atlas800-3000_MiniD_Mcu.txt"})
+    dev = dev_tree(tmp_path, ["davinci3", "davinci4", "davinci5", "davinci6", *SHARED])
+    functions = {f"0000:0{i}:00.0": ("0x19e5", "0xd100", 0) for i in range(4)}
+    profile = Npu310PProfile()
+    await profile.discover(context(tmp_path, exe, dev, sys_tree(tmp_path, functions)))
+    notes = profile.discovery_notes()
+    assert any("logic ID 0 from npu-smi info -m, not Device 3 of npu-smi info (phyid-remap did not answer)" in n
+               for n in notes), notes
+
+
 async def test_a_running_daemon_keeps_names_when_npu_smi_stops_answering(tmp_path: Path) -> None:
     """910A 9010: logic IDs are not in physical order here, so the devfs rule alone would rename."""
     dev, sys_root = tree_910a(tmp_path)

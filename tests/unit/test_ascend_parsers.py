@@ -190,7 +190,10 @@ def test_info_950_one_npu_without_processes(name: str, hbm: tuple[int, int]) -> 
     ("hello world\n", 0, "no 'npu-smi ... Version:' table found"),
     ("", 0, "no 'npu-smi ... Version:' table found"),
     ("| npu-smi 9.9 Version: 9.9 |\n| NPU Name | Health | Power(W) Watts(X) |\n| Chip | Bus-Id | AICore(%) |\n"
-     "+====+\n| 0 910B3 | OK | 1 2 |\n| 0 | 0000:01:00.0 | 3 |\n", 5, "unknown column 'Watts(X)'"),
+     "+====+\n| 0 910B3 | OK | 1 2 |\n| 0 | 0000:01:00.0 | 3 |\n", 2, "unknown column 'Watts(X)'"),
+    # The header that has it is named, also with no chip under it (it passed as no chips; an audit).
+    ("| npu-smi 9.9 Version: 9.9 |\n| NPU Name | Health | Power(W) |\n| Chip | Bus-Id | HBM-Usage(GB) |\n"
+     "+====+\n", 3, "unknown column 'HBM-Usage(GB)'"),
     ("| npu-smi 9.9 Version: 9.9 |\n| NPU Name | Health | Power(W) |\n| Chip | Bus-Id | AICore(%) |\n"
      "+====+\n| 0 910B3 | OK | NA |\n", 5, "a chip takes two rows between separators"),
     ("| npu-smi 9.9 Version: 9.9 |\n| NPU Name | Health | Power(W) |\n| Chip | Bus-Id | AICore(%) |\n"

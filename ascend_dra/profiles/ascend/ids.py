@@ -130,6 +130,13 @@ def resolve_ids(partial: list[PartialChip], *, numbers: list[int], by_address: M
             continue
         physical[i] = p.physical_printed if p.physical_printed is not None else by_address.get(p.pci_address or "")
         logic[i] = printed_logic
+        if None not in (p.logic_from_mapping, p.logic_from_device) and p.logic_from_mapping != p.logic_from_device:
+            # Device names follow the logic ID: say which was taken, not at INFO only.
+            notes.append(f"{p.label()}: logic ID {p.logic_from_mapping} from npu-smi info -m, not Device "
+                         f"{p.logic_from_device} of npu-smi info (phyid-remap did not answer)")
+            logger.warning("npu-smi outputs disagree and phyid-remap did not answer; npu-smi info -m wins",
+                           extra={"npu_id": p.npu_id, "chip_id": p.chip_id, "mapping": p.logic_from_mapping,
+                                  "device": p.logic_from_device, "tier": "npu-smi"})
     ranked = _physical_by_rank(partial, numbers, physical, logic)
     if ranked:
         labels = ", ".join(f"{partial[i].label()} -> davinci{physical[i]}" for i in ranked)

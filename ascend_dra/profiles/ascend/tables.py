@@ -209,6 +209,10 @@ def parse_info(text: str, *, command: str = "npu-smi info") -> InfoTable:
             columns.append([_column_names(cell) for cell in cells])
             if len(columns) > 2:
                 raise NpuSmiParseError(command, line_no, line, "more than two header rows")
+            known = (_ROW1, _ROW2)[len(columns) - 1]
+            unknown = [name for names in columns[-1] for name in names if name not in known]
+            if unknown:  # said at the header that has it, also with no chip under it
+                raise NpuSmiParseError(command, line_no, line, f"unknown column {unknown[0]!r}")
             continue
         if state == "body":
             if _no_processes(cells):
