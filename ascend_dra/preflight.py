@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -178,3 +179,7 @@ def check_node_paths(dev_root: Path, sys_root: Path, npu_smi: str) -> None:
                                  "npu-smi to look on $PATH and in the driver's install locations)")
         if not os.path.isfile(npu_smi) or not os.access(npu_smi, os.X_OK):
             raise PreflightError(f"--npu-smi {npu_smi} is not an executable file")
+    elif npu_smi != "npu-smi" and shutil.which(npu_smi) is None:
+        # Another bare name is looked up on $PATH only; a mistyped one served an empty pool.
+        raise PreflightError(f"--npu-smi {npu_smi} is not on $PATH (give the executable's path, or the bare name "
+                             "npu-smi to look on $PATH and in the driver's install locations)")

@@ -287,6 +287,16 @@ def test_a_mistyped_node_path_stops_run_and_discover_in_one_line(short_tmp, flag
     assert not (short_tmp / "sa").exists()
 
 
+def test_a_bare_npu_smi_name_not_on_path_is_refused(short_tmp):
+    """Another bare name than npu-smi is looked up on $PATH only: mistyped, it served an empty pool
+    with warnings (an audit of configuration errors)."""
+    result = cli("run", "--node-name", "n", "--profiles", "npu-910", "--standalone", str(short_tmp / "sa"),
+                 "--npu-smi", "npu-smii", env=BASE_ENV)
+    assert (result.returncode, result.stderr) == (1, "ascend-dra run: --npu-smi npu-smii is not on $PATH (give the "
+                                                     "executable's path, or the bare name npu-smi to look on $PATH "
+                                                     "and in the driver's install locations)\n")
+
+
 def test_a_standalone_dir_too_long_for_a_socket_is_one_clear_line(short_tmp):
     deep = short_tmp / ("d" * 90)
     result = cli("run", "--node-name", "n", "--profiles", "fake", "--standalone", str(deep), env=BASE_ENV)
