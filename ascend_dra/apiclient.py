@@ -96,7 +96,11 @@ class KubeApi:
             async with self.client.rest_client.pool_manager.request(data=data, timeout=limits, **request) as response:
                 yield response
         except (OSError, TimeoutError, aiohttp.ClientError) as exc:
-            raise ApiError(0, f"{method} {path}: {exc or type(exc).__name__}") from None
+            # str() of a timeout is "": the message said nothing after its colon (an etcd outage)
+            total = getattr(limits, "total", None)
+            reason = str(exc) or (f"no answer within {total:g} s" if isinstance(exc, TimeoutError) and total
+                                  else type(exc).__name__)
+            raise ApiError(0, f"{method} {path}: {reason}") from None
 
     async def _request(self, method: str, path: str, query: list[tuple[str, str]] | None,
                        content_type: str | None) -> dict[str, Any]:

@@ -97,9 +97,12 @@ class ApiClaimSource:
                 raise ClaimError(f"{ref} does not exist") from None
             raise ClaimError(f"{ref}: reading it from the API server failed: {exc}") from None
         obj.setdefault("kind", "ResourceClaim")
+        # The uid first: a claim replaced under the same name is not allocated yet, and "not
+        # allocated" would hide that it is another claim (an audit of API faults).
+        found = (obj.get("metadata") or {}).get("uid")
+        if found != uid:
+            raise ClaimError(f"{ref}: uid {uid} was requested but the claim has uid {found} (it got replaced)")
         claim = parse_claim(obj, self.driver_name)
-        if claim.uid != uid:
-            raise ClaimError(f"{ref}: uid {uid} was requested but the claim has uid {claim.uid} (it got replaced)")
         if not claim.reserved_for:
             raise ClaimError(f"{ref} is allocated but not reserved for any pod (status.reservedFor is empty)")
         return claim

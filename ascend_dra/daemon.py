@@ -245,7 +245,8 @@ class Daemon:
                                 lambda: self.registration.registered)
             self.metrics.follow_checkpoint(
                 lambda: self.state.store.write_failures if self.state is not None else 0,
-                lambda: self.state.cleanup_pending if self.state is not None else False)
+                lambda: self.state.cleanup_pending if self.state is not None else False,
+                lambda: getattr(self.publisher, "last_error", None) is not None)
             with _port_flag("--metrics-port", s.metrics_port, s.metrics_address):
                 if s.metrics_port:
                     self.metrics.serve(s.metrics_port, s.metrics_address,

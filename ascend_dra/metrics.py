@@ -114,6 +114,9 @@ class Metrics:
             "ascend_dra_checkpoint_write_failures",
             "checkpoint writes that failed since the daemon started (a full, read-only or failing state disk: "
             "every Prepare and Unprepare then fails); it only grows", registry=r)
+        self.publish_failing = Gauge("ascend_dra_resourceslice_publish_failing",
+                                     "1 while the last attempt to publish the ResourceSlices failed (the API server "
+                                     "refused or did not answer; the daemon retries with backoff)", registry=r)
         self.cleanup_pending = Gauge("ascend_dra_cleanup_pending",
                                      "1 while a rollback or an orphan CDI spec removal failed and waits for its retry "
                                      "(the devices it names stay held)", registry=r)
@@ -140,10 +143,13 @@ class Metrics:
         self.prepared.set_function(lambda: float(prepared()))
         self.registration.set_function(lambda: -1.0 if (v := registered()) is None else float(v))
 
-    def follow_checkpoint(self, failures: Callable[[], int], cleanup_pending: Callable[[], bool]) -> None:
-        """Read the checkpoint gauges from these callables at every scrape (from the server's thread)."""
+    def follow_checkpoint(self, failures: Callable[[], int], cleanup_pending: Callable[[], bool],
+                          publish_failing: Callable[[], bool]) -> None:
+        """Read the checkpoint and publishing gauges from these callables at every scrape (from the
+        server's thread)."""
         self.checkpoint_failures.set_function(lambda: float(failures()))
         self.cleanup_pending.set_function(lambda: float(cleanup_pending()))
+        self.publish_failing.set_function(lambda: float(publish_failing()))
 
     def follow_claim_status(self, pending: Callable[[], int]) -> None:
         """Read the claim-status backlog from ``pending`` at every scrape (from the server's thread)."""

@@ -63,6 +63,25 @@ async def test_a_server_that_does_not_answer_is_status_0():
     assert refused.value.status == 0 and str(refused.value).startswith(f"GET {RES}/resourceslices: ")
 
 
+async def test_a_server_that_accepts_and_never_answers_is_said_to_time_out(monkeypatch):
+    """With etcd down the GET took the whole timeout and the message ended in an empty cause
+    ("...resourceclaims/x: "): str() of a TimeoutError is "" (an audit of API faults)."""
+    import socket
+
+    from kubernetes_asyncio import client
+
+    monkeypatch.setattr(apiclient, "REQUEST_TIMEOUT_S", 0.5)
+    silent = socket.create_server(("127.0.0.1", 0))  # the kernel accepts; nobody answers
+    api = apiclient.KubeApi(client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{silent.getsockname()[1]}")))
+    try:
+        with pytest.raises(apiclient.ApiError) as timed_out:
+            await api.call("GET", f"{RES}/resourceslices")
+    finally:
+        await api.client.close()
+        silent.close()
+    assert str(timed_out.value) == f"GET {RES}/resourceslices: no answer within 0.5 s"
+
+
 async def test_the_bearer_token_is_asked_for_on_every_request_so_a_rotated_one_is_used(cp):
     api = await apiclient.connect_api(str(cp.kubeconfig))
     cfg = api.client.configuration
@@ -118,3 +137,26 @@ async def test_requests_carry_our_user_agent():
     assert seen[0] == {"ua": apiclient.USER_AGENT, "auth": "Bearer t0k", "type": "application/apply-patch+yaml",
                        "body": b'{"a":1}'}
     assert seen[1]["ua"].startswith("ascend-dra/") and seen[1]["body"] == b""
+
+
+async def test_a_claim_replaced_by_one_not_yet_allocated_is_said_to_be_replaced(cp):
+    """The kubelet asks for the old uid; the claim of that name is a new one the scheduler has not
+    allocated yet. It was refused as "not allocated", hiding that it is another claim (an audit)."""
+    from ascend_dra.claims import ClaimError
+    from ascend_dra.cluster import ApiClaimSource
+
+    name = f"replaced-{uuid.uuid4().hex[:6]}"
+    status, new = cp.api("POST", f"{RES}/namespaces/default/resourceclaims", {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
+        "spec": {"devices": {"requests": [{"name": "npu", "exactly": {"deviceClassName": "fake"}}]}}})
+    assert status == 201, new
+    source = ApiClaimSource(str(cp.kubeconfig), "ascend.project-hami.io")
+    old = str(uuid.uuid4())
+    try:
+        with pytest.raises(ClaimError) as refused:
+            await source.get("default", name, old)
+    finally:
+        await source.aclose()
+        cp.api("DELETE", f"{RES}/namespaces/default/resourceclaims/{name}")
+    assert str(refused.value) == (f"ResourceClaim default/{name}: uid {old} was requested but the claim has uid "
+                                  f"{new['metadata']['uid']} (it got replaced)")

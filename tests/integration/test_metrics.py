@@ -133,3 +133,25 @@ def test_a_state_disk_that_takes_no_writes_shows_in_the_metrics_and_heals(short_
         k.close()
         d.stop()
         os.system(f"umount {state_dir}")
+
+
+def test_slices_that_cannot_be_published_show_in_the_metrics(short_tmp):
+    """An RBAC refusal or an API server that does not answer left only a log line: /metrics said
+    nothing (an audit of API faults)."""
+    kubeconfig = short_tmp / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\n"  # refused
+        "users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\n")
+    port = free_port()
+    d = DaemonProcess(short_tmp / "node", kubeconfig=kubeconfig,
+                      extra_args=["--metrics-port", str(port), "--metrics-address", "127.0.0.1"]).start()
+    try:
+        import time
+
+        deadline = time.monotonic() + 20
+        while scrape(port)[("ascend_dra_resourceslice_publish_failing", ())] != 1:
+            assert time.monotonic() < deadline, "publish_failing never became 1"
+            time.sleep(0.2)
+    finally:
+        d.stop()
