@@ -20,7 +20,6 @@ import contextlib
 import errno
 import gc
 import logging
-import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -38,6 +37,7 @@ from ascend_dra.kubelet.grpc_health import HealthThread, SocketProbe
 from ascend_dra.kubelet.health import HEALTH_SERVICES, HealthFeed, health_services
 from ascend_dra.kubelet.registration import RegistrationServer, RegistrationState, supported_services
 from ascend_dra.kubelet.sockets import serve_unix
+from ascend_dra.listen import bind_problem
 from ascend_dra.logs import setup_logging
 from ascend_dra.loopstall import LoopStallMonitor
 from ascend_dra.metrics import Metrics
@@ -131,8 +131,7 @@ def _port_flag(flag: str, port: int, address: str) -> Iterator[None]:
         hint = (" (another process on this host holds it: during a rolling update with hostNetwork the old "
                 "and the new pod share the node's ports; run the DaemonSet without hostNetwork, which the "
                 "daemon does not need)") if exc.errno == errno.EADDRINUSE else ""
-        raise RuntimeError(f"{flag} {port}: cannot listen on {address or '*'}:{port}: "
-                           f"{os.strerror(exc.errno) if exc.errno else exc}{hint}") from exc
+        raise RuntimeError(bind_problem(flag, port, address, exc) + hint) from exc
 
 
 class Daemon:

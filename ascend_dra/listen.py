@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import ipaddress
+import os
 import socket
 
 __all__ = ("ALL_ADDRESSES", "address_problem", "describe", "tcp_listener")
@@ -67,3 +68,9 @@ def address_problem(flag: str, address: str) -> str | None:
 def describe(address: str) -> str:
     """How a log line names ``address`` (the empty default reads as "every address")."""
     return "every address (IPv4 and IPv6)" if address in (ALL_ADDRESSES, "") else address
+
+
+def bind_problem(flag: str, port: int, address: str, exc: OSError) -> str:
+    """A failed bind as one line naming ``flag``: ``--port 8443: cannot listen on *:8443: Address
+    already in use`` (``strerror`` alone: ``socket.create_server`` appends the address to it)."""
+    return f"{flag} {port}: cannot listen on {address or '*'}:{port}: {os.strerror(exc.errno) if exc.errno else exc}"

@@ -17,11 +17,12 @@ from ascend_dra import checkpoint as ckpt
 from ascend_dra.cdi import naming
 from ascend_dra.cdi.spec import CdiDevice, ContainerEdits, Spec
 from ascend_dra.checkpoint import ClaimRecord
+from ascend_dra.claims import PrepareError
 
 if TYPE_CHECKING:
     from ascend_dra.state import DeviceState
 
-__all__ = ("RecoveryMixin", "describe_error")
+__all__ = ("RecoveryMixin", "checkpoint_write_failed", "describe_error")
 
 log = logging.getLogger("ascend_dra.state")
 
@@ -156,3 +157,8 @@ def describe_error(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return f"{exc.strerror} ({exc.filename})" if exc.filename else exc.strerror
     return str(exc)
+
+
+def checkpoint_write_failed(namespace: str, name: str, exc: OSError) -> PrepareError:
+    """A claim's error when the checkpoint write its operation needed failed (names the file)."""
+    return PrepareError(f"ResourceClaim {namespace}/{name}: writing the checkpoint: {describe_error(exc)}")

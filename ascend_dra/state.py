@@ -48,7 +48,7 @@ from ascend_dra.model import ClaimAllocation, Inventory, PreparedDevice
 from ascend_dra.planning import Plan, PlanError, Planner, resolve_configs
 from ascend_dra.profiles.base import ApplyContext, ConfigError, Profile, ProfileContext
 from ascend_dra.records import ClaimRecords
-from ascend_dra.recovery import RecoveryMixin, describe_error
+from ascend_dra.recovery import RecoveryMixin, checkpoint_write_failed, describe_error
 from ascend_dra.unprepare import UnprepareMixin
 
 __all__ = ("ClaimRef", "DeviceState", "PrepareError", "resolve_configs")
@@ -284,8 +284,7 @@ class DeviceState(RecoveryMixin, UnprepareMixin):
             for plan in plans:
                 c = plan.claim
                 del self._records[c.uid]
-                results[c.uid] = PrepareError(f"ResourceClaim {c.namespace}/{c.name}: writing the checkpoint: "
-                                              f"{describe_error(exc)}")
+                results[c.uid] = checkpoint_write_failed(c.namespace, c.name, exc)
             return True
         crash_point("prepare:after-started-write")
         done = []
@@ -321,8 +320,7 @@ class DeviceState(RecoveryMixin, UnprepareMixin):
             # that resists stays PrepareStarted and is retried by retry_cleanup.
             for plan in done:  # all of them before the first await: a concurrent write must not
                 c = plan.claim  # make one durable as completed while it is being rolled back
-                results[c.uid] = PrepareError(f"ResourceClaim {c.namespace}/{c.name}: writing the checkpoint: "
-                                              f"{describe_error(exc)}")
+                results[c.uid] = checkpoint_write_failed(c.namespace, c.name, exc)
                 self._records[c.uid] = attrs.evolve(self._records[c.uid], state=ckpt.PREPARE_STARTED)
             for plan in done:
                 await self._try_rollback(self._records[plan.claim.uid])
@@ -371,7 +369,7 @@ class DeviceState(RecoveryMixin, UnprepareMixin):
                 try:
                     await self._save()
                 except OSError as exc:  # the spec is written; it is the checkpoint that failed
-                    raise PrepareError(f"{where}: writing the checkpoint: {describe_error(exc)}") from None
+                    raise checkpoint_write_failed(record.namespace, record.name, exc) from None
                 log.info("re-created the CDI spec of a prepared claim", extra={"claim_uid": record.uid,
                                                                                "rebooted": rebooted})
             elif missing:  # only common specs (or the whole dir) went away

@@ -19,7 +19,7 @@ from ascend_dra.cdi import naming
 from ascend_dra.checkpoint import ClaimRecord
 from ascend_dra.claims import ClaimError, PrepareError, check_claim_ref, unique_refs
 from ascend_dra.faults import crash_point
-from ascend_dra.recovery import describe_error
+from ascend_dra.recovery import checkpoint_write_failed, describe_error
 
 if TYPE_CHECKING:
     from ascend_dra.state import ClaimRef, DeviceState
@@ -77,7 +77,7 @@ class UnprepareMixin:
                 except OSError as exc:
                     for record in with_effects:
                         self._records[record.uid] = record
-                        results[record.uid] = _write_failed(record, exc)
+                        results[record.uid] = checkpoint_write_failed(record.namespace, record.name, exc)
                     targets = [r for r in targets if not r.side_effects]
             crash_point("unprepare:after-checkpoint-write")
             undone = []
@@ -105,7 +105,7 @@ class UnprepareMixin:
                 for record in undone:
                     self._records[record.uid] = record if not record.side_effects else \
                         attrs.evolve(record, state=ckpt.PREPARE_STARTED)
-                    results[record.uid] = _write_failed(record, exc)
+                    results[record.uid] = checkpoint_write_failed(record.namespace, record.name, exc)
         return results
 
     async def _unprepare_unreadable(self: DeviceState, uid: str) -> None:
@@ -129,11 +129,6 @@ class UnprepareMixin:
         for profile_name in self.profiles:
             file = naming.claim_spec_file(self.cdi_kind(profile_name), uid)
             self.cdi.remove(file)  # on the loop, as the writes: see _write_specs
-
-
-def _write_failed(record: ClaimRecord, exc: OSError) -> PrepareError:
-    where = f"ResourceClaim {record.namespace}/{record.name}"
-    return PrepareError(f"{where}: writing the checkpoint: {describe_error(exc)}")
 
 
 def _is_our_spec_file(name: str) -> bool:

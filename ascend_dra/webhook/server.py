@@ -22,7 +22,6 @@ certificate reload possible), and its client does the webhook's few API calls to
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -33,7 +32,7 @@ import attrs
 from aiohttp import web
 from anyio.abc import TaskStatus
 
-from ascend_dra.listen import tcp_listener
+from ascend_dra.listen import bind_problem, tcp_listener
 from ascend_dra.profiles.base import Profile
 from ascend_dra.signals import run_until_signal
 from ascend_dra.webhook import review
@@ -190,8 +189,7 @@ def _listen(flag: str, address: str, port: int) -> socket.socket:
     try:
         return tcp_listener(address, port)
     except OSError as exc:
-        reason = os.strerror(exc.errno) if exc.errno else str(exc)  # create_server appends the address again
-        raise ValueError(f"{flag} {port}: cannot listen on {address}:{port}: {reason}") from None
+        raise ValueError(bind_problem(flag, port, address, exc)) from None
 
 
 def listeners(settings: WebhookSettings) -> tuple[socket.socket, socket.socket | None]:
