@@ -24,8 +24,11 @@ since 1.33, GA in 1.37). So an operator reads what was prepared with::
 The writes run in one background task, in the order the RPCs finished, after the answer to the
 kubelet: a slow or failing API server never delays or fails a Prepare or an Unprepare (the Go
 example driver treats the status update as non-fatal too, docs/architecture.md#reference-drivers). A failure is
-logged and retried a few times; a claim that is gone (404) or replaced (a different uid, 409)
-is skipped. Standalone mode has no API server and writes nothing.
+logged and retried a few times at once; a write that still finds no API server (down, overloaded,
+a timeout) or one that refuses it for a reason an operator can fix (RBAC) is tried again later,
+with a growing pause, until it is written or a newer job of the claim replaces it. A claim that is
+gone (404) or replaced (a different uid, 409) is skipped; an answer that the write is invalid
+(422) is final. Standalone mode has no API server and writes nothing.
 """
 
 from __future__ import annotations
@@ -172,6 +175,7 @@ class _Job:
     uid: str
     claim: PreparedClaim | None  # None: remove our entries
     queued: float = 0.0  # time.monotonic() when this claim's oldest job not yet taken was queued
+    retry_s: float = 0.0  # the pause before this job's last deferred retry (0: never deferred)
 
 
 class ClaimStatusWriter:
@@ -204,13 +208,20 @@ class ClaimStatusWriter:
     :param max_delay_s: seconds the oldest pending job waits at most for a lull.
     :param busy_interval_s: while jobs still come, seconds between the beginnings of two writes at
         least (0.05: at most 20 a second, about 5 % of two cores for the API server's applies).
-    :param on_result: called with ``"ok"`` for each write applied and ``"failed"`` for each given up
+    :param retry_s: seconds before a write whose attempts all failed for want of an API server is
+        tried again (a new round of ``attempts``); the pause doubles with each round of that claim,
+        up to ``retry_max_s``. During an outage of the API server the statuses of the claims
+        prepared and unprepared meanwhile are so written once it is back (they were given up after
+        about 3.5 s before 2026-12-03). A daemon that stops meanwhile does not keep them.
+    :param on_result: called with ``"ok"`` for each write applied, ``"deferred"`` for each round of
+        attempts that failed and will be tried again, and ``"failed"`` for each given up (invalid)
         or dropped (the daemon's ``ascend_dra_claim_status_writes_total``).
     """
 
     def __init__(self, api: Any, driver_name: str, *, attempts: int = 4, workers: int = 4,
                  max_pending: int = 4096, quiet_s: float = 0.05, max_delay_s: float = 1.0,
-                 busy_interval_s: float = 0.05, on_result: Callable[[str], None] | None = None) -> None:
+                 busy_interval_s: float = 0.05, retry_s: float = 5.0, retry_max_s: float = 300.0,
+                 on_result: Callable[[str], None] | None = None) -> None:
         self.api = api
         self.on_result = on_result
         self.driver_name = driver_name
@@ -220,24 +231,32 @@ class ClaimStatusWriter:
         self.quiet_s = quiet_s
         self.max_delay_s = max_delay_s
         self.busy_interval_s = busy_interval_s
+        self.retry_s = retry_s
+        self.retry_max_s = retry_max_s
         self._last_begun = float("-inf")  # time.monotonic() the newest write began
         self._last_put = 0.0  # time.monotonic() of the newest job
         self._flush: set[str] | None = None  # the claims of this flush not yet taken (pending when it began)
         self._pending: dict[str, _Job] = {}  # uid -> its latest job not yet started, oldest first
         self._busy: dict[str, float] = {}  # uids a worker is writing now -> time.monotonic() it began
         self._wake = anyio.Event()
-        #: Writes applied / given up, for tests and metrics.
+        self._deferred: dict[str, tuple[_Job, float]] = {}  # uid -> its job to try again, time.monotonic() when
+        self._deferred_wake = anyio.Event()
+        #: Writes applied / given up / deferred (rounds of attempts failed, tried again later), for tests and metrics.
         self.applied = 0
         self.failed = 0
+        self.deferrals = 0
 
     @property
     def backlog(self) -> int:
-        """Claims whose write waits or is under way (read from the metrics thread: two ``len``)."""
-        return len(self._pending) + len(self._busy)
+        """Claims whose write waits, is under way or is to be tried again (read from the metrics
+        thread: three ``len``)."""
+        return len(self._pending) + len(self._busy) + len(self._deferred)
 
     def _count(self, result: str) -> None:
         if result == "ok":
             self.applied += 1
+        elif result == "deferred":
+            self.deferrals += 1
         else:
             self.failed += 1
         if self.on_result is not None:
@@ -258,6 +277,7 @@ class ClaimStatusWriter:
                         extra={"claim_uid": job.uid})
             return
         self._last_put = time.monotonic()
+        self._deferred.pop(job.uid, None)  # a newer job of the claim, or the deferred one come due
         older = self._pending.get(job.uid)
         # Replaces a job of the claim that has not started, keeping its place and its wait: the
         # first pending job is then always the one that waited longest.
@@ -318,7 +338,30 @@ class ClaimStatusWriter:
         async with anyio.create_task_group() as tg:
             for _ in range(self.workers):
                 tg.start_soon(self._work)
+            tg.start_soon(self._requeue_deferred)
             task_status.started()
+
+    def _defer(self, job: _Job) -> None:
+        """Try ``job`` again after a pause (:attr:`retry_s`, doubled for each round of the claim)."""
+        pause = min(self.retry_max_s, max(self.retry_s, job.retry_s * 2))
+        self._deferred[job.uid] = (attrs.evolve(job, retry_s=pause), time.monotonic() + pause)
+        self._deferred_wake.set()
+
+    async def _requeue_deferred(self) -> None:
+        """Queue each deferred job when its pause is over (it then waits for a lull as any job)."""
+        while True:
+            if self._deferred_wake.is_set():
+                self._deferred_wake = anyio.Event()
+            now = time.monotonic()
+            for uid, (job, due) in list(self._deferred.items()):
+                if due <= now:
+                    del self._deferred[uid]
+                    self._put(job)
+            if not self._deferred:
+                await self._deferred_wake.wait()
+                continue
+            with anyio.move_on_after(min(due for _, due in self._deferred.values()) - now):
+                await self._deferred_wake.wait()  # a new deferral may be due sooner
 
     async def _work(self) -> None:
         while True:
@@ -347,7 +390,10 @@ class ClaimStatusWriter:
     async def drain(self) -> None:
         """Write every pending status now, one claim at a time: at shutdown, after :meth:`run` was
         cancelled (a write it had begun is pending again), so that the statuses waiting for a lull
-        are not lost. The caller bounds the time (each write retries for up to 3.5 s)."""
+        or a retry are not lost. The caller bounds the time (each write retries for up to 3.5 s)."""
+        for job, _ in list(self._deferred.values()):
+            self._pending.setdefault(job.uid, job)
+        self._deferred.clear()
         while self._pending:
             await self._write_logged(self._pending.pop(next(iter(self._pending))))
 
@@ -392,10 +438,17 @@ class ClaimStatusWriter:
                 if exc.status == 422 and apply and "status.allocation" in str(exc):
                     apply = False  # see _merge: retry at once with a merge patch
                     continue
-                if (exc.status == 422 and not apply) or attempt == self.attempts:  # invalid stays invalid
+                if exc.status in (400, 422):  # invalid stays invalid
                     self._count("failed")
                     log.warning("writing the claim's status.devices failed; the claim stays prepared",
                                 extra={"claim_uid": job.uid, "error": str(exc)})
+                    return
+                if attempt == self.attempts:
+                    self._count("deferred")
+                    self._defer(job)
+                    log.warning("writing the claim's status.devices failed; trying again later, the claim "
+                                "stays prepared", extra={"claim_uid": job.uid, "error": str(exc),
+                                                         "retry_in_s": self._deferred[job.uid][0].retry_s})
                     return
             await anyio.sleep(delay)
             delay *= 2

@@ -12,8 +12,9 @@ zero-initialised so dashboards see every series from the start:
 - ``ascend_dra_unhealthy_devices{profile}``: devices the profile's health hook reports unhealthy;
 - ``ascend_dra_registration_status``: 1 registered, 0 refused by the kubelet, -1 not yet told;
 - ``ascend_dra_claim_status_pending``: claims whose ``status.devices`` write (claimstatus.py) waits
-  for a lull or is under way, and ``ascend_dra_claim_status_writes_total{result}`` (``ok``, or
-  ``failed`` after its retries); cluster mode only;
+  for a lull, is under way or waits to be tried again, and
+  ``ascend_dra_claim_status_writes_total{result}`` (``ok``; ``deferred``: a round of attempts found
+  no API server, tried again later; ``failed``: invalid or dropped); cluster mode only;
 - ``ascend_dra_event_loop_stall_max_seconds{phase}``: the longest time the event loop could not run
   because of our own work (the time its thread waited for a CPU taken out), ``starting`` (before the
   kubelet sockets are bound) or ``serving`` (loopstall.py);
@@ -104,11 +105,13 @@ class Metrics:
         for phase in ("starting", "serving"):
             self.loop_stall.labels(phase)
         self.status_pending = Gauge("ascend_dra_claim_status_pending",
-                                    "claims whose status.devices write waits or is under way", registry=r)
+                                    "claims whose status.devices write waits, is under way or is to be tried again",
+                                    registry=r)
         self.status_writes = Counter("ascend_dra_claim_status_writes",
-                                     "status.devices writes by result (failed: given up after retries)",
+                                     "status.devices writes by result (deferred: a round of attempts failed, "
+                                     "tried again later; failed: invalid, or dropped from a full queue)",
                                      ["result"], registry=r)
-        for result in ("ok", "failed"):
+        for result in ("ok", "deferred", "failed"):
             self.status_writes.labels(result)
         self.checkpoint_failures = Gauge(
             "ascend_dra_checkpoint_write_failures",

@@ -356,3 +356,35 @@ async def test_a_write_the_shutdown_cancelled_is_written_by_the_drain(cp, start_
     finally:
         await api.client.close()
         delete_claim_and_pod(cp, x["metadata"]["name"])
+
+
+async def test_statuses_that_failed_during_an_api_server_outage_are_written_once_it_is_back(cp, start_daemon, api):
+    """kube-apiserver stopped: X prepared, Y prepared then unprepared, each after its first round of
+    attempts failed. Once the API server is back X carries its entry and Y none. The writer gave
+    both up after its four tries (about 3.5 s) and never wrote X's status."""
+    x, y = allocated_claims(cp, start_daemon, 2)
+    writer = ClaimStatusWriter(api, DRIVER, attempts=2, quiet_s=0, max_delay_s=0, retry_s=0.2, retry_max_s=1.0)
+    try:
+        async with running(writer):
+            await anyio.to_thread.run_sync(cp.stop_apiserver)
+            try:
+                writer.prepared(prepared(x))
+                writer.prepared(prepared(y))
+                with anyio.fail_after(30):
+                    while writer.deferrals < 2:  # noqa: ASYNC110 (both found no API server)
+                        await anyio.sleep(0.05)
+                writer.unprepared("default", y["metadata"]["name"], y["metadata"]["uid"])
+                await anyio.sleep(1.5)  # rounds go on failing meanwhile
+                assert writer.backlog == 2 and writer.applied == 0 and writer.failed == 0
+            finally:
+                await anyio.to_thread.run_sync(cp.start_apiserver)
+            with anyio.fail_after(60):
+                while writer.backlog:  # noqa: ASYNC110 (the pause is at most 1 s)
+                    await anyio.sleep(0.05)
+        assert [e["device"] for e in our_status(claim_of(cp, "default", x["metadata"]["name"]))] == [
+            x["status"]["allocation"]["devices"]["results"][0]["device"]]
+        assert our_status(claim_of(cp, "default", y["metadata"]["name"])) == []
+        assert writer.failed == 0
+    finally:
+        for claim in (x, y):
+            delete_claim_and_pod(cp, claim["metadata"]["name"])
