@@ -15,7 +15,8 @@ unlike HAMi-DRA, per init container) and per chip whose count ``huawei.com/<comm
   binary one; ``-core`` is percent of a chip, copied as a Quantity (``12.5`` -> ``12500m``); both are
   read from ``limits``, else from ``requests`` (HAMi and HAMi-DRA read ``limits`` only; we keep a
   value written only in ``requests`` instead of dropping it, docs/webhook.md#conversion-of-hami-syntax);
-* selectors, in this order: the type selector, ``uuid in``, ``!(uuid in)``, ``productName in``,
+* selectors, in this order: the type selector, the chip model (:data:`CHIP_SELECTORS`; HAMi-DRA has
+  none, so a 910B3 request could get a 310P3 share), ``uuid in``, ``!(uuid in)``, ``productName in``,
   ``!(productName in)`` from ``hami.io/use-<commonWord>-uuid``, ``hami.io/no-use-<commonWord>-uuid``,
   ``hami.io/use-nputype``, ``hami.io/no-use-nputype`` (comma-split, trimmed, empties dropped, each
   quoted as Go's ``strconv.Quote`` does); ``use-nputype`` goes into every Ascend claim of the pod;
@@ -55,6 +56,7 @@ import orjson
 from ascend_dra.model import canonical_quantity, parse_quantity
 
 __all__ = (
+    "CHIP_SELECTORS",
     "COMMON_WORDS",
     "DEVICE_CLASS",
     "DRA_LABEL",
@@ -71,9 +73,23 @@ __all__ = (
 )
 
 #: Ascend commonWords in HAMi's device-config order (``DefaultAscendVNPUs()``,
-#: docs/ascend-hardware.md#hami-resource-names).
+#: docs/ascend-hardware.md#hami-resource-names), then ``Ascend910B``: HAMi's name for 910B3 chips
+#: before v2.7.0 (Project-HAMi/HAMi commit 20f54c89 renamed it ``Ascend910B3``), which pods written
+#: for those releases and ascend-device-plugin's docs still use.
 COMMON_WORDS = ("Ascend910A", "Ascend910B2", "Ascend910B3", "Ascend910B4-1", "Ascend910B4", "Ascend310P",
-                "Ascend910C")
+                "Ascend910C", "Ascend910B")
+#: commonWord -> (attribute, value) of the chips it names. HAMi gives a request only chips of its
+#: own commonWord (the device plugin registers a chip under the commonWord whose ``chipName`` equals
+#: the chip's name; the scheduler's ``checkType`` compares them), so a 910B3 pod never lands on a
+#: 310P3. The HAMivNPUCore class selects every chip the profile publishes, so the claim says which
+#: (HAMi-DRA leaves it out). As our whole-chip classes (examples/deviceclasses/
+#: ascend-extended-resources.yaml): the 310P and 910C by family, the others by chip name.
+CHIP_SELECTORS = {
+    "Ascend910A": ("chipName", "910A"), "Ascend910B2": ("chipName", "910B2"), "Ascend910B3": ("chipName", "910B3"),
+    "Ascend910B4-1": ("chipName", "910B4-1"), "Ascend910B4": ("chipName", "910B4"),
+    "Ascend310P": ("chipFamily", "Ascend310P"), "Ascend910C": ("chipFamily", "Ascend910C"),
+    "Ascend910B": ("chipName", "910B3"),
+}
 RESOURCE_PREFIX = "huawei.com/"
 #: The DeviceClass HAMi-DRA's claims name (``pkg/constants`` ``AscendDeviceClassName``,
 #: docs/ascend-hardware.md#peer-deviceclasses).
@@ -192,6 +208,14 @@ def _type_selector(driver_name: str) -> str:
             f'device.attributes["{driver_name}"].type == "HAMivNPUCore"')
 
 
+def _chip_selector(word: str, driver_name: str) -> str:
+    """The chips ``word`` names (:data:`CHIP_SELECTORS`). ``.?x.orValue("")``: a device without
+    the attribute (its chip name unknown) does not match; a plain ``.x`` would be a CEL evaluation
+    error that aborts the allocation."""
+    attribute, value = CHIP_SELECTORS[word]
+    return f'device.attributes["{driver_name}"].?{attribute}.orValue("") == {go_quote(value)}'
+
+
 def _values(annotations: Mapping[str, Any], key: str) -> list[str] | None:
     """The comma-separated values of an annotation; None if absent, [] if it has none usable."""
     raw = annotations.get(key)
@@ -297,7 +321,7 @@ def _chips(container: Mapping[str, Any], path: str, problems: list[tuple[str, st
 def _selectors(word: str, annotations: Mapping[str, Any], driver_name: str,
                problems: list[tuple[str, str]]) -> list[dict[str, Any]]:
     attribute = f'device.attributes["{driver_name}"]'
-    expressions = [_type_selector(driver_name)]
+    expressions = [_type_selector(driver_name), _chip_selector(word, driver_name)]
     for key, field, negate in ((f"hami.io/use-{word}-uuid", "uuid", False),
                                (f"hami.io/no-use-{word}-uuid", "uuid", True),
                                ("hami.io/use-nputype", "productName", False),

@@ -54,7 +54,8 @@ spec:
           huawei.com/Ascend310P-memory: "8192"
           huawei.com/Ascend310P-core: "50"
 ''')
-# Lab 18, step 5: the stored claim's spec.
+# Lab 18, step 5: the stored claim's spec, and the chip-model selector HAMi-DRA leaves out (hami.py
+# CHIP_SELECTORS: without it a 910B3 request could be given a 310P3 share).
 LAB_CLAIM_SPEC = yaml.safe_load('''
 devices:
   requests:
@@ -70,6 +71,8 @@ devices:
         selectors:
           - cel:
               expression: device.driver == "ascend.project-hami.io" && device.attributes["ascend.project-hami.io"].type == "HAMivNPUCore"
+          - cel:
+              expression: device.attributes["ascend.project-hami.io"].?chipFamily.orValue("") == "Ascend310P"
           - cel:
               expression: device.attributes["ascend.project-hami.io"].uuid in ["68496E64-20E05477-92C31323-6E78030A-BD003019"]
 ''')  # noqa: E501

@@ -125,3 +125,27 @@ def test_a_hami_count_of_two_with_round_thousand_mib_gets_two_chips_of_that_memo
             assert kubelet.unprepare(claim).claims[uid].error == ""
         finally:
             cp.api("DELETE", f"/api/v1/namespaces/{ns}/pods/two-chips?gracePeriodSeconds=0")
+
+
+@pytest.mark.parametrize("word", ["Ascend910B3", "Ascend910B"])
+def test_a_request_for_another_chip_model_is_not_given_a_310p_share(control_plane, short_tmp, tmp_path, word):
+    """HAMi gives ``huawei.com/Ascend910B3`` (and ``Ascend910B``, its name before v2.7) only 910B3
+    chips. The lab node has two 310P3: the converted pod stays unschedulable, its claim unallocated.
+    Without the chip-model selector the scheduler gave it a share of a 310P3 (HAMi-DRA's claims
+    have none); ``Ascend910B`` was not converted at all."""
+    cp = control_plane
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "other-model"}, "spec": {
+        "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10", "resources": {"limits": {
+            f"huawei.com/{word}": 1, f"huawei.com/{word}-memory": 1024}}}]}}
+    with lab_node(cp, short_tmp, tmp_path, "template") as (_daemon, _kubelet, hook):
+        ns = hook.namespace(NS)
+        try:
+            stored = ok(cp, "POST", f"/api/v1/namespaces/{ns}/pods", pod)
+            assert stored["spec"]["resourceClaims"]  # converted
+            wait_until(lambda: any(c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
+                                   for c in ok(cp, "GET", f"/api/v1/namespaces/{ns}/pods/other-model")
+                                   .get("status", {}).get("conditions", [])), "unschedulable", within=30)
+            claim = wait_until(lambda: pod_claim(cp, ns, "other-model"), "the pod's claim", within=30)
+            assert not claim.get("status", {}).get("allocation")
+        finally:
+            cp.api("DELETE", f"/api/v1/namespaces/{ns}/pods/other-model?gracePeriodSeconds=0")

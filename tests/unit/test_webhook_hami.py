@@ -23,6 +23,9 @@ from tests.jsonpatch import apply_patch
 UUID = "68496E64-20E05477-92C31323-6E78030A-BD003019"
 TYPE = ('device.driver == "ascend.project-hami.io" && '
         'device.attributes["ascend.project-hami.io"].type == "HAMivNPUCore"')
+#: The chip model, which HAMi-DRA's claims lack (hami.py CHIP_SELECTORS).
+MODEL_310P = 'device.attributes["ascend.project-hami.io"].?chipFamily.orValue("") == "Ascend310P"'
+MODEL_910B3 = 'device.attributes["ascend.project-hami.io"].?chipName.orValue("") == "910B3"'
 
 
 def lab_pod() -> dict[str, Any]:
@@ -51,7 +54,7 @@ def test_lab_pod_converts_to_the_labs_claim_and_pod_in_claim_mode():
     assert planned.spec == {"devices": {"requests": [{"name": "npu", "exactly": {
         "allocationMode": "ExactCount", "count": 1, "deviceClassName": "hami-vnpu-core.project-hami.io",
         "capacity": {"requests": {"cores": "50", "memory": "8589934592"}},
-        "selectors": [{"cel": {"expression": TYPE}},
+        "selectors": [{"cel": {"expression": TYPE}}, {"cel": {"expression": MODEL_310P}},
                       {"cel": {"expression": f'device.attributes["ascend.project-hami.io"].uuid in ["{UUID}"]'}}]}}]}}
     pod = apply_patch(lab_pod(), conversion.patch)
     assert pod["metadata"]["labels"] == {"hami.io/dra": "true", "hami.io/webhook": "ignore"}
@@ -100,10 +103,11 @@ def test_two_chips_in_one_container_follow_device_config_order_and_share_nputype
     assert (first.common_word, second.common_word) == ("Ascend910B3", "Ascend310P")
     attr = 'device.attributes["ascend.project-hami.io"]'
     assert [s["cel"]["expression"] for s in first.spec["devices"]["requests"][0]["exactly"]["selectors"]] == [
-        TYPE, f'!({attr}.uuid in ["X","Y"])', f'{attr}.productName in ["310P3","910B3"]']
+        TYPE, MODEL_910B3, f'!({attr}.uuid in ["X","Y"])', f'{attr}.productName in ["310P3","910B3"]']
     assert first.spec["devices"]["requests"][0]["exactly"]["count"] == 2
     assert "capacity" not in first.spec["devices"]["requests"][0]["exactly"]
-    assert len(second.spec["devices"]["requests"][0]["exactly"]["selectors"]) == 2
+    assert [s["cel"]["expression"] for s in second.spec["devices"]["requests"][0]["exactly"]["selectors"]] == [
+        TYPE, MODEL_310P, f'{attr}.productName in ["310P3","910B3"]']
 
 
 def test_a_count_above_one_asks_for_that_many_distinct_chips():
@@ -232,6 +236,7 @@ def test_driver_name_goes_into_the_selectors():
                             driver_name="npu.example.com").claims
     assert [s["cel"]["expression"] for s in planned.spec["devices"]["requests"][0]["exactly"]["selectors"]] == [
         'device.driver == "npu.example.com" && device.attributes["npu.example.com"].type == "HAMivNPUCore"',
+        'device.attributes["npu.example.com"].?chipFamily.orValue("") == "Ascend910C"',
         'device.attributes["npu.example.com"].uuid in ["u"]']
 
 
