@@ -2,11 +2,13 @@
 
 After a successful Prepare, each device we prepared for a claim gets an entry in the claim's
 ``status.devices`` (``AllocatedDeviceStatus``: ``driver``, ``pool``, ``device``, ``shareID``,
-``data``), written by server-side apply on the ``resourceclaims/status`` subresource under the
-field manager named after our driver (a JSON merge patch of our entries where the API server
-cannot apply, see :meth:`ClaimStatusWriter._merge`); Unprepare applies an empty list, which
-removes exactly the entries we own (docs/architecture.md#resourceclaim; gate DRAResourceClaimDeviceStatus, beta/on
-since 1.33, GA in 1.37). So an operator reads what was prepared with::
+``data``), written by server-side apply on the ``resourceclaims/status`` subresource under a
+field manager of this node's own, ``<driver>/<pool>`` (:func:`field_manager`; a JSON merge patch
+of our entries where the API server cannot apply, see :meth:`ClaimStatusWriter._merge`); Unprepare
+applies an empty list, which removes exactly the entries this node owns. One manager for every node
+(the driver name, before 2026-12-03) let a node's late removal, for a claim since deallocated and
+prepared on another node, take that node's entries too (docs/architecture.md#resourceclaim; gate
+DRAResourceClaimDeviceStatus, beta/on since 1.33, GA in 1.37). So an operator reads what was prepared with::
 
     kubectl get resourceclaim NAME -o jsonpath='{.status.devices}'
 
@@ -33,6 +35,7 @@ gone (404) or replaced (a different uid, 409) is skipped; an answer that the wri
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -69,6 +72,21 @@ MAX_DEVICES = 32
 _ENV_SHOWN = re.compile(r"^(ASCEND_[A-Z0-9_]*|NPU_[A-Z0-9_]*|NVIDIA_VISIBLE_DEVICES"
                         r"|[A-Z0-9_]*_(QUOTA|LIMIT|PRIORITY))$")
 RESOURCE_V1 = "/apis/resource.k8s.io/v1"
+#: ``fieldManager`` is at most 128 characters (apimachinery ``ValidateFieldManager``).
+MAX_FIELD_MANAGER = 128
+
+
+def field_manager(driver_name: str, pool: str | None) -> str:
+    """The field manager of one node's status writes: ``<driver>/<pool>`` (a node's pool is named
+    after it), cut to 128 characters with a hash of the pool in place of its end; the driver name
+    alone without a pool."""
+    if pool is None:
+        return driver_name
+    name = f"{driver_name}/{pool}"
+    if len(name) <= MAX_FIELD_MANAGER:
+        return name
+    digest = hashlib.sha256(pool.encode()).hexdigest()[:16]
+    return f"{name[:MAX_FIELD_MANAGER - 17]}-{digest}"
 
 
 @attrs.frozen
@@ -201,6 +219,9 @@ class ClaimStatusWriter:
     server) no longer counts, so it holds back no other claim.
 
     :param api: the daemon's shared :class:`~ascend_dra.apiclient.KubeApi` (its owner closes it).
+    :param pool: this node's pool (the node name): the writes' field manager is
+        :func:`field_manager` of it, and only entries of this pool are ever removed or replaced.
+        None (tests of one node): the driver name, and every entry of the driver is ours.
     :param attempts: tries per write before it is given up (with 0.5 s, 1 s, 2 s, ... between).
     :param workers: claims written concurrently (each write is one API request, sometimes two).
     :param max_pending: claims waiting at most; beyond, a new claim's status is dropped and logged.
@@ -218,13 +239,15 @@ class ClaimStatusWriter:
         or dropped (the daemon's ``ascend_dra_claim_status_writes_total``).
     """
 
-    def __init__(self, api: Any, driver_name: str, *, attempts: int = 4, workers: int = 4,
+    def __init__(self, api: Any, driver_name: str, *, pool: str | None = None, attempts: int = 4, workers: int = 4,
                  max_pending: int = 4096, quiet_s: float = 0.05, max_delay_s: float = 1.0,
                  busy_interval_s: float = 0.05, retry_s: float = 5.0, retry_max_s: float = 300.0,
                  on_result: Callable[[str], None] | None = None) -> None:
         self.api = api
         self.on_result = on_result
         self.driver_name = driver_name
+        self.pool = pool
+        self.field_manager = field_manager(driver_name, pool)
         self.attempts = attempts
         self.workers = workers
         self.max_pending = max_pending
@@ -414,7 +437,7 @@ class ClaimStatusWriter:
             env = cdi_env(job.claim.spec_files)  # small files on tmpfs, written on the loop too
             entries = device_entries(self.driver_name, job.claim, env)
         path = f"{RESOURCE_V1}/namespaces/{job.namespace}/resourceclaims/{job.name}/status"
-        query = [("fieldManager", self.driver_name), ("force", "true")]
+        query = [("fieldManager", self.field_manager), ("force", "true")]
         delay = 0.5
         apply = True
         for attempt in range(1, self.attempts + 1):
@@ -422,8 +445,8 @@ class ClaimStatusWriter:
                 if apply:
                     stored = await api.call("PATCH", path, query=query, content_type="application/apply-patch+yaml",
                                             body=apply_body(job.namespace, job.name, job.uid, entries))
-                    # Entries a fallback merge patch wrote are not the apply's to remove; the
-                    # apply's answer shows whether any are left.
+                    # Entries a fallback merge patch wrote, or an older release under the driver's
+                    # name, are not this manager's to remove; the apply's answer shows any left.
                     if job.claim is None and self._ours(stored):
                         await self._merge(api, path, job, [])
                 else:
@@ -456,7 +479,12 @@ class ClaimStatusWriter:
     def _ours(self, claim: Any) -> bool:
         """Whether ``claim`` (an object the API server returned) still has entries of our driver."""
         devices = ((claim or {}).get("status") or {}).get("devices") or [] if isinstance(claim, Mapping) else []
-        return any(isinstance(d, Mapping) and d.get("driver") == self.driver_name for d in devices)
+        return any(self._mine(d) for d in devices)
+
+    def _mine(self, entry: Any) -> bool:
+        """Whether a ``status.devices`` entry is this node's: our driver and, given one, our pool."""
+        return (isinstance(entry, Mapping) and entry.get("driver") == self.driver_name
+                and (self.pool is None or entry.get("pool") == self.pool))
 
     async def _merge(self, api: Any, path: str, job: _Job, entries: list[dict]) -> None:
         """The fallback for claims that server-side apply cannot patch.
@@ -473,10 +501,10 @@ class ClaimStatusWriter:
         if claim.get("metadata", {}).get("uid") != job.uid:
             return  # replaced meanwhile: nothing of ours to show
         devices = (claim.get("status") or {}).get("devices") or []
-        others = [d for d in devices if d.get("driver") != self.driver_name]
+        others = [d for d in devices if not self._mine(d)]
         if not entries and len(others) == len(devices):
             return  # nothing of ours to remove
-        await api.call("PATCH", path, query=[("fieldManager", self.driver_name)],
+        await api.call("PATCH", path, query=[("fieldManager", self.field_manager)],
                        content_type="application/merge-patch+json",
                        body={"metadata": {"resourceVersion": claim["metadata"]["resourceVersion"]},
                              "status": {"devices": [*others, *entries]}})

@@ -323,7 +323,7 @@ class Daemon:
         if s.standalone is None and s.claim_status:  # standalone has no claims to write to
             from ascend_dra.claimstatus import ClaimStatusWriter, StatusHook
 
-            writer = ClaimStatusWriter(self.api, s.driver_name,
+            writer = ClaimStatusWriter(self.api, s.driver_name, pool=s.node_name,
                                        on_result=lambda result: self.metrics.status_writes.labels(result).inc())
             self.metrics.follow_claim_status(lambda: writer.backlog)
             status = StatusHook(writer, self.state, s.cdi_root)

@@ -11,6 +11,7 @@ import contextlib
 import itertools
 import random
 import time
+import uuid
 from collections.abc import AsyncIterator
 
 import anyio
@@ -19,8 +20,9 @@ import pytest
 from ascend_dra.apiclient import KubeApi, open_api
 from ascend_dra.claimstatus import ClaimStatusWriter, PreparedClaim
 from ascend_dra.model import PreparedDevice
+from tests.claimfiles import claim_object, create_in_api
 from tests.cluster.test_k8s_versions import claim_and_pod, claim_of, delete_claim_and_pod, our_status
-from tests.cluster.test_publish import apply_examples, our_slices, wait_until
+from tests.cluster.test_publish import RES, apply_examples, ok, our_slices, wait_until
 from tests.integration.daemon import DRIVER
 
 pytestmark = [pytest.mark.cluster, pytest.mark.anyio]
@@ -388,3 +390,73 @@ async def test_statuses_that_failed_during_an_api_server_outage_are_written_once
     finally:
         for claim in (x, y):
             delete_claim_and_pod(cp, claim["metadata"]["name"])
+
+
+def moved_claim(cp, name: str) -> dict:
+    """A claim allocated on node-a's pool (device npu-0-0), as the scheduler leaves it."""
+    return create_in_api(cp, claim_object(name, node="node-a", results=[("npu", "npu-0-0")]))
+
+
+def on_pool(claim: dict, pool: str) -> PreparedClaim:
+    meta = claim["metadata"]
+    device = PreparedDevice(("npu",), pool, "npu-0-0", (f"k8s.{DRIVER}/npu=npu-0-0",))
+    return PreparedClaim(meta["namespace"], meta["name"], meta["uid"], (device,))
+
+
+def reallocate(cp, claim: dict, pool: str) -> None:
+    """Deallocate ``claim`` and allocate npu-0-0 of ``pool`` to it, as the scheduler would."""
+    path = f"{RES}/namespaces/default/resourceclaims/{claim['metadata']['name']}/status"
+    current = cp.api("GET", path.removesuffix("/status"))[1]
+    reserved = current["status"]["reservedFor"]
+    for status in ({}, {"allocation": {"devices": {"results": [
+            {"request": "npu", "driver": DRIVER, "pool": pool, "device": "npu-0-0"}]}}}):
+        current["status"] = status
+        current = ok(cp, "PUT", path, current)
+    current["status"]["reservedFor"] = reserved
+    ok(cp, "PUT", path, current)
+
+
+async def test_a_late_removal_from_one_node_leaves_the_entries_of_another(cp, api):
+    """Node A prepared the claim; it was deallocated, allocated on node B and prepared there; then
+    A's removal (queued at A's Unprepare, written late) went out. B's entry must stay: with one field
+    manager for every node, A's empty apply removed it too."""
+    name = f"moved-{uuid.uuid4().hex[:6]}"
+    claim = moved_claim(cp, name)
+    a = ClaimStatusWriter(api, DRIVER, pool="node-a")
+    b = ClaimStatusWriter(api, DRIVER, pool="node-b")
+    try:
+        a.prepared(on_pool(claim, "node-a"))
+        await run_until_idle(a, 1)
+        assert [e["pool"] for e in our_status(claim_of(cp, "default", name))] == ["node-a"]
+        reallocate(cp, claim, "node-b")
+        b.prepared(on_pool(claim, "node-b"))
+        await run_until_idle(b, 1)
+        a.unprepared("default", name, claim["metadata"]["uid"])
+        await run_until_idle(a, 2)
+        assert [(e["pool"], e["device"]) for e in our_status(claim_of(cp, "default", name))] == [("node-b", "npu-0-0")]
+        assert a.failed == b.failed == 0
+    finally:
+        cp.api("DELETE", f"{RES}/namespaces/default/resourceclaims/{name}")
+
+
+async def test_entries_an_older_release_wrote_under_the_driver_name_are_removed(cp, api):
+    """Before 2026-12-03 every node wrote under the driver name; a claim prepared then and
+    unprepared after the upgrade still loses its entry (the apply's answer shows it; a merge patch
+    removes it)."""
+    name = f"old-{uuid.uuid4().hex[:6]}"
+    claim = moved_claim(cp, name)
+    old = ClaimStatusWriter(api, DRIVER)  # the driver name as the field manager
+    new = ClaimStatusWriter(api, DRIVER, pool="node-a")
+    try:
+        old.prepared(on_pool(claim, "node-a"))
+        await run_until_idle(old, 1)
+        assert DRIVER in status_managers(claim_of(cp, "default", name))
+        new.unprepared("default", name, claim["metadata"]["uid"])
+        await run_until_idle(new, 1)
+        assert our_status(claim_of(cp, "default", name)) == []
+    finally:
+        cp.api("DELETE", f"{RES}/namespaces/default/resourceclaims/{name}")
+
+
+def status_managers(claim: dict) -> set[str]:
+    return {f["manager"] for f in claim["metadata"]["managedFields"] if f.get("subresource") == "status"}
