@@ -29,6 +29,7 @@ __all__ = (
     "check_claim_ref",
     "parse_claim",
     "unique_refs",
+    "why_gone",
 )
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -222,6 +223,10 @@ class ClaimSource(Protocol):
     async def get(self, namespace: str, name: str, uid: str) -> ClaimAllocation:
         """Return the allocated claim; raise :class:`ClaimError` if it cannot be prepared."""
 
+    async def gone(self, namespace: str, name: str, uid: str) -> str | None:
+        """Why the prepared claim ``uid`` is no longer there to use its devices (deleted, replaced
+        under its name, deallocated), or None: it is, or that cannot be told now. Never raises."""
+
 
 class StandaloneClaimSource:
     """Claims from ``<root>/<namespace>/<name>.yaml`` (standalone mode, docs/architecture.md#standalone-mode).
@@ -265,3 +270,27 @@ class StandaloneClaimSource:
             raise ClaimError(f"ResourceClaim {namespace}/{name}: uid {uid} was requested but the claim has uid "
                              f"{claim.uid} (it got replaced)")
         return claim
+
+    async def gone(self, namespace: str, name: str, uid: str) -> str | None:
+        """:meth:`ClaimSource.gone`: the claim file is missing, names another uid, or is not allocated."""
+        path = self.path(namespace, name)
+        try:
+            obj = yaml.load(path.read_text(), Loader=_Loader)
+        except FileNotFoundError:
+            return f"has no claim file any more ({path})"
+        except (OSError, ValueError, yaml.YAMLError):
+            return None
+        return why_gone(obj, uid)
+
+
+def why_gone(obj: Any, uid: str) -> str | None:
+    """The reason of :meth:`ClaimSource.gone` for a claim object read under the prepared claim's
+    name (a ResourceClaim as JSON or YAML); None when it is that claim, allocated."""
+    if not isinstance(obj, Mapping):
+        return None
+    found = (obj.get("metadata") or {}).get("uid")
+    if found != uid:
+        return f"was deleted (the name now belongs to a claim with uid {found})"
+    if not (obj.get("status") or {}).get("allocation"):
+        return "is not allocated any more (status.allocation is empty)"
+    return None

@@ -26,7 +26,7 @@ from anyio.abc import TaskStatus
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_random_exponential
 
 from ascend_dra.apiclient import ApiError, KubeApi, connect_api, open_api
-from ascend_dra.claims import ClaimError, check_claim_ref, parse_claim
+from ascend_dra.claims import ClaimError, check_claim_ref, parse_claim, why_gone
 from ascend_dra.model import ClaimAllocation, Inventory
 from ascend_dra.slices import build_slices_stepwise
 
@@ -106,6 +106,19 @@ class ApiClaimSource:
         if not claim.reserved_for:
             raise ClaimError(f"{ref} is allocated but not reserved for any pod (status.reservedFor is empty)")
         return claim
+
+    async def gone(self, namespace: str, name: str, uid: str) -> str | None:
+        """:meth:`~ascend_dra.claims.ClaimSource.gone`: not found (404), replaced under its name,
+        or deallocated; None if it is allocated or the API server cannot be asked."""
+        try:
+            api = await self._get_api()
+            obj = await api.call("GET", f"{RESOURCE_V1}/namespaces/{namespace}/resourceclaims/{name}")
+        except ApiError as exc:
+            return "no longer exists in the API server" if exc.status == 404 else None
+        except Exception:  # a hint for a message: never worth failing the Prepare that asked
+            log.debug("asking whether a prepared claim is gone failed", exc_info=True)
+            return None
+        return why_gone(obj, uid)
 
     async def aclose(self) -> None:
         """Close the client this source opened itself (a shared one is its owner's to close)."""

@@ -33,7 +33,16 @@ __all__ = ("CounterIndex", "GuardError", "Hold", "HoldIndex", "check_counters", 
 
 
 class GuardError(Exception):
-    """The device cannot be given to this result; the message names the device and the holder."""
+    """The device cannot be given to this result; the message names the device and the holder.
+
+    :ivar holders: ``(namespace, name, uid)`` of the prepared claims that hold what was asked for
+        (empty when the claim refused itself or the holder's record is unreadable): the state asks
+        whether they still exist (a claim deleted without an Unprepare holds its devices until one).
+    """
+
+    def __init__(self, message: str, holders: Iterable[tuple[str, str, str]] = ()) -> None:
+        super().__init__(message)
+        self.holders = tuple(dict.fromkeys(holders))
 
 
 @attrs.frozen
@@ -42,6 +51,7 @@ class Hold:
 
     who: str  # "ResourceClaim ns/name (uid ...)"
     device: DeviceRecord
+    claim: tuple[str, str, str] | None = None  # (namespace, name, uid); None: an unreadable record
 
 
 class HoldIndex:
@@ -74,7 +84,8 @@ class HoldIndex:
             who = f"ResourceClaim {record.namespace}/{record.name} (uid {record.uid})"
             for device in record.devices:
                 if not device.admin_access:
-                    holds.setdefault(device.device, []).append(Hold(who, device))
+                    holds.setdefault(device.device, []).append(
+                        Hold(who, device, (record.namespace, record.name, record.uid)))
         for name, held in holds.items():
             self._by_device.setdefault(name, {})[uid] = held
         self._devices_of[uid] = tuple(holds)
@@ -108,7 +119,8 @@ def check_free(ref: str, result: AllocatedDevice, device: Device, taken: HoldInd
         if holds:
             raise GuardError(f"{ref}: device {result.device} is already prepared for {holds[0].who} and "
                              + ("does not allow multiple allocations" if not device.allow_multiple_allocations
-                                else "this allocation has no share ID, so it would take the whole device"))
+                                else "this allocation has no share ID, so it would take the whole device"),
+                             _claims(holds))
         if same_claim:
             raise GuardError(f"{ref}: device {result.device} is allocated twice in this claim and does not "
                              "allow multiple allocations")
@@ -120,7 +132,8 @@ def check_free(ref: str, result: AllocatedDevice, device: Device, taken: HoldInd
     exclusive = next((h for h in holds if h.device.holds_exclusively), None)
     if exclusive is not None:
         raise GuardError(f"{ref}: device {result.device} is already prepared for {exclusive.who}, which holds it "
-                         "exclusively (it was allocated while the device allowed one allocation only)")
+                         "exclusively (it was allocated while the device allowed one allocation only)",
+                         _claims([exclusive]))
     for name, asked in result.consumed_capacity.items():
         try:
             amount = parse_quantity(asked)
@@ -140,7 +153,12 @@ def check_free(ref: str, result: AllocatedDevice, device: Device, taken: HoldInd
         total = parse_quantity(capacity.value)
         if used + parse_quantity(asked) > total:
             raise GuardError(f"{ref}: device {result.device} capacity {name}: {asked} requested but only "
-                             f"{canonical_quantity(int(total - used))} of {capacity.value} is free")
+                             f"{canonical_quantity(int(total - used))} of {capacity.value} is free",
+                             _claims(h for h in holds if name in h.device.consumed_capacity))
+
+
+def _claims(holds: Iterable[Hold]) -> list[tuple[str, str, str]]:
+    return [h.claim for h in holds if h.claim is not None]
 
 
 def _outside_policy(amount: Decimal, capacity: Capacity) -> str | None:
@@ -209,6 +227,7 @@ def check_counters(ref: str, results: Sequence[AllocatedDevice], index: CounterI
             continue  # a set the inventory does not define: its checks refuse such a device before publishing
         used: dict[str, Decimal] = defaultdict(Decimal)
         holders = []
+        holding: list[Hold] = []
         held = set()
         for name in index.consumers[set_name]:
             holds = taken.holds(name, exclude)
@@ -217,6 +236,7 @@ def check_counters(ref: str, results: Sequence[AllocatedDevice], index: CounterI
                 for counter, amount in index.consumption[name][set_name].items():
                     used[counter] += amount
                 holders.append(f"{name} by {holds[0].who}")
+                holding += holds
         asked: dict[str, Decimal] = defaultdict(Decimal)
         wanting = [n for n in mine if set_name in index.consumption[n] and n not in held]
         for name in wanting:
@@ -232,4 +252,5 @@ def check_counters(ref: str, results: Sequence[AllocatedDevice], index: CounterI
                     f"{canonical_quantity(str(free))} of {canonical_quantity(str(total))} free"
                     + (f" (held: {'; '.join(holders)}). The scheduler frees a claim's counters when it is "
                        "deallocated, before its Unprepare, and books none where the DRAPartitionableDevices "
-                       "gate is off; the kubelet retries once the holders are unprepared" if holders else ""))
+                       "gate is off; the kubelet retries once the holders are unprepared" if holders else ""),
+                    _claims(holding))

@@ -56,6 +56,10 @@ __all__ = ("ClaimRef", "DeviceState", "PrepareError", "resolve_configs")
 log = logging.getLogger(__name__)
 
 
+#: Holders asked about per Prepare call whose claims the guard refused (:meth:`DeviceState._name_gone_holders`).
+GONE_CHECKS = 4
+
+
 @attrs.frozen
 class ClaimRef:
     """A claim as the kubelet names it in ``NodePrepareResourcesRequest.claims[]``."""
@@ -66,7 +70,14 @@ class ClaimRef:
 
 
 class GuardRefusal(PrepareError):
-    """A claim the double-allocation guard refused (its message names the device and the holder)."""
+    """A claim the double-allocation guard refused (its message names the device and the holder).
+
+    :ivar holders: ``(namespace, name, uid)`` of the prepared claims in the way (:class:`guard.GuardError`).
+    """
+
+    def __init__(self, message: str, holders: Sequence[tuple[str, str, str]] = ()) -> None:
+        super().__init__(message)
+        self.holders = tuple(holders)
 
 
 class DeviceState(RecoveryMixin, UnprepareMixin):
@@ -233,7 +244,35 @@ class DeviceState(RecoveryMixin, UnprepareMixin):
                         again.append(plan)
                 if again:
                     await self._prepare_plans(again, results)
+        await self._name_gone_holders(results)
         return results
+
+    async def _name_gone_holders(self, results: dict[str, Any]) -> None:
+        """Add to each guard refusal which of its holders is gone (:meth:`ClaimSource.gone`).
+
+        A claim deleted or deallocated without an Unprepare (the kubelet lost its state; a claim
+        force-deleted) holds its devices until one comes, and every claim the scheduler then gives
+        them is refused: the message names the holder and how to release it by hand. It is only
+        named, never released here: its container may still run (docs/operations.md). Asked after
+        the claims' locks are let go, at most :data:`GONE_CHECKS` holders a call.
+        """
+        holders = list(dict.fromkeys(h for r in results.values() if isinstance(r, GuardRefusal)
+                                     for h in r.holders))[:GONE_CHECKS]
+        if not holders:
+            return
+        gone = {}
+        for namespace, name, uid in holders:
+            reason = await self.claim_source.gone(namespace, name, uid)
+            if reason is not None:
+                gone[(namespace, name, uid)] = reason
+                log.warning("a prepared claim holds devices but is gone; release it if no pod on this node uses it",
+                            extra={"claim": f"{namespace}/{name}", "claim_uid": uid, "reason": reason})
+        for claim_uid, result in list(results.items()):
+            if isinstance(result, GuardRefusal) and (notes := [
+                    f"ResourceClaim {ns}/{n} (uid {u}) {gone[(ns, n, u)]}: if no pod on this node uses it any "
+                    f"more (its NodeUnprepareResources never came), release it with `ascend-dra call unprepare "
+                    f"{ns}/{n} --uid {u}`" for ns, n, u in result.holders if (ns, n, u) in gone]):
+                results[claim_uid] = GuardRefusal(f"{result}. " + "; ".join(notes), result.holders)
 
     def _reserve(self, claim: ClaimAllocation, results: dict[str, Any]) -> Plan | None:
         """Plan ``claim`` and reserve its devices (a PrepareStarted record, in memory); or put the
@@ -246,7 +285,7 @@ class DeviceState(RecoveryMixin, UnprepareMixin):
         try:
             plan = self.planner.plan(claim, self._holds)
         except guard.GuardError as exc:
-            results[claim.uid] = GuardRefusal(str(exc))
+            results[claim.uid] = GuardRefusal(str(exc), exc.holders)
             return None
         except PlanError as exc:
             results[claim.uid] = PrepareError(str(exc))

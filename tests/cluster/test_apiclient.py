@@ -160,3 +160,34 @@ async def test_a_claim_replaced_by_one_not_yet_allocated_is_said_to_be_replaced(
         cp.api("DELETE", f"{RES}/namespaces/default/resourceclaims/{name}")
     assert str(refused.value) == (f"ResourceClaim default/{name}: uid {old} was requested but the claim has uid "
                                   f"{new['metadata']['uid']} (it got replaced)")
+
+
+async def test_gone_tells_a_deleted_replaced_or_deallocated_claim_from_one_in_use(cp):
+    """ApiClaimSource.gone, which a guard refusal asks about its holders: a holder deleted without
+    its Unprepare is named as gone, so that the operator knows to release it."""
+    from ascend_dra.cluster import ApiClaimSource
+
+    name = f"holder-{uuid.uuid4().hex[:6]}"
+    base = f"{RES}/namespaces/default/resourceclaims"
+    stored = create_in_api(cp, claim_object(name, node=cp.node_name))
+    uid = stored["metadata"]["uid"]
+    source = ApiClaimSource(str(cp.kubeconfig), "ascend.project-hami.io")
+    try:
+        assert await source.gone("default", name, uid) is None  # allocated and reserved: in use
+        assert await source.gone("default", name, str(uuid.uuid4())) == (
+            f"was deleted (the name now belongs to a claim with uid {uid})")
+        stored["status"] = {}
+        assert cp.api("PUT", f"{base}/{name}/status", stored)[0] == 200
+        assert await source.gone("default", name, uid) == "is not allocated any more (status.allocation is empty)"
+        assert cp.api("DELETE", f"{base}/{name}")[0] == 200
+        assert await source.gone("default", name, uid) == "no longer exists in the API server"
+    finally:
+        await source.aclose()
+        cp.api("DELETE", f"{base}/{name}")
+    unreachable = ApiClaimSource(str(cp.kubeconfig), "ascend.project-hami.io")
+    try:
+        api = await unreachable._get_api()
+        api._base = "https://127.0.0.1:1"  # nothing listens: cannot tell, so None
+        assert await unreachable.gone("default", name, uid) is None
+    finally:
+        await unreachable.aclose()

@@ -412,3 +412,35 @@ def test_discover_log_level_sets_what_goes_to_stderr_and_never_touches_stdout():
     assert quiet.stderr == ""
     bad = cli(*args, "--log-level", "loud", env=BASE_ENV)
     assert bad.returncode == 2 and "'loud' is not one of debug, info, warning, error" in bad.stderr
+
+
+def test_a_claim_gone_without_its_unprepare_is_named_and_released_by_the_command_named(daemon):
+    """A prepared claim whose object went away with no Unprepare (the kubelet lost its state) held
+    its device for good, and the refusal of every later claim named it as if it still ran. The
+    refusal now says it is gone and names the command that releases it; that command frees the device."""
+    from tests.integration.daemon import Kubelet
+
+    root = str(daemon.root)
+    k = Kubelet(daemon)
+    try:
+        gone = write_claim(daemon.root, claim_object("gone-a", results=[("npu", "npu-1-0")]))
+        uid = gone["metadata"]["uid"]
+        assert k.prepare(gone).claims[uid].error == ""
+        (daemon.root / "claims" / "default" / "gone-a.yaml").unlink()
+        later = write_claim(daemon.root, claim_object("later-b", results=[("npu", "npu-1-0")]))
+        error = k.prepare(later).claims[later["metadata"]["uid"]].error
+        assert error.startswith(f"ResourceClaim default/later-b: device npu-1-0 is already prepared for "
+                                f"ResourceClaim default/gone-a (uid {uid}) and does not allow multiple allocations. ")
+        assert error.endswith(f"ResourceClaim default/gone-a (uid {uid}) has no claim file any more "
+                              f"({daemon.root / 'claims' / 'default' / 'gone-a.yaml'}): if no pod on this node uses it "
+                              "any more (its NodeUnprepareResources never came), release it with "
+                              f"`ascend-dra call unprepare default/gone-a --uid {uid}`")
+        assert "a prepared claim holds devices but is gone" in daemon.log_text()
+        action, *rest = error.rsplit("`ascend-dra ", 1)[1].rstrip("`").split()
+        assert cli(action, "--standalone", root, *rest).returncode == 0
+        assert k.prepare(later).claims[later["metadata"]["uid"]].error == ""
+        # A holder that is still there is named as before, with nothing added.
+        third = write_claim(daemon.root, claim_object("third-c", results=[("npu", "npu-1-0")]))
+        assert k.prepare(third).claims[third["metadata"]["uid"]].error.endswith("does not allow multiple allocations")
+    finally:
+        k.close()
