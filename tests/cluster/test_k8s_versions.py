@@ -316,15 +316,16 @@ def classic_pod(cp) -> str:
     return name
 
 
-def simulated_310p_daemon(cp, root: Path, chips: int = 2) -> DaemonProcess:
-    """The npu-310P profile on its simulated tier, with device nodes (plain files) under ``root/dev``."""
+def simulated_310p_daemon(cp, root: Path, chips: int = 2, profile: str = "npu-310P") -> DaemonProcess:
+    """The npu-310P profile (or ``profile``, a whole-chip one) on its simulated tier, with device nodes
+    (plain files) under ``root/dev``."""
     dev = root / "dev"
     dev.mkdir(parents=True)
     # The simulated tier backs its device nodes with /dev/null, looked up under --dev-root too.
     for node in [*(f"davinci{i}" for i in range(chips)), "davinci_manager", "devmm_svm", "hisi_hdc", "null"]:
         (dev / node).write_text("")
-    return DaemonProcess(root / "node", node=cp.node_name, kubeconfig=cp.kubeconfig, profiles="npu-310P",
-                         fake_devices=chips, extra_args=["--profile-option", "npu-310P.simulate=always",
+    return DaemonProcess(root / "node", node=cp.node_name, kubeconfig=cp.kubeconfig, profiles=profile,
+                         fake_devices=chips, extra_args=["--profile-option", f"{profile}.simulate=always",
                                                          "--npu-smi", "/bin/false",
                                                          "--dev-root", str(dev)]).start()
 
@@ -362,6 +363,32 @@ def test_a_classic_extended_resource_pod_gets_our_chip_with_no_claim_written(cp,
         d.stop()
         if pod:
             cp.api("DELETE", f"/api/v1/namespaces/default/pods/{pod}?gracePeriodSeconds=0")
+        delete_extended_classes(cp)
+
+
+def test_a_job_written_for_the_ascend_device_plugin_gets_910_chips(cp, short_tmp, k8s_version):
+    """``huawei.com/Ascend910``, the name Huawei's device plugin gives 910A, 910B and A3 chips alike:
+    a pod asking for 2 gets two chips of the npu-910 profile (simulated 910B3). No class had that
+    name, and such a pod stayed Pending with "Insufficient huawei.com/Ascend910"."""
+    require_k8s(k8s_version, "1.36", "DRA extended resources (KEP-5004)")
+    d = simulated_310p_daemon(cp, short_tmp, chips=2, profile="npu-910")
+    pod = f"mind-{uuid.uuid4().hex[:8]}"
+    try:
+        wait_until(lambda: our_slices(cp, cp.node_name), "published")
+        apply_extended_classes(cp)
+        ok(cp, "POST", "/api/v1/namespaces/default/pods", {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod},
+            "spec": {"containers": [{"name": "train", "image": "busybox",
+                                     "resources": {"limits": {"huawei.com/Ascend910": 2}}}]}})
+        status = wait_until(lambda: ok(cp, "GET", f"/api/v1/namespaces/default/pods/{pod}").get("status", {})
+                            .get("extendedResourceClaimStatus"), "the scheduler's claim", within=30)
+        claim = wait_until(lambda: (c := claim_of(cp, "default", status["resourceClaimName"]))
+                           .get("status", {}).get("allocation") and c, "allocated", within=30)
+        assert sorted(r["device"] for r in claim["status"]["allocation"]["devices"]["results"]) == [
+            "npu-0-0", "npu-1-0"]
+    finally:
+        d.stop()
+        cp.api("DELETE", f"/api/v1/namespaces/default/pods/{pod}?gracePeriodSeconds=0")
         delete_extended_classes(cp)
 
 
