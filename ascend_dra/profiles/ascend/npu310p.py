@@ -33,6 +33,7 @@ class Npu310PProfile(AscendChipProfile):
     name = "npu-310P"
     families = frozenset({ChipFamily.ASCEND310, ChipFamily.ASCEND310P})
     simulated_model = MODELS["310P3"]
+    whole_chips = True
 
     def extra_attributes(self, chip: NpuChip) -> Mapping[str, AttributeValue | None]:
         """DVPP engine counts from the chip catalogue (:mod:`.chips`), when the model is known."""

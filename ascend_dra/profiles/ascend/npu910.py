@@ -29,6 +29,7 @@ class Npu910Profile(AscendChipProfile):
     name = "npu-910"
     families = frozenset({ChipFamily.ASCEND910, ChipFamily.ASCEND910B, ChipFamily.ASCEND910C})
     simulated_model = MODELS["910B3"]
+    whole_chips = True
 
     def extra_attributes(self, chip: NpuChip) -> Mapping[str, AttributeValue | None]:
         """``hccs``, ``topologyGroup``, ``cpuAffinity`` from ``-t topo`` (None = omitted)."""

@@ -18,6 +18,10 @@ Container edits per allocated device (docs/ascend-hardware.md#the-ids, docs/asce
   agree on it;
 * CANN logging from :class:`NpuConfig`.
 
+A chip that carries vNPUs this profile did not make (``npu-smi set -t create-vnpu`` by hand, or
+Huawei's device plugin's static vNPUs) is not published: a claim would get its ``/dev/davinci<N>``
+while the vNPUs' containers run on it (:meth:`AscendChipProfile.without_foreign_vnpus`).
+
 Profile options (``ProfileContext.options``, keys ``<profile>.<key>`` or ``<key>``):
 ``simulate`` = ``never`` (default) | ``fallback`` | ``always`` (:class:`SimulateMode`).
 """
@@ -58,6 +62,7 @@ from ascend_dra.profiles.ascend.discovery import (
     discover_chips,
 )
 from ascend_dra.profiles.ascend.locate import locate_npu_smi
+from ascend_dra.profiles.ascend.errors import NpuSmiError
 from ascend_dra.profiles.ascend.npusmi import DEFAULT_TIMEOUT_S, NpuSmi
 from ascend_dra.profiles.ascend.tables import parse_info
 from ascend_dra.profiles.base import (
@@ -102,6 +107,9 @@ class AscendChipProfile:
     profile_options: Mapping[str, ProfileOption] = {"simulate": simulate_option()}
     families: frozenset[ChipFamily]
     simulated_model: ChipModel
+    #: Whole-chip profiles leave out chips that carry vNPUs (:meth:`without_foreign_vnpus`); the
+    #: profiles that make vNPUs or share chips know their own.
+    whole_chips = False
 
     def __init__(self, *, host_root: Path = Path("/"), timeout_s: float = DEFAULT_TIMEOUT_S,
                  search_path: str | None = None) -> None:
@@ -154,9 +162,49 @@ class AscendChipProfile:
         self.last_discovery = found
         self._dropped = (*found.dropped, *unknown)
         chips = [c for c in found.chips if c.family in self.families]
+        if self.whole_chips and found.source == TIER_NPU_SMI and found.npu_smi is not None:
+            chips = await self.without_foreign_vnpus(ctx, chips, found.npu_smi.executable)
         roots = await anyio.to_thread.run_sync(lambda: [pcie_root(ctx.sys_root, c.pci_address) for c in chips])
         return Inventory(devices=tuple(self.device(c, r) for c, r in zip(chips, roots, strict=True)),
                          source=found.source)
+
+    async def without_foreign_vnpus(self, ctx: ProfileContext, chips: list[NpuChip], npu_smi: str) -> list[NpuChip]:
+        """``chips`` without those that carry vNPUs (``npu-smi info -t info-vnpu -i N -c C``), each
+        left out logged and listed in :meth:`discovery_notes`.
+
+        Asked only when a ``vdavinci*`` node exists under ``ctx.dev_root`` (the driver makes one per
+        vNPU, docs/ascend-hardware.md#device-nodes): nodes without vNPUs pay one directory scan. A
+        chip whose answer cannot be had (npu-smi failed, no NPU/chip ID) is kept, with a warning.
+        """
+        if not await anyio.to_thread.run_sync(lambda: any(ctx.dev_root.glob("vdavinci*"))):
+            return chips
+        tool = NpuSmi(npu_smi, timeout_s=self.timeout_s)
+        kept = []
+        dropped = []
+        for chip in chips:
+            if chip.npu_id is None or chip.chip_id is None:
+                kept.append(chip)
+                continue
+            try:
+                vnpus = (await tool.vnpu_info(chip.npu_id, chip.chip_id)).vnpus
+            except NpuSmiError as exc:
+                logger.warning("cannot tell whether a chip carries vNPUs; it is published",
+                               extra={"profile": self.name, "npu_id": chip.npu_id, "chip_id": chip.chip_id,
+                                      "error": str(exc)})
+                kept.append(chip)
+                continue
+            if not vnpus:
+                kept.append(chip)
+                continue
+            ids = ", ".join(str(v.vnpu_id) for v in vnpus)
+            dropped.append(DroppedChip.of(chip, (
+                f"carries {len(vnpus)} vNPU{'s' if len(vnpus) != 1 else ''} ({ids}) made outside this profile: "
+                "a whole-chip claim would share the chip with their containers; destroy them "
+                "(npu-smi set -t destroy-vnpu) or run the hard-vNPU profile on this node")))
+        for chip in dropped:
+            logger.warning("chip not published", extra={**chip.log_fields(), "profile": self.name})
+        self._dropped = (*self._dropped, *dropped)
+        return kept
 
     def discovery_notes(self) -> tuple[str, ...]:
         """What the last discovery wants an operator to know, one line each (``ascend-dra discover``

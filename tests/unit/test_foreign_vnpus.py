@@ -1,0 +1,64 @@
+"""Whole-chip profiles leave out chips that carry vNPUs made outside them (profile.py,
+``AscendChipProfile.without_foreign_vnpus``), against the stateful npu-smi simulator."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ascend_dra.profiles.ascend import npusmi_sim
+from ascend_dra.profiles.ascend.npu310p import Npu310PProfile
+from ascend_dra.profiles.ascend.npu910 import Npu910Profile
+from tests.hardvnpu import SimHost
+
+pytestmark = pytest.mark.anyio
+
+
+def vnpus_in_dev(host: SimHost) -> SimHost:
+    """The simulator makes its vdavinci<ID> nodes in the /dev the profiles look at, as the driver does."""
+    path = host.sim_dir / "host.json"
+    spec = json.loads(path.read_text())
+    spec["dev_dir"] = str(host.dev)
+    path.write_text(json.dumps(spec))
+    return host
+
+
+@pytest.mark.parametrize(("profile", "model", "template"), [
+    (Npu910Profile, "910B4", "vir05_1c_8g"), (Npu310PProfile, "310P3", "vir02")])
+async def test_a_chip_with_vnpus_made_by_hand_is_not_published_whole(tmp_path, monkeypatch, profile, model, template):
+    """Two chips; a vNPU created by hand on the second (physical ID 2: vNPU 132). A whole-chip claim
+    of it got /dev/davinci2 while the vNPU's container ran on the chip. It is left out, said why,
+    and comes back once the vNPU is destroyed."""
+    host = vnpus_in_dev(SimHost(tmp_path, chips=((4, 0, 0, 0, model), (5, 0, 1, 2, model))))
+    monkeypatch.setenv(npusmi_sim.ENV_DIR, str(host.sim_dir))
+    chips = profile(host_root=tmp_path)
+    assert [d.name for d in (await chips.discover(host.ctx())).devices] == ["npu-0-0", "npu-1-0"]
+    npusmi_sim.run(["set", "-t", "create-vnpu", "-i", "5", "-c", "0", "-f", template], host.sim_dir)
+    assert (host.dev / "vdavinci132").exists()
+    assert [d.name for d in (await chips.discover(host.ctx())).devices] == ["npu-0-0"]
+    notes = chips.discovery_notes()
+    assert "1 chip not published" in notes
+    assert any(n.startswith(f"  not published: physical ID 2, logic ID 1 (NPU 5 chip 0, {model}") and n.endswith(
+        "carries 1 vNPU (132) made outside this profile: a whole-chip claim would share the chip with their "
+        "containers; destroy them (npu-smi set -t destroy-vnpu) or run the hard-vNPU profile on this node")
+        for n in notes), notes
+    npusmi_sim.run(["set", "-t", "destroy-vnpu", "-i", "5", "-c", "0", "-v", "132"], host.sim_dir)
+    assert [d.name for d in (await chips.discover(host.ctx())).devices] == ["npu-0-0", "npu-1-0"]
+
+
+async def test_without_vdavinci_nodes_no_chip_is_asked_about_vnpus(tmp_path, monkeypatch):
+    """No vNPU node under /dev: no ``info -t info-vnpu`` call (a node without vNPUs pays one scan).
+    An npu-smi that fails every info-vnpu call would keep the chips anyway; here it is never asked."""
+    host = vnpus_in_dev(SimHost(tmp_path, chips=((4, 0, 0, 0, "910B4"),)))
+    monkeypatch.setenv(npusmi_sim.ENV_DIR, str(host.sim_dir))
+    asked = []
+    real = npusmi_sim.Sim.info_vnpu
+
+    def counting(self, *args):
+        asked.append(args[:2])
+        return real(self, *args)
+
+    monkeypatch.setattr(npusmi_sim.Sim, "info_vnpu", counting)
+    assert [d.name for d in (await Npu910Profile(host_root=tmp_path).discover(host.ctx())).devices] == ["npu-0-0"]
+    assert asked == []
