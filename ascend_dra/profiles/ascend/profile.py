@@ -61,8 +61,8 @@ from ascend_dra.profiles.ascend.discovery import (
     SimulateMode,
     discover_chips,
 )
-from ascend_dra.profiles.ascend.locate import locate_npu_smi
 from ascend_dra.profiles.ascend.errors import NpuSmiError
+from ascend_dra.profiles.ascend.locate import locate_npu_smi
 from ascend_dra.profiles.ascend.npusmi import DEFAULT_TIMEOUT_S, NpuSmi
 from ascend_dra.profiles.ascend.tables import parse_info
 from ascend_dra.profiles.base import (
