@@ -18,6 +18,7 @@ from typing import Any, NamedTuple, NoReturn
 __all__ = ("main",)
 
 DEFAULT_DRIVER_NAME = "ascend.project-hami.io"  # = settings.DEFAULT_DRIVER_NAME (not imported: keep --help light)
+UNHEALTHY_DEVICES = ("taint", "withdraw", "publish")  # = settings.UNHEALTHY_DEVICES
 
 
 class _Unset:
@@ -228,9 +229,14 @@ def build_parser() -> argparse.ArgumentParser:
     _flag(run, "--health-interval", "HEALTH_INTERVAL", 10.0,
           "seconds between device health checks; the health stream is re-sent at least every 10 s whatever "
           "this is (the kubelet calls a device unknown after 30 s without a message)", type=float)
-    _flag(run, "--taint-unhealthy", "TAINT_UNHEALTHY", False,
-          "taint devices their profile reports unhealthy (<driver>/unhealthy: NoSchedule; needs the "
-          "DRADeviceTaints feature gate)", type=_bool, nargs="?", const=True)
+    _flag(run, "--unhealthy-devices", "UNHEALTHY_DEVICES", "taint",
+          "what the ResourceSlices say of a device its profile reports unhealthy: taint (<driver>/unhealthy: "
+          "NoSchedule; where the API server drops taints, gate DRADeviceTaints off, the device is withdrawn "
+          "instead), withdraw (left out until healthy) or publish (as if healthy)",
+          choices=UNHEALTHY_DEVICES)
+    _flag(run, "--taint-unhealthy", "TAINT_UNHEALTHY", None,
+          "before 2026-12-03: true is --unhealthy-devices taint, false is --unhealthy-devices publish",
+          type=_bool, nargs="?", const=True)
     _flag(run, "--health-service", "HEALTH_SERVICE", True,
           "serve and advertise the kubelet's device health stream (v1 and v1alpha1.DRAResourceHealth)",
           type=_bool, nargs="?", const=True)
@@ -339,6 +345,21 @@ def option_sources(args: argparse.Namespace) -> dict[str, dict[str, str]]:
     return {"PROFILE_OPTIONS": {k: v for k, v in from_env.items() if k not in flags}, "--profile-option": flags}
 
 
+def unhealthy_devices(args: argparse.Namespace) -> str:
+    """``--unhealthy-devices``, or what the older ``--taint-unhealthy`` (TAINT_UNHEALTHY) asks for:
+    true is ``taint``, false ``publish`` (its default before ``--unhealthy-devices`` existed).
+    Both given and at odds: a usage error naming them."""
+    if args.taint_unhealthy is None:
+        return args.unhealthy_devices
+    wanted = "taint" if args.taint_unhealthy else "publish"
+    if args.unhealthy_devices not in ("taint", wanted):
+        print(f"ascend-dra {args.command}: --taint-unhealthy {str(args.taint_unhealthy).lower()} and "
+              f"--unhealthy-devices {args.unhealthy_devices} disagree; give --unhealthy-devices only",
+              file=sys.stderr)
+        raise SystemExit(2)
+    return wanted
+
+
 def profile_options(args: argparse.Namespace) -> dict[str, str]:
     """``--profile-option`` flags over ``PROFILE_OPTIONS`` entries, as one mapping."""
     return {k: v for given in option_sources(args).values() for k, v in given.items()}
@@ -382,7 +403,7 @@ def _run(args: argparse.Namespace) -> int:
             fake_devices=args.fake_devices, npu_smi=args.npu_smi, dev_root=args.dev_root, sys_root=args.sys_root,
             boot_id_file=args.boot_id_file, discovery_timeout=args.discovery_timeout,
             rediscover_interval=args.rediscover_interval, metrics_port=args.metrics_port,
-            health_interval=args.health_interval, taint_unhealthy=args.taint_unhealthy,
+            health_interval=args.health_interval, unhealthy_devices=unhealthy_devices(args),
             profile_options=profile_options(args),
             metrics_address=args.metrics_address, rolling_update_id=args.rolling_update_id,
             healthcheck_port=args.healthcheck_port, healthcheck_address=args.healthcheck_address,

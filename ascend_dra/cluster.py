@@ -185,6 +185,8 @@ class ApiPublisher:
         publisher writes nothing and looks again every :data:`STANDBY_POLL_S`.
     :param published: called after each reconcile that succeeded (slices written or found
         current): a rolling-update instance records it for the older ones (instancelock.py).
+    :param dropped: called with the :class:`DroppedFieldsError` of each write whose slices the API
+        server stored without fields we sent (the daemon then withdraws what it meant to taint).
     :ivar generation: the pool generation last written.
     :ivar last_error: the last reconcile error (None after a successful sync), for health reporting.
     :ivar syncs: how many reconciles wrote something.
@@ -194,7 +196,8 @@ class ApiPublisher:
     def __init__(self, kubeconfig: str | None, *, driver_name: str, node_name: str,
                  resync_interval: float = 60.0, api: KubeApi | None = None,
                  newer_instance: Callable[[], str | None] | None = None,
-                 published: Callable[[], None] | None = None) -> None:
+                 published: Callable[[], None] | None = None,
+                 dropped: Callable[[DroppedFieldsError], None] | None = None) -> None:
         self.kubeconfig = kubeconfig
         self.driver_name = driver_name
         self.node_name = node_name
@@ -205,6 +208,7 @@ class ApiPublisher:
         self.standing_by_for: str | None = None
         self._newer_instance = newer_instance
         self._published = published
+        self._dropped = dropped
         self._inventory = Inventory()
         self._wake = anyio.Event()
         #: Set once the first publish attempt ended, written or not (the daemon binds the
@@ -302,6 +306,8 @@ class ApiPublisher:
                 except DroppedFieldsError as exc:
                     self.last_error = exc
                     log.error("ResourceSlice fields were dropped by the API server", extra={"error": str(exc)})
+                    if self._dropped is not None:
+                        self._dropped(exc)
                 finally:
                     self.first_attempt.set()
 

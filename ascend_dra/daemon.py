@@ -20,7 +20,7 @@ import contextlib
 import errno
 import gc
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 import anyio
@@ -99,13 +99,15 @@ async def discover_all(
     return inventories
 
 
-def merged(inventories: Mapping[str, Inventory], taints: Mapping[str, DeviceTaint] | None = None) -> Inventory:
+def merged(inventories: Mapping[str, Inventory], taints: Mapping[str, DeviceTaint] | None = None,
+           withdrawn: Collection[str] = ()) -> Inventory:
     """All profiles' devices and counter sets as one pool, with ``taints`` (device name -> taint)
-    added to the devices they name."""
+    added to the devices they name and the ``withdrawn`` devices left out (their counter sets stay:
+    other devices of the chip may consume them)."""
     taints = taints or {}
     return Inventory(
         devices=tuple(attrs.evolve(d, taints=(*d.taints, taints[d.name])) if d.name in taints else d
-                      for inv in inventories.values() for d in inv.devices),
+                      for inv in inventories.values() for d in inv.devices if d.name not in withdrawn),
         counter_sets=tuple(c for inv in inventories.values() for c in inv.counter_sets),
     )
 
@@ -152,6 +154,10 @@ class Daemon:
         self.stalls.on_stall = lambda phase, seconds: self.metrics.loop_stall.labels(phase).set(seconds)
         #: device name -> the taint published for it because its profile reports it unhealthy.
         self.taints: dict[str, DeviceTaint] = {}
+        #: devices left out of the slices because their profile reports them unhealthy.
+        self.withdrawn: frozenset[str] = frozenset()
+        #: the API server dropped our device taints (DRADeviceTaints off): ``taint`` withdraws instead.
+        self.taints_dropped = False
 
     def load(self) -> dict[str, Profile]:
         """Load the configured profiles; broken ones are logged and skipped.
@@ -192,7 +198,7 @@ class Daemon:
             newer = lambda: newer_live_instance(s.plugin_dir, uid)  # noqa: E731
             published = lambda: mark_published(s.plugin_dir, uid)  # noqa: E731
         return ApiPublisher(s.kubeconfig, driver_name=s.driver_name, node_name=s.node_name, api=self.api,
-                            newer_instance=newer, published=published)
+                            newer_instance=newer, published=published, dropped=self._on_dropped_fields)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Run until cancelled. ``task_status.started()`` fires once the kubelet may register us."""
@@ -388,13 +394,43 @@ class Daemon:
                 f"{k}={'healthy' if health[k] else 'unknown' if health[k] is None else 'unhealthy'}"
                 for k in sorted(changed))})
         self.health.update(health)
-        if self.settings.taint_unhealthy:
-            taint = DeviceTaint(key=f"{self.settings.driver_name}/unhealthy", effect="NoSchedule")
-            taints = {name: taint for name, healthy in health.items() if healthy is False}
-            if taints != self.taints:
-                self.taints = taints
-                if self.publisher is not None:
-                    await self._republish()
+        if self._mark_unhealthy() and self.publisher is not None:
+            await self._republish()
+
+    def _mark_unhealthy(self) -> bool:
+        """Set :attr:`taints` and :attr:`withdrawn` from the devices' health and
+        ``--unhealthy-devices``; return whether they changed (the slices must be published again)."""
+        unhealthy = sorted(name for name, healthy in self.health.devices.items() if healthy is False)
+        mode = self.settings.unhealthy_devices
+        if mode == "taint" and self.taints_dropped:
+            mode = "withdraw"
+        taint = DeviceTaint(key=f"{self.settings.driver_name}/unhealthy", effect="NoSchedule")
+        taints = {name: taint for name in unhealthy} if mode == "taint" else {}
+        withdrawn = frozenset(unhealthy) if mode == "withdraw" else frozenset()
+        if (taints, withdrawn) == (self.taints, self.withdrawn):
+            return False
+        if withdrawn != self.withdrawn:
+            log.warning("unhealthy devices are left out of the ResourceSlices until healthy", extra={
+                "devices": ",".join(sorted(withdrawn)) or "none", "unhealthy_devices": self.settings.unhealthy_devices})
+        self.taints, self.withdrawn = taints, withdrawn
+        return True
+
+    def _on_dropped_fields(self, exc: Any) -> None:
+        """The publisher's report of fields the API server dropped (cluster.DroppedFieldsError):
+        device taints dropped (gate DRADeviceTaints off) make ``taint`` withdraw the unhealthy
+        devices instead, so that the scheduler still gives them to no new claim."""
+        if "DRADeviceTaints" not in exc.gates or self.taints_dropped:
+            return
+        self.taints_dropped = True
+        log.warning("the API server drops device taints (feature gate DRADeviceTaints off): unhealthy devices "
+                    "are withdrawn from the ResourceSlices instead of tainted")
+        if self._mark_unhealthy() and self.publisher is not None:
+            self.publisher.update(self._desired())
+
+    def _desired(self) -> Inventory:
+        """The pool to publish: every profile's inventory, unhealthy devices tainted or left out."""
+        assert self.state is not None
+        return merged(self.state.inventories, self.taints, self.withdrawn)
 
     async def _health_loop(self) -> None:
         assert self.state is not None
@@ -414,9 +450,9 @@ class Daemon:
         assert self.state is not None
         runner = getattr(self.publisher, "run", None)
         if runner is not None:  # the API publisher keeps its own reconcile loop
-            await runner(merged(self.state.inventories, self.taints), task_status=task_status)
+            await runner(self._desired(), task_status=task_status)
             return
-        await self.publisher.publish(merged(self.state.inventories, self.taints))
+        await self.publisher.publish(self._desired())
         task_status.started()
 
     def request_rediscovery(self) -> None:
@@ -445,9 +481,9 @@ class Daemon:
         assert self.state is not None
         update = getattr(self.publisher, "update", None)
         if update is not None:
-            update(merged(self.state.inventories, self.taints))
+            update(self._desired())
         else:
-            await self.publisher.publish(merged(self.state.inventories, self.taints))
+            await self.publisher.publish(self._desired())
 
 
 async def _run_until_signal(daemon: Daemon) -> None:

@@ -75,6 +75,10 @@ def rolling_update_sockets(registrar_dir: Path, plugin_dir: Path, driver: str, u
             _first_that_fits(plugin_dir, (f"dra-{uid}.sock", f"dra-{_digest(uid, 16)}.sock")))
 
 
+#: ``--unhealthy-devices``: what becomes of a device its profile reports unhealthy (Settings.unhealthy_devices).
+UNHEALTHY_DEVICES = ("taint", "withdraw", "publish")
+
+
 class SettingsError(ValueError):
     """Raised by :class:`Settings` when flags are wrong; ``problems`` lists each, naming the flag."""
 
@@ -101,8 +105,11 @@ class Settings:
     :ivar discovery_timeout: how long one profile's discovery may take before it is skipped.
     :ivar rediscover_interval: seconds between periodic rediscoveries (hot-plug also triggers one).
     :ivar health_interval: seconds between device health checks (and health-stream messages).
-    :ivar taint_unhealthy: publish a ``<driver>/unhealthy: NoSchedule`` taint on devices their
-        profile reports unhealthy (needs the DRADeviceTaints gate, alpha in 1.34/1.35).
+    :ivar unhealthy_devices: what the ResourceSlices say of a device its profile reports
+        unhealthy (:data:`UNHEALTHY_DEVICES`): ``taint`` (a ``<driver>/unhealthy: NoSchedule``
+        taint; where the API server drops taints, gate DRADeviceTaints off, the device is withdrawn
+        instead), ``withdraw`` (left out of the slices until healthy) or ``publish`` (as if healthy:
+        only the kubelet's health stream tells).
     :ivar metrics_port: TCP port of the Prometheus ``/metrics`` endpoint; 0 turns it off.
     :ivar kubelet_root_dir: the kubelet's ``--root-dir``; ``registrar_dir`` and ``plugins_dir``
         default to ``<root>/plugins_registry`` and ``<root>/plugins``.
@@ -132,7 +139,7 @@ class Settings:
     discovery_timeout: float = 30.0
     rediscover_interval: float = 60.0
     health_interval: float = 10.0
-    taint_unhealthy: bool = False
+    unhealthy_devices: str = "taint"
     profile_options: Mapping[str, str] = attrs.field(factory=dict)
     metrics_port: int = 0
     metrics_address: str = "*"  # listen.py: every address, IPv4 and IPv6
@@ -178,6 +185,8 @@ class Settings:
         if self.metrics_port and self.metrics_port == self.healthcheck_port:
             found.append(f"--metrics-port and --healthcheck-port are both {self.metrics_port}; give them different "
                          "ports")
+        if self.unhealthy_devices not in UNHEALTHY_DEVICES:
+            found.append(f"--unhealthy-devices {self.unhealthy_devices!r} is not one of {', '.join(UNHEALTHY_DEVICES)}")
         if not self.profiles:
             found.append("--profiles (PROFILES) is empty: name at least one profile (`ascend-dra profiles` lists them)")
         elif len(set(self.profiles)) != len(self.profiles):

@@ -227,13 +227,7 @@ def test_a_claim_whose_selector_matches_nothing_stays_pending_and_nothing_is_pre
                         selector=f'device.attributes["{DRIVER}"].index == 99', via_template=False)
     try:
         claim = wait_until(lambda: pod_claim(cp, "default", pod), "claim created by the controller-manager")
-
-        def unschedulable() -> bool:
-            conditions = ok(cp, "GET", f"/api/v1/namespaces/default/pods/{pod}").get("status", {}).get(
-                "conditions") or []
-            return any(c["type"] == "PodScheduled" and c["status"] == "False" for c in conditions)
-
-        wait_until(unschedulable, "reported unschedulable by the scheduler", within=30)
+        wait_until(lambda: unschedulable(cp, pod), "reported unschedulable by the scheduler", within=30)
         claim = pod_claim(cp, "default", pod)
         assert not claim.get("status", {}).get("allocation")
         k = Kubelet(d)
@@ -302,8 +296,15 @@ def test_a_claim_allocated_but_reserved_for_no_pod_is_refused(cp, start_daemon):
         cp.api("DELETE", f"{RES}/namespaces/default/resourceclaims/{name}")
 
 
+def unschedulable(cp, pod: str) -> bool:
+    """Whether the scheduler has said it cannot place ``pod`` (PodScheduled False)."""
+    conditions = ok(cp, "GET", f"/api/v1/namespaces/default/pods/{pod}").get("status", {}).get("conditions") or []
+    return any(c["type"] == "PodScheduled" and c["status"] == "False" for c in conditions)
+
+
 def test_an_unhealthy_device_is_tainted_and_the_scheduler_avoids_it_until_it_recovers(cp, start_daemon):
-    d = start_daemon(extra_args=("--taint-unhealthy", "--health-interval", "0.2"))
+    """By default (--unhealthy-devices taint); before 2026-12-03 only with --taint-unhealthy."""
+    d = start_daemon(extra_args=("--health-interval", "0.2"))
     wait_until(lambda: our_slices(cp, cp.node_name), "published")
     apply_examples(cp)
     marks = d.root / "plugins" / DRIVER / "profiles" / "fake-health"
@@ -321,12 +322,7 @@ def test_an_unhealthy_device_is_tainted_and_the_scheduler_avoids_it_until_it_rec
     pod, _ = create_pod(cp, "default", "fake.ascend.project-hami.io",
                         selector=f'device.attributes["{DRIVER}"].index == 2', via_template=False)
     try:
-        def unschedulable() -> bool:
-            conditions = ok(cp, "GET", f"/api/v1/namespaces/default/pods/{pod}").get("status", {}).get(
-                "conditions") or []
-            return any(c["type"] == "PodScheduled" and c["status"] == "False" for c in conditions)
-
-        wait_until(unschedulable, "kept off the tainted device", within=30)
+        wait_until(lambda: unschedulable(cp, pod), "kept off the tainted device", within=30)
         (marks / "npu-2-0").unlink()
         wait_until(lambda: not taints()["npu-2-0"], "taint removed")
         bound = wait_until(lambda: ok(cp, "GET", f"/api/v1/namespaces/default/pods/{pod}")["spec"].get("nodeName"),
@@ -334,3 +330,48 @@ def test_an_unhealthy_device_is_tainted_and_the_scheduler_avoids_it_until_it_rec
         assert bound == cp.node_name
     finally:
         delete_pod(cp, pod)
+
+
+def test_without_the_taints_gate_an_unhealthy_device_is_withdrawn_until_it_recovers(short_tmp):
+    """An API server with DRADeviceTaints off drops device taints silently: the taint meant to keep
+    new claims off an unhealthy device did nothing, and the scheduler gave it away. The daemon sees
+    the taint dropped and withdraws the device from the slice instead; it comes back once healthy."""
+    from tests.cluster.controlplane import DEFAULT_FEATURE_GATES, ControlPlane, default_bin_dir
+    from tests.integration.daemon import DaemonProcess
+
+    cp = ControlPlane(short_tmp / "cp", default_bin_dir(), feature_gates={**DEFAULT_FEATURE_GATES,
+                                                                          "DRADeviceTaints": False})
+    cp.start()
+    d = None
+    pod = ""
+    try:
+        d = DaemonProcess(short_tmp / "node", node=cp.node_name, kubeconfig=cp.kubeconfig,
+                          extra_args=["--health-interval", "0.2"]).start()
+        wait_until(lambda: our_slices(cp, cp.node_name), "published")
+        apply_examples(cp)
+
+        def devices() -> set[str]:
+            return {dev["name"] for s in our_slices(cp, cp.node_name) for dev in s["spec"]["devices"]}
+
+        assert "npu-2-0" in devices()
+        marks = d.root / "plugins" / DRIVER / "profiles" / "fake-health"
+        marks.mkdir(parents=True)
+        (marks / "npu-2-0").write_text("unhealthy\n")
+        wait_until(lambda: "npu-2-0" not in devices(), "withdrawn", within=30)
+        assert devices() == {"npu-0-0", "npu-1-0", "npu-3-0"}
+        assert "the API server drops device taints" in d.log_text()
+        pod, _ = create_pod(cp, "default", "fake.ascend.project-hami.io",
+                            selector=f'device.attributes["{DRIVER}"].index == 2', via_template=False)
+
+        wait_until(lambda: unschedulable(cp, pod), "kept off the withdrawn device", within=30)
+        (marks / "npu-2-0").unlink()
+        wait_until(lambda: "npu-2-0" in devices(), "published again", within=30)
+        bound = wait_until(lambda: ok(cp, "GET", f"/api/v1/namespaces/default/pods/{pod}")["spec"].get("nodeName"),
+                           "scheduled once healthy", within=60)
+        assert bound == cp.node_name
+    finally:
+        if pod:
+            delete_pod(cp, pod)
+        if d is not None:
+            d.stop()
+        cp.stop()

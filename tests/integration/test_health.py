@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import grpc
+import pytest
 
 from tests.integration.daemon import DRIVER, DaemonProcess, Kubelet
 from tests.kubelet_pb.dra_health.v1alpha1 import api_pb2 as health_pb2
@@ -115,3 +116,64 @@ def test_with_the_health_service_off_it_is_neither_served_nor_advertised(short_t
     finally:
         k.close()
         d.stop()
+
+
+def slice_devices(d: DaemonProcess) -> dict[str, list[dict]]:
+    """Device name -> its taints, over the standalone slice files (a device absent: not published)."""
+    import yaml
+
+    found: dict[str, list[dict]] = {}
+    for path in sorted((d.root / "resourceslices").glob("*.yaml")):
+        for dev in yaml.safe_load(path.read_text())["spec"].get("devices") or []:
+            found[dev["name"]] = dev.get("taints") or []
+    return found
+
+
+def wait_for(probe, what: str, within: float = 15.0):
+    deadline = time.monotonic() + within
+    while not (value := probe()):
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+    return value
+
+
+@pytest.mark.parametrize(("flags", "published", "tainted"), [
+    ((), True, True),  # the default: taint
+    (("--unhealthy-devices", "withdraw"), False, False),
+    (("--unhealthy-devices", "publish"), True, False),
+    (("--taint-unhealthy", "false"), True, False),  # the older flag's false: as before 2026-12-03
+], ids=["default taint", "withdraw", "publish", "taint-unhealthy false"])
+def test_what_the_slices_say_of_an_unhealthy_device(short_tmp, flags, published, tainted):
+    """An unhealthy device got new claims by default (no taint unless --taint-unhealthy, which needs
+    a feature gate): a migrating device-plugin user expects it to leave the allocatable pool. A
+    device of unknown health stays as it is; a recovered one comes back."""
+    d = DaemonProcess(short_tmp / "sl", extra_args=["--health-interval", "0.2", *flags]).start()
+    marks = d.root / "plugins" / DRIVER / "profiles" / "fake-health"
+    try:
+        marks.mkdir(parents=True)
+        (marks / "npu-3-0").write_text("unknown\n")
+        (marks / "npu-2-0").write_text("unhealthy\n")
+        if published and tainted:
+            wait_for(lambda: slice_devices(d).get("npu-2-0"), "npu-2-0 tainted")
+            assert slice_devices(d)["npu-2-0"][0]["key"] == f"{DRIVER}/unhealthy"
+        elif not published:
+            wait_for(lambda: "npu-2-0" not in slice_devices(d), "npu-2-0 withdrawn")
+        else:
+            wait_for(lambda: "device health changed" in d.log_text(), "the health change seen")
+            time.sleep(0.5)  # a republish would have come by now
+        devices = slice_devices(d)
+        assert ("npu-2-0" in devices) == published
+        assert devices.get("npu-2-0", []) == [] or tainted
+        assert devices["npu-3-0"] == [] and devices["npu-0-0"] == []
+        (marks / "npu-2-0").unlink()
+        wait_for(lambda: slice_devices(d).get("npu-2-0") == [], "npu-2-0 back, untainted")
+    finally:
+        d.stop()
+
+
+def test_both_unhealthy_flags_at_odds_stop_start_up_in_one_line(short_tmp):
+    d = DaemonProcess(short_tmp / "odd", extra_args=["--taint-unhealthy", "true", "--unhealthy-devices", "withdraw"])
+    d.start(wait=False)
+    assert d.wait_exit() == 2
+    assert d.log_text().strip() == ("ascend-dra run: --taint-unhealthy true and --unhealthy-devices withdraw "
+                                    "disagree; give --unhealthy-devices only")
