@@ -20,7 +20,7 @@ import contextlib
 import errno
 import gc
 import logging
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import anyio
@@ -41,7 +41,8 @@ from ascend_dra.listen import bind_problem
 from ascend_dra.logs import setup_logging
 from ascend_dra.loopstall import LoopStallMonitor
 from ascend_dra.metrics import Metrics
-from ascend_dra.model import DeviceTaint, Inventory
+from ascend_dra.model import Inventory
+from ascend_dra.poolview import PoolView
 from ascend_dra.profiles.base import Profile, ProfileContext
 from ascend_dra.profiles.registry import LoadedProfile, load_profiles
 from ascend_dra.settings import Settings
@@ -99,19 +100,6 @@ async def discover_all(
     return inventories
 
 
-def merged(inventories: Mapping[str, Inventory], taints: Mapping[str, DeviceTaint] | None = None,
-           withdrawn: Collection[str] = ()) -> Inventory:
-    """All profiles' devices and counter sets as one pool, with ``taints`` (device name -> taint)
-    added to the devices they name and the ``withdrawn`` devices left out (their counter sets stay:
-    other devices of the chip may consume them)."""
-    taints = taints or {}
-    return Inventory(
-        devices=tuple(attrs.evolve(d, taints=(*d.taints, taints[d.name])) if d.name in taints else d
-                      for inv in inventories.values() for d in inv.devices if d.name not in withdrawn),
-        counter_sets=tuple(c for inv in inventories.values() for c in inv.counter_sets),
-    )
-
-
 #: Worker threads for blocking work, at most (see :meth:`Daemon.run`).
 WORKER_THREADS = 8
 
@@ -152,12 +140,8 @@ class Daemon:
         self.metrics = Metrics()
         self.stalls = LoopStallMonitor()
         self.stalls.on_stall = lambda phase, seconds: self.metrics.loop_stall.labels(phase).set(seconds)
-        #: device name -> the taint published for it because its profile reports it unhealthy.
-        self.taints: dict[str, DeviceTaint] = {}
-        #: devices left out of the slices because their profile reports them unhealthy.
-        self.withdrawn: frozenset[str] = frozenset()
-        #: the API server dropped our device taints (DRADeviceTaints off): ``taint`` withdraws instead.
-        self.taints_dropped = False
+        #: What the slices show of the devices: unhealthy ones tainted or left out, gates' fallbacks.
+        self.pool = PoolView(settings.driver_name, settings.unhealthy_devices)
 
     def load(self) -> dict[str, Profile]:
         """Load the configured profiles; broken ones are logged and skipped.
@@ -394,43 +378,19 @@ class Daemon:
                 f"{k}={'healthy' if health[k] else 'unknown' if health[k] is None else 'unhealthy'}"
                 for k in sorted(changed))})
         self.health.update(health)
-        if self._mark_unhealthy() and self.publisher is not None:
+        if self.pool.mark_unhealthy(self.health.devices) and self.publisher is not None:
             await self._republish()
-
-    def _mark_unhealthy(self) -> bool:
-        """Set :attr:`taints` and :attr:`withdrawn` from the devices' health and
-        ``--unhealthy-devices``; return whether they changed (the slices must be published again)."""
-        unhealthy = sorted(name for name, healthy in self.health.devices.items() if healthy is False)
-        mode = self.settings.unhealthy_devices
-        if mode == "taint" and self.taints_dropped:
-            mode = "withdraw"
-        taint = DeviceTaint(key=f"{self.settings.driver_name}/unhealthy", effect="NoSchedule")
-        taints = {name: taint for name in unhealthy} if mode == "taint" else {}
-        withdrawn = frozenset(unhealthy) if mode == "withdraw" else frozenset()
-        if (taints, withdrawn) == (self.taints, self.withdrawn):
-            return False
-        if withdrawn != self.withdrawn:
-            log.warning("unhealthy devices are left out of the ResourceSlices until healthy", extra={
-                "devices": ",".join(sorted(withdrawn)) or "none", "unhealthy_devices": self.settings.unhealthy_devices})
-        self.taints, self.withdrawn = taints, withdrawn
-        return True
 
     def _on_dropped_fields(self, exc: Any) -> None:
         """The publisher's report of fields the API server dropped (cluster.DroppedFieldsError):
-        device taints dropped (gate DRADeviceTaints off) make ``taint`` withdraw the unhealthy
-        devices instead, so that the scheduler still gives them to no new claim."""
-        if "DRADeviceTaints" not in exc.gates or self.taints_dropped:
-            return
-        self.taints_dropped = True
-        log.warning("the API server drops device taints (feature gate DRADeviceTaints off): unhealthy devices "
-                    "are withdrawn from the ResourceSlices instead of tainted")
-        if self._mark_unhealthy() and self.publisher is not None:
+        the pool view makes up for them (poolview.py) and the slices are written again."""
+        if self.pool.on_dropped(exc.gates) and self.publisher is not None:
             self.publisher.update(self._desired())
 
     def _desired(self) -> Inventory:
-        """The pool to publish: every profile's inventory, unhealthy devices tainted or left out."""
+        """The pool to publish (:meth:`PoolView.desired`)."""
         assert self.state is not None
-        return merged(self.state.inventories, self.taints, self.withdrawn)
+        return self.pool.desired(self.state.inventories)
 
     async def _health_loop(self) -> None:
         assert self.state is not None

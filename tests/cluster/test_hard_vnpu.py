@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.cluster.controlplane import DEFAULT_FEATURE_GATES, ControlPlane, default_bin_dir
 from tests.cluster.test_publish import RES, delete_our_slices, ok, our_slices, pod_claim, wait_until
 from tests.hardvnpu import SimHost, daemon_args, vnpu_keys
 from tests.integration.daemon import DRIVER, DaemonProcess, Kubelet
@@ -202,3 +203,37 @@ def test_the_example_claim_templates_are_accepted(control_plane):
         name = doc["metadata"]["name"]
         ok(control_plane, "POST", f"{RES}/namespaces/default/resourceclaimtemplates", doc)
         control_plane.api("DELETE", f"{RES}/namespaces/default/resourceclaimtemplates/{name}")
+
+
+def test_without_partitionable_devices_only_whole_chips_are_published(short_tmp):
+    """An API server with DRAPartitionableDevices off drops the counters: the scheduler then saw the
+    chip and each vNPU template as independent devices, and gave a chip whole and cut at once (only
+    the Prepares that fit succeeded; the other pods waited for good). Now only the whole chip is
+    published, without counters; a pod for it runs, a pod for a vNPU stays unschedulable."""
+    cp = ControlPlane(short_tmp / "cp", default_bin_dir(), feature_gates={**DEFAULT_FEATURE_GATES,
+                                                                          "DRAPartitionableDevices": False})
+    cp.start()
+    root = short_tmp / "node"
+    host = SimHost(root, chips=((4, 0, 0, 0, "910B4"),))
+    d = DaemonProcess(root, node=cp.node_name, kubeconfig=cp.kubeconfig, profiles="hard-vNPU", env=host.env,
+                      extra_args=daemon_args(host)).start()
+    pods: list[str] = []
+    try:
+        for doc in yaml.safe_load_all((EXAMPLES / "deviceclasses" / "hard-vnpu.yaml").read_text()):
+            ok(cp, "POST", f"{RES}/deviceclasses", doc)
+
+        def published() -> list[dict]:
+            return [dev for s in our_slices(cp, cp.node_name) for dev in s["spec"].get("devices") or []]
+
+        wait_until(lambda: [dev["name"] for dev in published()] == ["npu-0-0"], "whole chips only", within=30)
+        assert not any(s["spec"].get("sharedCounters") for s in our_slices(cp, cp.node_name))
+        assert "the API server drops shared counters" in d.log_text()
+        vnpu = create(cp, pods, VNPU_CLASS, VIR05)
+        chip = create(cp, pods, CHIP_CLASS)
+        assert prepare(Kubelet(d), allocated(cp, chip)) == "npu-0-0"
+        assert_pending(cp, vnpu)
+    finally:
+        for p in pods:
+            delete(cp, p)
+        d.stop()
+        cp.stop()

@@ -1,0 +1,132 @@
+"""What the ResourceSlices show of the node's devices: every profile's inventory as one pool, the
+unhealthy devices tainted or left out, and what makes up for a feature gate the API server lacks.
+
+The API server drops the fields of a disabled gate from a ResourceSlice without an error
+(docs/architecture.md#feature-gates; the publisher reports it, cluster.DroppedFieldsError). Two of
+those fields keep devices from being handed out wrongly, so their loss is made up for here:
+
+* ``taints`` (gate DRADeviceTaints): with ``--unhealthy-devices taint`` the unhealthy devices are
+  then withdrawn instead of tainted;
+* ``sharedCounters`` / ``consumesCounters`` (gate DRAPartitionableDevices, KEP-4815): without them
+  the scheduler sees a whole chip and each vNPU that could be cut from it as independent devices,
+  and gives a chip whole and cut at once; only one of those Prepares can succeed (the guard refuses
+  the others, and their pods wait). :func:`whole_devices_only` then publishes only the devices that
+  take whole counter sets (the chips), which the scheduler can hand out correctly.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Mapping
+
+import attrs
+
+from ascend_dra.model import CounterConsumption, Device, DeviceTaint, Inventory, parse_quantity
+
+__all__ = ("PoolView", "merged", "whole_devices_only")
+
+log = logging.getLogger(__name__)
+
+
+def merged(inventories: Mapping[str, Inventory], taints: Mapping[str, DeviceTaint] | None = None,
+           withdrawn: Collection[str] = ()) -> Inventory:
+    """All profiles' devices and counter sets as one pool, with ``taints`` (device name -> taint)
+    added to the devices they name and the ``withdrawn`` devices left out (their counter sets stay:
+    other devices of the chip may consume them)."""
+    taints = taints or {}
+    return Inventory(
+        devices=tuple(attrs.evolve(d, taints=(*d.taints, taints[d.name])) if d.name in taints else d
+                      for inv in inventories.values() for d in inv.devices if d.name not in withdrawn),
+        counter_sets=tuple(c for inv in inventories.values() for c in inv.counter_sets),
+    )
+
+
+def _takes_whole(consumption: CounterConsumption, sets: Mapping[str, Mapping[str, str]]) -> bool:
+    """Whether ``consumption`` takes every counter of its set, all of it."""
+    totals = sets.get(consumption.counter_set)
+    if totals is None:
+        return False
+    try:
+        return all(parse_quantity(consumption.counters.get(name, "0")) >= parse_quantity(total)
+                   for name, total in totals.items())
+    except ValueError:
+        return False
+
+
+def whole_devices_only(inventory: Inventory) -> Inventory:
+    """``inventory`` for an API server without DRAPartitionableDevices: the devices that consume no
+    counter set, and those that consume the whole of each set they consume (a whole chip), without
+    their counter consumption; no counter sets. A vNPU template device, which takes part of its
+    chip's set, is left out.
+
+    :param inventory: devices and counter sets (model.py), as the profiles published them.
+    """
+    sets = {s.name: s.counters for s in inventory.counter_sets}
+
+    def kept(device: Device) -> bool:
+        return all(_takes_whole(c, sets) for c in device.consumes_counters)
+
+    return attrs.evolve(inventory, counter_sets=(), devices=tuple(
+        attrs.evolve(d, consumes_counters=()) if d.consumes_counters else d
+        for d in inventory.devices if kept(d)))
+
+
+class PoolView:
+    """The daemon's view of what to publish (see the module docstring).
+
+    :param driver_name: the taint key is ``<driver>/unhealthy``.
+    :param unhealthy_devices: ``--unhealthy-devices``: ``taint``, ``withdraw`` or ``publish``.
+    :ivar taints: device name -> the taint published for it because its profile reports it unhealthy.
+    :ivar withdrawn: devices left out because their profile reports them unhealthy.
+    :ivar taints_dropped: the API server dropped our taints (DRADeviceTaints off): ``taint`` withdraws.
+    :ivar counters_dropped: the API server dropped our counters (DRAPartitionableDevices off): whole
+        chips only, until the daemon restarts.
+    """
+
+    def __init__(self, driver_name: str, unhealthy_devices: str) -> None:
+        self.unhealthy_devices = unhealthy_devices
+        self._taint = DeviceTaint(key=f"{driver_name}/unhealthy", effect="NoSchedule")
+        self.taints: dict[str, DeviceTaint] = {}
+        self.withdrawn: frozenset[str] = frozenset()
+        self.taints_dropped = False
+        self.counters_dropped = False
+        self._health: Mapping[str, bool | None] = {}
+
+    def mark_unhealthy(self, health: Mapping[str, bool | None]) -> bool:
+        """Taint or withdraw the devices ``health`` calls unhealthy (False; None is unknown, kept
+        as it is); return whether the slices must be written again."""
+        self._health = dict(health)
+        unhealthy = sorted(name for name, healthy in self._health.items() if healthy is False)
+        mode = self.unhealthy_devices
+        if mode == "taint" and self.taints_dropped:
+            mode = "withdraw"
+        taints = {name: self._taint for name in unhealthy} if mode == "taint" else {}
+        withdrawn = frozenset(unhealthy) if mode == "withdraw" else frozenset()
+        if (taints, withdrawn) == (self.taints, self.withdrawn):
+            return False
+        if withdrawn != self.withdrawn:
+            log.warning("unhealthy devices are left out of the ResourceSlices until healthy", extra={
+                "devices": ",".join(sorted(withdrawn)) or "none", "unhealthy_devices": self.unhealthy_devices})
+        self.taints, self.withdrawn = taints, withdrawn
+        return True
+
+    def on_dropped(self, gates: Collection[str]) -> bool:
+        """The API server dropped fields these ``gates`` keep; return whether the slices must be
+        written again (their fallback starts now)."""
+        changed = False
+        if "DRADeviceTaints" in gates and not self.taints_dropped:
+            self.taints_dropped = True
+            log.warning("the API server drops device taints (feature gate DRADeviceTaints off): unhealthy devices "
+                        "are withdrawn from the ResourceSlices instead of tainted")
+            changed = self.mark_unhealthy(self._health)
+        if "DRAPartitionableDevices" in gates and not self.counters_dropped:
+            self.counters_dropped = True
+            log.warning("the API server drops shared counters (feature gate DRAPartitionableDevices off): only "
+                        "whole chips are published, no vNPU templates, until the daemon restarts with the gate on")
+            changed = True
+        return changed
+
+    def desired(self, inventories: Mapping[str, Inventory]) -> Inventory:
+        """The pool to publish from every profile's inventory."""
+        pool = merged(inventories, self.taints, self.withdrawn)
+        return whole_devices_only(pool) if self.counters_dropped else pool
