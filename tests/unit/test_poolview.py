@@ -1,0 +1,71 @@
+"""What the slices show (poolview.py): unhealthy devices per --unhealthy-devices, and the fallbacks
+for an API server that drops taints or counters."""
+
+from __future__ import annotations
+
+import pytest
+
+from ascend_dra.model import CounterConsumption, CounterSet, Device, Inventory
+from ascend_dra.poolview import PoolView, whole_devices_only
+
+CHIP_SET = CounterSet("npu-0-0-counters", {"aicore": "20", "memory": "32Gi"})
+CHIP = Device("npu-0-0", consumes_counters=(CounterConsumption("npu-0-0-counters", {"aicore": "20",
+                                                                                   "memory": "32768Mi"}),))
+VNPU = Device("vnpu-0-0-vir05-0", consumes_counters=(CounterConsumption("npu-0-0-counters", {"aicore": "5",
+                                                                                           "memory": "8Gi"}),))
+PLAIN = Device("npu-1-0")
+
+
+def names(inventory: Inventory) -> list[str]:
+    return [d.name for d in inventory.devices]
+
+
+def test_whole_devices_only_keeps_the_chips_and_the_devices_without_counters():
+    pool = Inventory(devices=(CHIP, VNPU, PLAIN), counter_sets=(CHIP_SET,))
+    whole = whole_devices_only(pool)
+    assert names(whole) == ["npu-0-0", "npu-1-0"]  # 32768Mi is all of 32Gi
+    assert whole.counter_sets == () and all(d.consumes_counters == () for d in whole.devices)
+
+
+@pytest.mark.parametrize("consumption", [
+    CounterConsumption("npu-0-0-counters", {"aicore": "20"}),  # not every counter of the set
+    CounterConsumption("other-set", {"aicore": "20", "memory": "32Gi"}),  # a set the pool lacks
+    CounterConsumption("npu-0-0-counters", {"aicore": "20", "memory": "lots"}),  # not a quantity
+], ids=["part of the set", "unknown set", "unparsable"])
+def test_a_device_that_does_not_provably_take_whole_sets_is_left_out(consumption):
+    odd = Device("odd", consumes_counters=(consumption,))
+    assert names(whole_devices_only(Inventory(devices=(odd, PLAIN), counter_sets=(CHIP_SET,)))) == ["npu-1-0"]
+
+
+def test_taint_is_the_default_and_turns_to_withdraw_once_taints_are_dropped():
+    view = PoolView("d.example.com", "taint")
+    inventories = {"p": Inventory(devices=(CHIP, VNPU, PLAIN), counter_sets=(CHIP_SET,))}
+    assert view.mark_unhealthy({"npu-0-0": False, "vnpu-0-0-vir05-0": None, "npu-1-0": True})
+    pool = view.desired(inventories)
+    assert [(d.name, [t.key for t in d.taints]) for d in pool.devices] == [
+        ("npu-0-0", ["d.example.com/unhealthy"]), ("vnpu-0-0-vir05-0", []), ("npu-1-0", [])]  # unknown: as is
+    assert not view.mark_unhealthy({"npu-0-0": False, "npu-1-0": True})  # nothing new
+    assert view.on_dropped(["DRADeviceTaints"])
+    assert names(view.desired(inventories)) == ["vnpu-0-0-vir05-0", "npu-1-0"]
+    assert all(not d.taints for d in view.desired(inventories).devices)
+    assert not view.on_dropped(["DRADeviceTaints"])  # once
+    assert view.mark_unhealthy({"npu-0-0": True, "npu-1-0": True})  # recovered: back
+    assert names(view.desired(inventories)) == ["npu-0-0", "vnpu-0-0-vir05-0", "npu-1-0"]
+
+
+def test_counters_and_taints_dropped_together_leave_healthy_whole_chips():
+    view = PoolView("d.example.com", "taint")
+    inventories = {"p": Inventory(devices=(CHIP, VNPU, PLAIN), counter_sets=(CHIP_SET,))}
+    view.mark_unhealthy({"npu-1-0": False})
+    assert view.on_dropped(["DRAPartitionableDevices", "DRADeviceTaints"])
+    pool = view.desired(inventories)
+    assert names(pool) == ["npu-0-0"] and pool.counter_sets == ()
+
+
+@pytest.mark.parametrize(("mode", "expected"), [("withdraw", ["npu-1-0"]), ("publish", ["npu-0-0", "npu-1-0"])])
+def test_withdraw_and_publish_never_taint(mode, expected):
+    view = PoolView("d.example.com", mode)
+    view.mark_unhealthy({"npu-0-0": False})
+    pool = view.desired({"p": Inventory(devices=(Device("npu-0-0"), PLAIN))})
+    assert names(pool) == expected and all(not d.taints for d in pool.devices)
+    assert not view.on_dropped(["DRADeviceTaints"])  # nothing was tainted
