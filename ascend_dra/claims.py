@@ -223,9 +223,10 @@ class ClaimSource(Protocol):
     async def get(self, namespace: str, name: str, uid: str) -> ClaimAllocation:
         """Return the allocated claim; raise :class:`ClaimError` if it cannot be prepared."""
 
-    async def gone(self, namespace: str, name: str, uid: str) -> str | None:
-        """Why the prepared claim ``uid`` is no longer there to use its devices (deleted, replaced
-        under its name, deallocated), or None: it is, or that cannot be told now. Never raises."""
+    async def gone(self, namespace: str, name: str, uid: str, pool: str) -> str | None:
+        """Why the prepared claim ``uid`` is no longer there to use its devices of ``pool`` (this
+        node's): deleted, replaced under its name, deallocated or allocated on another node; None
+        when it still is, or that cannot be told now. Never raises."""
 
 
 class StandaloneClaimSource:
@@ -271,8 +272,9 @@ class StandaloneClaimSource:
                              f"{claim.uid} (it got replaced)")
         return claim
 
-    async def gone(self, namespace: str, name: str, uid: str) -> str | None:
-        """:meth:`ClaimSource.gone`: the claim file is missing, names another uid, or is not allocated."""
+    async def gone(self, namespace: str, name: str, uid: str, pool: str) -> str | None:
+        """:meth:`ClaimSource.gone`: the claim file is missing, names another uid, or is not
+        allocated here."""
         path = self.path(namespace, name)
         try:
             obj = yaml.load(path.read_text(), Loader=_Loader)
@@ -280,17 +282,23 @@ class StandaloneClaimSource:
             return f"has no claim file any more ({path})"
         except (OSError, ValueError, yaml.YAMLError):
             return None
-        return why_gone(obj, uid)
+        return why_gone(obj, uid, self.driver_name, pool)
 
 
-def why_gone(obj: Any, uid: str) -> str | None:
+def why_gone(obj: Any, uid: str, driver_name: str, pool: str) -> str | None:
     """The reason of :meth:`ClaimSource.gone` for a claim object read under the prepared claim's
-    name (a ResourceClaim as JSON or YAML); None when it is that claim, allocated."""
+    name (a ResourceClaim as JSON or YAML); None when it is that claim, allocated devices of
+    ``driver_name`` in ``pool``."""
     if not isinstance(obj, Mapping):
         return None
     found = (obj.get("metadata") or {}).get("uid")
     if found != uid:
         return f"was deleted (the name now belongs to a claim with uid {found})"
-    if not (obj.get("status") or {}).get("allocation"):
+    allocation = (obj.get("status") or {}).get("allocation")
+    if not allocation:
         return "is not allocated any more (status.allocation is empty)"
+    results = ((allocation.get("devices") or {}).get("results") or []) if isinstance(allocation, Mapping) else []
+    pools = sorted({r.get("pool") for r in results if isinstance(r, Mapping) and r.get("driver") == driver_name})
+    if pools and pool not in pools:
+        return f"is allocated on another node now (pool {', '.join(map(str, pools))})"
     return None

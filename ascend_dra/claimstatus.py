@@ -264,6 +264,7 @@ class ClaimStatusWriter:
         self._wake = anyio.Event()
         self._deferred: dict[str, tuple[_Job, float]] = {}  # uid -> its job to try again, time.monotonic() when
         self._deferred_wake = anyio.Event()
+        self._draining = False
         #: Writes applied / given up / deferred (rounds of attempts failed, tried again later), for tests and metrics.
         self.applied = 0
         self.failed = 0
@@ -414,6 +415,7 @@ class ClaimStatusWriter:
         """Write every pending status now, one claim at a time: at shutdown, after :meth:`run` was
         cancelled (a write it had begun is pending again), so that the statuses waiting for a lull
         or a retry are not lost. The caller bounds the time (each write retries for up to 3.5 s)."""
+        self._draining = True
         for job, _ in list(self._deferred.values()):
             self._pending.setdefault(job.uid, job)
         self._deferred.clear()
@@ -467,14 +469,27 @@ class ClaimStatusWriter:
                                 extra={"claim_uid": job.uid, "error": str(exc)})
                     return
                 if attempt == self.attempts:
-                    self._count("deferred")
-                    self._defer(job)
-                    log.warning("writing the claim's status.devices failed; trying again later, the claim "
-                                "stays prepared", extra={"claim_uid": job.uid, "error": str(exc),
-                                                         "retry_in_s": self._deferred[job.uid][0].retry_s})
+                    self._give_up_for_now(job, exc)
                     return
             await anyio.sleep(delay)
             delay *= 2
+
+    def _give_up_for_now(self, job: _Job, exc: Exception) -> None:
+        """The last attempt of ``job`` found no API server (or was refused): defer it, unless a newer
+        job of the claim came meanwhile (it replaces this one: deferred, this one would come back
+        after it and undo it) or the daemon is stopping (:meth:`drain`: nothing would retry it)."""
+        if job.uid in self._pending:
+            log.debug("claim status write failed; a newer one of the claim follows", extra={"claim_uid": job.uid})
+            return
+        if self._draining:
+            self._count("failed")
+            log.warning("writing the claim's status.devices failed as the daemon stops; the claim stays prepared",
+                        extra={"claim_uid": job.uid, "error": str(exc)})
+            return
+        self._count("deferred")
+        self._defer(job)
+        log.warning("writing the claim's status.devices failed; trying again later, the claim stays prepared",
+                    extra={"claim_uid": job.uid, "error": str(exc), "retry_in_s": self._deferred[job.uid][0].retry_s})
 
     def _ours(self, claim: Any) -> bool:
         """Whether ``claim`` (an object the API server returned) still has entries of our driver."""

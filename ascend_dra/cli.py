@@ -78,12 +78,18 @@ class Parser(argparse.ArgumentParser):
 
     def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:
         parsed, rest = super().parse_known_args(args, namespace)
+        #: dest -> where its value came from: the flag (``--x``), its variable (``X``), or None (default).
+        given: dict[str, str | None] = getattr(parsed, "given", {})
         for twin in self.twins:
             if getattr(parsed, twin.dest, None) is _UNSET:
                 try:
                     setattr(parsed, twin.dest, twin.resolve())
                 except ValueError as exc:
                     self.exit(2, f"{self.prog}: {exc}\n")
+                given[twin.dest] = twin.env if os.environ.get(twin.env) else None
+            elif hasattr(parsed, twin.dest):
+                given[twin.dest] = twin.flag
+        parsed.given = given
         return parsed, rest
 
     def error(self, message: str) -> NoReturn:
@@ -348,14 +354,15 @@ def option_sources(args: argparse.Namespace) -> dict[str, dict[str, str]]:
 def unhealthy_devices(args: argparse.Namespace) -> str:
     """``--unhealthy-devices``, or what the older ``--taint-unhealthy`` (TAINT_UNHEALTHY) asks for:
     true is ``taint``, false ``publish`` (its default before ``--unhealthy-devices`` existed).
-    Both given and at odds: a usage error naming them."""
+    Both given (as flags or variables) and at odds: a usage error naming where each came from."""
     if args.taint_unhealthy is None:
         return args.unhealthy_devices
     wanted = "taint" if args.taint_unhealthy else "publish"
-    if args.unhealthy_devices not in ("taint", wanted):
-        print(f"ascend-dra {args.command}: --taint-unhealthy {str(args.taint_unhealthy).lower()} and "
-              f"--unhealthy-devices {args.unhealthy_devices} disagree; give --unhealthy-devices only",
-              file=sys.stderr)
+    new_from = args.given.get("unhealthy_devices")
+    if new_from is not None and args.unhealthy_devices != wanted:
+        old_from = args.given.get("taint_unhealthy") or "--taint-unhealthy"
+        print(f"ascend-dra {args.command}: {old_from} {str(args.taint_unhealthy).lower()} and {new_from} "
+              f"{args.unhealthy_devices} disagree; give {new_from} only", file=sys.stderr)
         raise SystemExit(2)
     return wanted
 

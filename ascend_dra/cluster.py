@@ -107,9 +107,10 @@ class ApiClaimSource:
             raise ClaimError(f"{ref} is allocated but not reserved for any pod (status.reservedFor is empty)")
         return claim
 
-    async def gone(self, namespace: str, name: str, uid: str) -> str | None:
+    async def gone(self, namespace: str, name: str, uid: str, pool: str) -> str | None:
         """:meth:`~ascend_dra.claims.ClaimSource.gone`: not found (404), replaced under its name,
-        or deallocated; None if it is allocated or the API server cannot be asked."""
+        deallocated, or allocated on another node; None if it is allocated here or the API server
+        cannot be asked."""
         try:
             api = await self._get_api()
             obj = await api.call("GET", f"{RESOURCE_V1}/namespaces/{namespace}/resourceclaims/{name}")
@@ -118,7 +119,7 @@ class ApiClaimSource:
         except Exception:  # a hint for a message: never worth failing the Prepare that asked
             log.debug("asking whether a prepared claim is gone failed", exc_info=True)
             return None
-        return why_gone(obj, uid)
+        return why_gone(obj, uid, self.driver_name, pool)
 
     async def aclose(self) -> None:
         """Close the client this source opened itself (a shared one is its owner's to close)."""

@@ -93,9 +93,17 @@ class PoolView:
         self._health: Mapping[str, bool | None] = {}
 
     def mark_unhealthy(self, health: Mapping[str, bool | None]) -> bool:
-        """Taint or withdraw the devices ``health`` calls unhealthy (False; None is unknown, kept
-        as it is); return whether the slices must be written again."""
-        self._health = dict(health)
+        """Taint or withdraw the devices ``health`` calls unhealthy (False); return whether the
+        slices must be written again.
+
+        A device whose health became unknown (None: npu-smi failed or hung, the chip left its
+        table) keeps the verdict it had: a broken chip is the likeliest to stop answering, and it
+        must not go back into the pool for that. It is released when it reports healthy (True) or
+        leaves the inventory (absent from ``health``).
+        """
+        before = {name for name, healthy in self._health.items() if healthy is False}
+        self._health = {name: False if healthy is None and name in before else healthy
+                        for name, healthy in health.items()}
         unhealthy = sorted(name for name, healthy in self._health.items() if healthy is False)
         mode = self.unhealthy_devices
         if mode == "taint" and self.taints_dropped:

@@ -56,8 +56,10 @@ __all__ = ("ClaimRef", "DeviceState", "PrepareError", "resolve_configs")
 log = logging.getLogger(__name__)
 
 
-#: Holders asked about per Prepare call whose claims the guard refused (:meth:`DeviceState._name_gone_holders`).
+#: Holders asked about per Prepare call whose claims the guard refused (:meth:`DeviceState._name_gone_holders`),
+#: and the seconds the asking may take in all.
 GONE_CHECKS = 4
+GONE_WAIT_S = 2.0
 
 
 @attrs.frozen
@@ -261,12 +263,17 @@ class DeviceState(RecoveryMixin, UnprepareMixin):
         if not holders:
             return
         gone = {}
-        for namespace, name, uid in holders:
-            reason = await self.claim_source.gone(namespace, name, uid)
-            if reason is not None:
-                gone[(namespace, name, uid)] = reason
-                log.warning("a prepared claim holds devices but is gone; release it if no pod on this node uses it",
-                            extra={"claim": f"{namespace}/{name}", "claim_uid": uid, "reason": reason})
+        with anyio.move_on_after(GONE_WAIT_S):  # a hint: the refusal must not wait long for it
+            for namespace, name, uid in holders:
+                record = self._records.get(uid)
+                pools = [d.pool for d in getattr(record, "devices", ()) if d.pool]
+                if not pools:
+                    continue
+                reason = await self.claim_source.gone(namespace, name, uid, pools[0])
+                if reason is not None:
+                    gone[(namespace, name, uid)] = reason
+                    log.warning("a prepared claim holds devices but is gone; release it if no pod on this node "
+                                "uses it", extra={"claim": f"{namespace}/{name}", "claim_uid": uid, "reason": reason})
         for claim_uid, result in list(results.items()):
             if isinstance(result, GuardRefusal) and (notes := [
                     f"ResourceClaim {ns}/{n} (uid {u}) {gone[(ns, n, u)]}: if no pod on this node uses it any "

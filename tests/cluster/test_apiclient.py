@@ -173,14 +173,17 @@ async def test_gone_tells_a_deleted_replaced_or_deallocated_claim_from_one_in_us
     uid = stored["metadata"]["uid"]
     source = ApiClaimSource(str(cp.kubeconfig), "ascend.project-hami.io")
     try:
-        assert await source.gone("default", name, uid) is None  # allocated and reserved: in use
-        assert await source.gone("default", name, str(uuid.uuid4())) == (
+        here = cp.node_name
+        assert await source.gone("default", name, uid, here) is None  # allocated here and reserved: in use
+        assert await source.gone("default", name, uid, "node-9") == f"is allocated on another node now (pool {here})"
+        assert await source.gone("default", name, str(uuid.uuid4()), here) == (
             f"was deleted (the name now belongs to a claim with uid {uid})")
         stored["status"] = {}
         assert cp.api("PUT", f"{base}/{name}/status", stored)[0] == 200
-        assert await source.gone("default", name, uid) == "is not allocated any more (status.allocation is empty)"
+        assert await source.gone("default", name, uid, here) == (
+            "is not allocated any more (status.allocation is empty)")
         assert cp.api("DELETE", f"{base}/{name}")[0] == 200
-        assert await source.gone("default", name, uid) == "no longer exists in the API server"
+        assert await source.gone("default", name, uid, here) == "no longer exists in the API server"
     finally:
         await source.aclose()
         cp.api("DELETE", f"{base}/{name}")
@@ -188,6 +191,6 @@ async def test_gone_tells_a_deleted_replaced_or_deallocated_claim_from_one_in_us
     try:
         api = await unreachable._get_api()
         api._base = "https://127.0.0.1:1"  # nothing listens: cannot tell, so None
-        assert await unreachable.gone("default", name, uid) is None
+        assert await unreachable.gone("default", name, uid, cp.node_name) is None
     finally:
         await unreachable.aclose()

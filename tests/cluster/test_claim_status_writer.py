@@ -460,3 +460,35 @@ async def test_entries_an_older_release_wrote_under_the_driver_name_are_removed(
 
 def status_managers(claim: dict) -> set[str]:
     return {f["manager"] for f in claim["metadata"]["managedFields"] if f.get("subresource") == "status"}
+
+
+async def test_a_write_that_fails_while_a_newer_job_waits_is_not_deferred(cp, start_daemon, api):
+    """Prepared X's status fails during an outage while X's Unprepare is already queued. The failed
+    write used to be deferred anyway: once the API server was back the removal went out, then the
+    deferred write came due and put X's entry back, for good."""
+    [x] = allocated_claims(cp, start_daemon, 1)
+    name, uid = x["metadata"]["name"], x["metadata"]["uid"]
+    writer = ClaimStatusWriter(api, DRIVER, attempts=2, quiet_s=0, max_delay_s=0, retry_s=0.3, retry_max_s=0.3)
+    try:
+        async with running(writer):
+            await anyio.to_thread.run_sync(cp.stop_apiserver)
+            try:
+                writer.prepared(prepared(x))
+                with anyio.fail_after(10):
+                    while uid not in writer._busy:  # noqa: ASYNC110 (the prepared job's write began)
+                        await anyio.sleep(0.001)
+                writer.unprepared("default", name, uid)
+                with anyio.fail_after(30):
+                    while writer.deferrals < 1:  # noqa: ASYNC110 (the removal found no API server either)
+                        await anyio.sleep(0.05)
+            finally:
+                await anyio.to_thread.run_sync(cp.start_apiserver)
+            with anyio.fail_after(60):
+                while writer.backlog:  # noqa: ASYNC110
+                    await anyio.sleep(0.05)
+            await anyio.sleep(1.0)  # longer than any pause: a deferred prepared job would be back by now
+            assert writer.backlog == 0
+        assert our_status(claim_of(cp, "default", name)) == []
+        assert writer.deferrals == 1 and writer.failed == 0
+    finally:
+        delete_claim_and_pod(cp, name)

@@ -171,9 +171,18 @@ def test_what_the_slices_say_of_an_unhealthy_device(short_tmp, flags, published,
         d.stop()
 
 
-def test_both_unhealthy_flags_at_odds_stop_start_up_in_one_line(short_tmp):
-    d = DaemonProcess(short_tmp / "odd", extra_args=["--taint-unhealthy", "true", "--unhealthy-devices", "withdraw"])
+@pytest.mark.parametrize(("flags", "env", "said"), [
+    (["--taint-unhealthy", "true", "--unhealthy-devices", "withdraw"], {},
+     "--taint-unhealthy true and --unhealthy-devices withdraw disagree; give --unhealthy-devices only"),
+    # The older variable left in a chart's extraEnv beside an explicit taint: the same value as the
+    # default, so it was read as agreeing, and the older variable's publish won without a word.
+    (["--unhealthy-devices", "taint"], {"TAINT_UNHEALTHY": "false"},
+     "TAINT_UNHEALTHY false and --unhealthy-devices taint disagree; give --unhealthy-devices only"),
+    ([], {"TAINT_UNHEALTHY": "false", "UNHEALTHY_DEVICES": "taint"},
+     "TAINT_UNHEALTHY false and UNHEALTHY_DEVICES taint disagree; give UNHEALTHY_DEVICES only"),
+], ids=["flags", "old variable, new flag", "both variables"])
+def test_both_unhealthy_settings_at_odds_stop_start_up_in_one_line(short_tmp, flags, env, said):
+    d = DaemonProcess(short_tmp / "odd", extra_args=flags, env=env)
     d.start(wait=False)
     assert d.wait_exit() == 2
-    assert d.log_text().strip() == ("ascend-dra run: --taint-unhealthy true and --unhealthy-devices withdraw "
-                                    "disagree; give --unhealthy-devices only")
+    assert d.log_text().strip() == f"ascend-dra run: {said}"

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 
+import attrs
 import pytest
 
 from ascend_dra.profiles.ascend import npusmi_sim
 from ascend_dra.profiles.ascend.npu310p import Npu310PProfile
 from ascend_dra.profiles.ascend.npu910 import Npu910Profile
-from tests.hardvnpu import SimHost
+from tests.hardvnpu import SIM, SimHost
 
 pytestmark = pytest.mark.anyio
 
@@ -48,17 +49,39 @@ async def test_a_chip_with_vnpus_made_by_hand_is_not_published_whole(tmp_path, m
 
 
 async def test_without_vdavinci_nodes_no_chip_is_asked_about_vnpus(tmp_path, monkeypatch):
-    """No vNPU node under /dev: no ``info -t info-vnpu`` call (a node without vNPUs pays one scan).
-    An npu-smi that fails every info-vnpu call would keep the chips anyway; here it is never asked."""
+    """No vNPU node under /dev: no ``info -t info-vnpu`` call (a node without vNPUs pays one scan);
+    with one, each chip is asked. The npu-smi given logs every call it gets."""
     host = vnpus_in_dev(SimHost(tmp_path, chips=((4, 0, 0, 0, "910B4"),)))
     monkeypatch.setenv(npusmi_sim.ENV_DIR, str(host.sim_dir))
-    asked = []
-    real = npusmi_sim.Sim.info_vnpu
-
-    def counting(self, *args):
-        asked.append(args[:2])
-        return real(self, *args)
-
-    monkeypatch.setattr(npusmi_sim.Sim, "info_vnpu", counting)
-    assert [d.name for d in (await Npu910Profile(host_root=tmp_path).discover(host.ctx())).devices] == ["npu-0-0"]
+    calls = tmp_path / "calls.log"
+    logging_smi = tmp_path / "npu-smi"
+    logging_smi.write_text(f'#!/bin/sh\necho "$*" >> {calls}\nexec {SIM} "$@"\n')
+    logging_smi.chmod(0o755)
+    ctx = attrs.evolve(host.ctx(), npu_smi=str(logging_smi))
+    profile = Npu910Profile(host_root=tmp_path)
+    assert [d.name for d in (await profile.discover(ctx)).devices] == ["npu-0-0"]
+    asked = [line for line in calls.read_text().splitlines() if "info-vnpu" in line]
     assert asked == []
+    (host.dev / "vdavinci999").touch()  # a vNPU node of some chip: now every chip is asked
+    assert [d.name for d in (await profile.discover(ctx)).devices] == ["npu-0-0"]
+    asked = [line for line in calls.read_text().splitlines() if "info-vnpu" in line]
+    assert asked == ["info -t info-vnpu -i 4 -c 0"]
+
+
+async def test_an_npu_smi_that_hangs_on_info_vnpu_costs_one_timeout_and_keeps_the_chips(tmp_path, monkeypatch):
+    """Four chips, a vNPU node present, an npu-smi that hangs on info-vnpu: each chip waited its own
+    timeout in turn (chips x timeout, past --discovery-timeout on a full node, which then lost the
+    whole profile). One timeout now, and every chip is published."""
+    host = vnpus_in_dev(SimHost(tmp_path, chips=tuple((i, 0, i, i, "910B4") for i in range(4))))
+    monkeypatch.setenv(npusmi_sim.ENV_DIR, str(host.sim_dir))
+    (host.dev / "vdavinci999").touch()
+    calls = tmp_path / "calls.log"
+    hanging = tmp_path / "npu-smi"
+    hanging.write_text(f'#!/bin/sh\necho "$*" >> {calls}\ncase "$*" in *info-vnpu*) exec sleep 30;; esac\n'
+                       f'exec {SIM} "$@"\n')
+    hanging.chmod(0o755)
+    profile = Npu910Profile(host_root=tmp_path, timeout_s=0.5)
+    inventory = await profile.discover(attrs.evolve(host.ctx(), npu_smi=str(hanging)))
+    assert [line for line in calls.read_text().splitlines() if "info-vnpu" in line] == [
+        "info -t info-vnpu -i 0 -c 0"]  # one timeout, not one per chip
+    assert [d.name for d in inventory.devices] == ["npu-0-0", "npu-1-0", "npu-2-0", "npu-3-0"]

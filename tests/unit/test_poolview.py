@@ -69,3 +69,20 @@ def test_withdraw_and_publish_never_taint(mode, expected):
     pool = view.desired({"p": Inventory(devices=(Device("npu-0-0"), PLAIN))})
     assert names(pool) == expected and all(not d.taints for d in pool.devices)
     assert not view.on_dropped(["DRADeviceTaints"])  # nothing was tainted
+
+
+def test_an_unhealthy_device_whose_health_turns_unknown_stays_out_until_healthy():
+    """npu-smi failing or hanging makes every device unknown; a broken chip is the likeliest to drop
+    out of its table. Unknown released the taint (or the withdrawal) and the chip went back."""
+    for mode in ("taint", "withdraw"):
+        view = PoolView("d.example.com", mode)
+        inventories = {"p": Inventory(devices=(Device("npu-0-0"), PLAIN))}
+        view.mark_unhealthy({"npu-0-0": False, "npu-1-0": True})
+        marked = view.desired(inventories)
+        assert not view.mark_unhealthy({"npu-0-0": None, "npu-1-0": None})
+        assert view.desired(inventories) == marked
+        assert view.mark_unhealthy({"npu-0-0": True, "npu-1-0": None})
+        assert names(view.desired(inventories)) == ["npu-0-0", "npu-1-0"]
+        assert all(not d.taints for d in view.desired(inventories).devices)
+        # A device that was never unhealthy and turns unknown is published as it is.
+        assert not view.mark_unhealthy({"npu-0-0": None, "npu-1-0": None})

@@ -174,25 +174,26 @@ class AscendChipProfile:
 
         Asked only when a ``vdavinci*`` node exists under ``ctx.dev_root`` (the driver makes one per
         vNPU, docs/ascend-hardware.md#device-nodes): nodes without vNPUs pay one directory scan. A
-        chip whose answer cannot be had (npu-smi failed, no NPU/chip ID) is kept, with a warning.
+        chip without NPU and chip IDs cannot be asked and is kept. The first call that fails (npu-smi
+        refused or hung) keeps that chip and every one not yet asked, with one warning: one hung call
+        per discovery at most, so a discovery never runs past ``--discovery-timeout`` for this.
         """
         if not await anyio.to_thread.run_sync(lambda: any(ctx.dev_root.glob("vdavinci*"))):
             return chips
         tool = NpuSmi(npu_smi, timeout_s=self.timeout_s)
-        kept = []
-        dropped = []
-        for chip in chips:
+        kept: list[NpuChip] = []
+        dropped: list[DroppedChip] = []
+        for i, chip in enumerate(chips):
             if chip.npu_id is None or chip.chip_id is None:
                 kept.append(chip)
                 continue
             try:
                 vnpus = (await tool.vnpu_info(chip.npu_id, chip.chip_id)).vnpus
             except NpuSmiError as exc:
-                logger.warning("cannot tell whether a chip carries vNPUs; it is published",
-                               extra={"profile": self.name, "npu_id": chip.npu_id, "chip_id": chip.chip_id,
-                                      "error": str(exc)})
-                kept.append(chip)
-                continue
+                logger.warning("cannot tell whether the chips carry vNPUs; they are published",
+                               extra={"profile": self.name, "chips": len(chips) - i, "error": str(exc)})
+                kept += chips[i:]
+                break
             if not vnpus:
                 kept.append(chip)
                 continue
@@ -201,8 +202,8 @@ class AscendChipProfile:
                 f"carries {len(vnpus)} vNPU{'s' if len(vnpus) != 1 else ''} ({ids}) made outside this profile: "
                 "a whole-chip claim would share the chip with their containers; destroy them "
                 "(npu-smi set -t destroy-vnpu) or run the hard-vNPU profile on this node")))
-        for chip in dropped:
-            logger.warning("chip not published", extra={**chip.log_fields(), "profile": self.name})
+        for dropped_chip in dropped:
+            logger.warning("chip not published", extra={**dropped_chip.log_fields(), "profile": self.name})
         self._dropped = (*self._dropped, *dropped)
         return kept
 
