@@ -55,8 +55,11 @@ class _Twin(NamedTuple):
         try:
             value = self.type(raw)
         except (ValueError, argparse.ArgumentTypeError) as exc:
+            # int()'s own words ("invalid literal for int() with base 10") and _bool's (which repeat
+            # the value) say nothing the line does not; other types' do (a log level's choices).
+            detail = "" if self.type in (int, float, _bool) else f": {exc}"
             raise ValueError(f"environment variable {self.env}={raw!r} (the twin of {self.flag}) is not "
-                             f"{_accepts(self.type)}: {exc}") from None
+                             f"{_accepts(self.type)}{detail}") from None
         if self.choices is not None and value not in self.choices:
             raise ValueError(f"environment variable {self.env}={raw!r} (the twin of {self.flag}) is not "
                              f"one of {', '.join(self.choices)}")
@@ -64,7 +67,8 @@ class _Twin(NamedTuple):
 
 
 def _accepts(type_: Callable[[str], Any]) -> str:
-    return {int: "an integer", float: "a number", _bool: "true or false", Path: "a path",
+    return {int: "an integer", float: "a number", _bool: "true or false (true, false, yes, no, on, off, 1, 0)",
+            Path: "a path",
             _log_level: "a log level"}.get(type_, "a valid value")
 
 

@@ -112,9 +112,12 @@ class PoolView:
         withdrawn = frozenset(unhealthy) if mode == "withdraw" else frozenset()
         if (taints, withdrawn) == (self.taints, self.withdrawn):
             return False
-        if withdrawn != self.withdrawn:
+        if withdrawn - self.withdrawn:
             log.warning("unhealthy devices are left out of the ResourceSlices until healthy", extra={
-                "devices": ",".join(sorted(withdrawn)) or "none", "unhealthy_devices": self.unhealthy_devices})
+                "devices": ",".join(sorted(withdrawn - self.withdrawn)), "unhealthy_devices": self.unhealthy_devices})
+        if self.withdrawn - withdrawn:
+            log.info("devices are back in the ResourceSlices", extra={
+                "devices": ",".join(sorted(self.withdrawn - withdrawn))})
         self.taints, self.withdrawn = taints, withdrawn
         return True
 

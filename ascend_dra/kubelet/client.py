@@ -176,7 +176,8 @@ async def _health(dra_socket: Path) -> int:
     async with open_channel(dra_socket) as channel:
         stub = DraResourceHealthStub(channel)
         async for message in stub.node_watch_resources(NodeWatchResourcesRequest(), timeout=15.0):
-            _print(message.to_dict())
+            # With the defaults shown: a device of unknown health (the enum's 0) had no "health" key.
+            _print(message.to_dict(include_default_values=True))
             break
     return 0
 
