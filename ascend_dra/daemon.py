@@ -97,6 +97,8 @@ async def discover_all(
             kept.append(device)
         inventories[name] = attrs.evolve(inventory, devices=tuple(kept))
         log.log(level, "discovered devices", extra={"profile": name, "devices": len(kept), "tier": inventory.source})
+        if not kept and level >= logging.INFO:  # at start-up: a node, or --profiles, that may be the wrong one
+            log.warning("a profile found no devices; it publishes none", extra={"profile": name})
     return inventories
 
 

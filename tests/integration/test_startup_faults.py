@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.daemon import DaemonProcess
+
 SCRIPT = str(Path(sys.executable).parent / "ascend-dra")
 SETPRIV = shutil.which("setpriv") or "/usr/bin/setpriv"  # util-linux, on every Debian
 BASE_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp"}
@@ -221,3 +223,15 @@ def test_call_against_a_dead_daemon_is_one_line(standalone: Path) -> None:
                    ["--uid", "u-1", "unprepare", "default/c"]):
         result = script("call", "--standalone", str(standalone), *action)
         assert_one_line(result, "does not answer", "ascend-dra run")
+
+
+def test_a_profile_that_finds_no_devices_says_so_at_start_up(short_tmp):
+    """A new user's `PROFILE=fake` (for PROFILES) left the default npu-910 loaded on a machine with
+    no NPU: it published an empty pool, said only INFO `devices=0`, and ran on. A WARNING now names
+    the profile; the daemon still serves (a node may be waiting for its driver)."""
+    d = DaemonProcess(short_tmp / "empty", profiles="npu-910",
+                      extra_args=["--npu-smi", "/bin/false", "--dev-root", str(short_tmp)]).start()
+    try:
+        assert "a profile found no devices; it publishes none profile=npu-910" in d.log_text()
+    finally:
+        d.stop()
