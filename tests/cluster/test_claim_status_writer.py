@@ -74,6 +74,30 @@ async def run_until_idle(writer: ClaimStatusWriter, expected_writes: int) -> Non
                 await anyio.sleep(0.05)
 
 
+@contextlib.asynccontextmanager
+async def api_server_down(cp) -> AsyncIterator[None]:
+    """kube-apiserver stopped inside the block (a real outage), started again and ready after it."""
+    await anyio.to_thread.run_sync(cp.stop_apiserver)
+    try:
+        yield
+    finally:
+        await anyio.to_thread.run_sync(cp.start_apiserver)
+
+
+async def until_written(writer: ClaimStatusWriter, seconds: float = 60) -> None:
+    """Return once no job is pending, being written or deferred (``backlog`` 0)."""
+    with anyio.fail_after(seconds):
+        while writer.backlog:  # noqa: ASYNC110 (polls the queue)
+            await anyio.sleep(0.05)
+
+
+async def until_deferred(writer: ClaimStatusWriter, count: int, seconds: float = 30) -> None:
+    """Return once ``count`` rounds of attempts have failed and been deferred."""
+    with anyio.fail_after(seconds):
+        while writer.deferrals < count:  # noqa: ASYNC110 (polls the counter)
+            await anyio.sleep(0.05)
+
+
 async def until_idle(writer: ClaimStatusWriter, seconds: float = 30) -> None:
     """Return once no job is pending or being written."""
     with anyio.fail_after(seconds):
@@ -368,21 +392,14 @@ async def test_statuses_that_failed_during_an_api_server_outage_are_written_once
     writer = ClaimStatusWriter(api, DRIVER, attempts=2, quiet_s=0, max_delay_s=0, retry_s=0.2, retry_max_s=1.0)
     try:
         async with running(writer):
-            await anyio.to_thread.run_sync(cp.stop_apiserver)
-            try:
+            async with api_server_down(cp):
                 writer.prepared(prepared(x))
                 writer.prepared(prepared(y))
-                with anyio.fail_after(30):
-                    while writer.deferrals < 2:  # noqa: ASYNC110 (both found no API server)
-                        await anyio.sleep(0.05)
+                await until_deferred(writer, 2)  # both found no API server
                 writer.unprepared("default", y["metadata"]["name"], y["metadata"]["uid"])
                 await anyio.sleep(1.5)  # rounds go on failing meanwhile
                 assert writer.backlog == 2 and writer.applied == 0 and writer.failed == 0
-            finally:
-                await anyio.to_thread.run_sync(cp.start_apiserver)
-            with anyio.fail_after(60):
-                while writer.backlog:  # noqa: ASYNC110 (the pause is at most 1 s)
-                    await anyio.sleep(0.05)
+            await until_written(writer)  # the pause is at most 1 s
         assert [e["device"] for e in our_status(claim_of(cp, "default", x["metadata"]["name"]))] == [
             x["status"]["allocation"]["devices"]["results"][0]["device"]]
         assert our_status(claim_of(cp, "default", y["metadata"]["name"])) == []
@@ -471,21 +488,14 @@ async def test_a_write_that_fails_while_a_newer_job_waits_is_not_deferred(cp, st
     writer = ClaimStatusWriter(api, DRIVER, attempts=2, quiet_s=0, max_delay_s=0, retry_s=0.3, retry_max_s=0.3)
     try:
         async with running(writer):
-            await anyio.to_thread.run_sync(cp.stop_apiserver)
-            try:
+            async with api_server_down(cp):
                 writer.prepared(prepared(x))
                 with anyio.fail_after(10):
                     while uid not in writer._busy:  # noqa: ASYNC110 (the prepared job's write began)
                         await anyio.sleep(0.001)
                 writer.unprepared("default", name, uid)
-                with anyio.fail_after(30):
-                    while writer.deferrals < 1:  # noqa: ASYNC110 (the removal found no API server either)
-                        await anyio.sleep(0.05)
-            finally:
-                await anyio.to_thread.run_sync(cp.start_apiserver)
-            with anyio.fail_after(60):
-                while writer.backlog:  # noqa: ASYNC110
-                    await anyio.sleep(0.05)
+                await until_deferred(writer, 1)  # the removal found no API server either
+            await until_written(writer)
             await anyio.sleep(1.0)  # longer than any pause: a deferred prepared job would be back by now
             assert writer.backlog == 0
         assert our_status(claim_of(cp, "default", name)) == []
