@@ -30,7 +30,9 @@ logged and retried a few times at once; a write that still finds no API server (
 a timeout) or one that refuses it for a reason an operator can fix (RBAC) is tried again later,
 with a growing pause, until it is written or a newer job of the claim replaces it. A claim that is
 gone (404) or replaced (a different uid, 409) is skipped; an answer that the write is invalid
-(422) is final. Standalone mode has no API server and writes nothing.
+(422) is final. The writes are not in the checkpoint: at start-up every claim recorded as prepared
+is queued again (:meth:`StatusHook.restore`), so a restart repairs what a crash or an outage left
+unwritten. Standalone mode has no API server and writes nothing.
 """
 
 from __future__ import annotations
@@ -553,3 +555,18 @@ class StatusHook:
 
     def after_unprepare(self, namespace: str, name: str, uid: str) -> None:
         self.writer.unprepared(namespace, name, uid)
+
+    def restore(self) -> int:
+        """Queue the status of every claim the checkpoint records as prepared; returns how many.
+
+        Called once at start-up. A status is written after the answer and is not in the checkpoint,
+        so one still queued, waiting for its lull or deferred by an API outage when the daemon
+        stopped (a crash, a kill -9, a node drain) was lost with it, and a claim prepared while
+        ``--claim-status`` was off has none: the claim stayed prepared without ``status.devices``.
+        Applying entries the claim already has changes nothing (server-side apply; one request
+        each, paced like any other write).
+        """
+        answers = self.state.completed_answers()
+        for record, devices in answers:
+            self.after_prepare(record.namespace, record.name, record.uid, devices)
+        return len(answers)

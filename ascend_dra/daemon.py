@@ -350,6 +350,8 @@ class Daemon:
                                                        "driver": s.driver_name,
                                                        "rolling_update_id": s.rolling_update_id or "none"})
                 task_status.started()
+                if status is not None and (restored := status.restore()):
+                    log.info("writing the claim status of the prepared claims again", extra={"claims": restored})
                 tg.start_soon(self._rediscover_loop)
                 tg.start_soon(self._health_loop)
                 tg.start_soon(watch_device_nodes, s.dev_root, self.request_rediscovery)

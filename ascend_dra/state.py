@@ -165,6 +165,12 @@ class DeviceState(RecoveryMixin, UnprepareMixin):
         """Claim records by UID (read-only view for health and metrics)."""
         return self._records
 
+    def completed_answers(self) -> list[tuple[ClaimRecord, list[PreparedDevice]]]:
+        """Each claim recorded ``PrepareCompleted``, with the devices a Prepare of it answers (what
+        the claim status of a restarted daemon is written again from, claimstatus.StatusHook)."""
+        return [(r, self._prepared_devices(r)) for r in list(self._records.values())
+                if r.state == ckpt.PREPARE_COMPLETED]
+
     # -- start-up -------------------------------------------------------------------------------
 
     # -- Prepare --------------------------------------------------------------------------------

@@ -44,6 +44,11 @@ class Recording(KubeApi):
 
 def allocated_claims(cp, start_daemon, count: int, creator: str = "kubectl") -> list[dict]:
     start_daemon(fake_devices=count)
+    return claims_allocated(cp, count, creator)
+
+
+def claims_allocated(cp, count: int, creator: str = "kubectl") -> list[dict]:
+    """``count`` claims, each with a pod, allocated from the running daemon's slices and reserved."""
     wait_until(lambda: our_slices(cp, cp.node_name), "published")
     apply_examples(cp)
     names = [claim_and_pod(cp, creator) for _ in range(count)]
@@ -278,23 +283,59 @@ async def test_while_calls_still_come_statuses_go_out_one_at_a_time_and_together
             delete_claim_and_pod(cp, claim["metadata"]["name"])
 
 
+def prepare_each(kubelet, claims: list[dict]) -> None:
+    """Prepare each claim in its own call, as the kubelet would; each must succeed."""
+    for claim in claims:
+        assert not kubelet.prepare(claim).claims[claim["metadata"]["uid"]].error
+
+
 def test_a_daemon_stopped_right_after_its_prepares_still_writes_their_statuses(cp, start_daemon):
     """The statuses wait for a lull (50 ms); a SIGTERM within it must not lose them (drain at shutdown)."""
     from tests.integration.daemon import Kubelet
 
     d = start_daemon(fake_devices=2)
-    wait_until(lambda: our_slices(cp, cp.node_name), "published")
-    apply_examples(cp)
-    names = [claim_and_pod(cp, "kubectl") for _ in range(2)]
-    claims = [wait_until(lambda n=n: (c := claim_of(cp, "default", n)).get("status", {}).get("reservedFor") and c,
-                         "allocated and reserved", within=30) for n in names]
+    claims = claims_allocated(cp, 2)
+    names = [c["metadata"]["name"] for c in claims]
     k = Kubelet(d)
     try:
-        for claim in claims:
-            assert not k.prepare(claim).claims[claim["metadata"]["uid"]].error
+        prepare_each(k, claims)
         assert d.stop() == 0  # at once: the statuses were still waiting for a lull
         for name in names:
             assert [e["device"] for e in our_status(claim_of(cp, "default", name))]
+    finally:
+        k.close()
+        for name in names:
+            delete_claim_and_pod(cp, name)
+
+
+def test_a_restarted_daemon_writes_the_status_of_the_claims_it_holds(cp, start_daemon):
+    """A status is written after the answer and is not in the checkpoint, so one the daemon lost
+    (killed within its lull, deferred by an outage) or never wrote (``--claim-status false`` then,
+    the deterministic case here) must be written by the next start, from the records."""
+    from tests.integration.daemon import Kubelet
+
+    d = start_daemon(fake_devices=2, extra_args=("--claim-status", "false"))
+    claims = claims_allocated(cp, 2)
+    names = [c["metadata"]["name"] for c in claims]
+    k = Kubelet(d)
+    try:
+        prepare_each(k, claims)
+        k.close()
+        time.sleep(1.2)  # past the writer's longest wait (1 s): had it been on, it would have written
+        assert not any(our_status(claim_of(cp, "default", n)) for n in names)
+        d.kill9()
+        d.extra_args = []
+        d.start()
+        for claim, name in zip(claims, names, strict=True):
+            [result] = claim["status"]["allocation"]["devices"]["results"]
+            entries = wait_until(lambda n=name: our_status(claim_of(cp, "default", n)), "status written", within=20)
+            assert [(e["pool"], e["device"]) for e in entries] == [(result["pool"], result["device"])]
+            assert entries[0]["data"]["env"]  # from the CDI spec the first run wrote
+        assert "writing the claim status of the prepared claims again" in d.log_text()
+        k = Kubelet(d)
+        for claim, name in zip(claims, names, strict=True):  # and the next Unprepare removes them as usual
+            assert not k.unprepare(claim).claims[claim["metadata"]["uid"]].error
+            wait_until(lambda n=name: not our_status(claim_of(cp, "default", n)), "status removed", within=20)
     finally:
         k.close()
         for name in names:
