@@ -226,10 +226,16 @@ class Daemon:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(2):
                     await self.api.client.close()
 
+    def _publish_error(self) -> str | None:
+        """Why the last attempt to publish the ResourceSlices failed, or None (read by the health
+        thread: one attribute read, no lock needed)."""
+        error = getattr(self.publisher, "last_error", None)
+        return None if error is None else f"{type(error).__name__}: {error}"
+
     async def _start(self, *, task_status: TaskStatus[None]) -> None:
         s = self.settings
-        checks = HealthThread(SocketProbe(s.registration_socket, s.dra_socket, lambda: self.registration.registered),
-                              asyncio.get_running_loop())
+        checks = HealthThread(SocketProbe(s.registration_socket, s.dra_socket, lambda: self.registration.registered,
+                                          self._publish_error), asyncio.get_running_loop())
         checks.start()
         try:
             self.metrics.follow(lambda: len(self.state.prepared_claims) if self.state is not None else 0,
@@ -237,7 +243,7 @@ class Daemon:
             self.metrics.follow_checkpoint(
                 lambda: self.state.store.write_failures if self.state is not None else 0,
                 lambda: self.state.cleanup_pending if self.state is not None else False,
-                lambda: getattr(self.publisher, "last_error", None) is not None)
+                lambda: self._publish_error() is not None)
             with _port_flag("--metrics-port", s.metrics_port, s.metrics_address):
                 if s.metrics_port:
                     self.metrics.serve(s.metrics_port, s.metrics_address,

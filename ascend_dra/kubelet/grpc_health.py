@@ -71,16 +71,21 @@ class SocketProbe:
     :param registration_socket: the registration socket's path.
     :param dra_socket: the DRA socket's path.
     :param registered: returns the kubelet's last word: True registered, False refused, None not yet.
+    :param publish_error: returns why the last attempt to publish the ResourceSlices failed, or None
+        (it succeeded, or none ended yet): a node whose devices the scheduler cannot see is not ready.
     """
 
-    def __init__(self, registration_socket: Path, dra_socket: Path, registered: Callable[[], bool | None]) -> None:
+    def __init__(self, registration_socket: Path, dra_socket: Path, registered: Callable[[], bool | None],
+                 publish_error: Callable[[], str | None] = lambda: None) -> None:
         self.registration_socket = registration_socket
         self.dra_socket = dra_socket
         self.registered = registered
+        self.publish_error = publish_error
         self._last: dict[bool, tuple[str, ...]] = {}
 
     async def problems(self, *, readiness: bool = False, timeout_s: float = CHECK_TIMEOUT_S) -> list[str]:
-        """What fails now, one line each (empty: healthy). ``readiness`` adds the registration."""
+        """What fails now, one line each (empty: healthy). ``readiness`` adds the registration and
+        the publishing of the ResourceSlices."""
         found: list[str] = []
 
         async def call(what: str, path: Path, rpc: Callable[[Channel], Coroutine[Any, Any, object]]) -> None:
@@ -104,6 +109,9 @@ class SocketProbe:
                 found.append("the kubelet has not registered the plugin yet (no NotifyRegistrationStatus)")
             elif not registered:
                 found.append("the kubelet refused the registration (see the log and ascend_dra_registration_status)")
+            error = self.publish_error()
+            if error is not None:
+                found.append(f"publishing the ResourceSlices failed, retrying: {error}")
         self._log_change(readiness, found)
         return found
 
