@@ -28,7 +28,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, wait_random_exponen
 from ascend_dra.apiclient import ApiError, KubeApi, connect_api, open_api
 from ascend_dra.claims import ClaimError, check_claim_ref, parse_claim, why_gone
 from ascend_dra.model import ClaimAllocation, Inventory
-from ascend_dra.slices import build_slices_stepwise
+from ascend_dra.slices import build_slices_stepwise, keep_taint_times, slice_content
 
 __all__ = ("ApiClaimSource", "ApiPublisher", "DroppedFieldsError")
 
@@ -164,11 +164,6 @@ def dropped_fields(sent: Mapping[str, Any], stored: Mapping[str, Any]) -> tuple[
 def _owner_uids(obj: Mapping[str, Any]) -> list[Any]:
     """The uids of a stored object's ``metadata.ownerReferences`` (ours: one, the Node's)."""
     return [ref.get("uid") for ref in (obj.get("metadata") or {}).get("ownerReferences") or ()]
-
-
-def _content(spec: Mapping[str, Any]) -> bytes:
-    """What identifies a slice's content, ignoring the pool's generation and slice count."""
-    return orjson.dumps({k: v for k, v in spec.items() if k != "pool"}, option=orjson.OPT_SORT_KEYS)
 
 
 def _key(spec: Mapping[str, Any]) -> tuple[str, ...]:
@@ -353,7 +348,7 @@ class ApiPublisher:
         existing = await self.list_slices()
         current = max((s["spec"]["pool"].get("generation", 0) for s in existing), default=0)
         desired, want = await self._desired(current, owner)
-        have = sorted(_content(s["spec"]) for s in existing)
+        have = sorted(slice_content(s["spec"]) for s in existing)
         # What the server stored may differ from what we sent (fields of a disabled gate dropped,
         # values normalized): slices equal to the server's version of our last write are current.
         same = have == want or self._written == (want, have)
@@ -373,6 +368,7 @@ class ApiPublisher:
         self._built = None  # the objects are changed below and sent
         for obj in desired:
             obj["spec"]["pool"]["generation"] = generation
+        keep_taint_times(desired, existing)
         pairs, obsolete, new = _match(existing, desired)
         for old in obsolete:
             await self._delete(old)
@@ -389,8 +385,8 @@ class ApiPublisher:
         log.info("published ResourceSlices", extra={"generation": generation, "slices": len(desired),
                                                      "devices": len(self._inventory.devices),
                                                      "deleted": len(obsolete)})
-        self._written = (sorted(_content(sent["spec"]) for sent, _ in stored),
-                         sorted(_content(got.get("spec") or {}) for _, got in stored))
+        self._written = (sorted(slice_content(sent["spec"]) for sent, _ in stored),
+                         sorted(slice_content(got.get("spec") or {}) for _, got in stored))
         self._own_versions = {(got["metadata"]["name"], got["metadata"]["resourceVersion"])
                               for _, got in stored if got.get("metadata")}
         fields: list[str] = []
@@ -413,7 +409,7 @@ class ApiPublisher:
         if built is None or built[0][0] is not inventory or built[0][1:] != key[1:]:
             desired = await build_slices_stepwise(inventory, driver_name=self.driver_name, node_name=self.node_name,
                                                   pool_generation=generation, owner=owner)
-            self._built = (key, desired, sorted(_content(d["spec"]) for d in desired))
+            self._built = (key, desired, sorted(slice_content(d["spec"]) for d in desired))
         return self._built[1], self._built[2]
 
     def _is_own_write(self, kind: str, name: str | None, resource_version: str | None) -> bool:

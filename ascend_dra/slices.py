@@ -11,10 +11,11 @@ sets per slice).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import anyio.lowlevel
+import orjson
 
 from ascend_dra.model import Capacity, CounterSet, Device, Inventory, Version, canonical_quantity
 
@@ -25,6 +26,8 @@ __all__ = (
     "build_slices",
     "build_slices_stepwise",
     "device_to_api",
+    "keep_taint_times",
+    "slice_content",
     "slice_generate_name",
 )
 
@@ -175,3 +178,40 @@ async def build_slices_stepwise(inventory: Inventory, **options: Any) -> list[di
         out.append(_slice_object(spec, count, **options))
         await anyio.lowlevel.checkpoint()
     return out
+
+
+def _taint_id(taint: Mapping[str, Any]) -> tuple[Any, Any, Any]:
+    return taint.get("key"), taint.get("value") or None, taint.get("effect")
+
+
+def slice_content(spec: Mapping[str, Any]) -> bytes:
+    """What identifies a slice's content: its ``spec`` without the pool (generation, slice count)
+    and without the taints' ``timeAdded``, which we never send and the API server stamps on each
+    taint written without one (``resource.k8s.io/v1`` defaulting)."""
+    body = {k: v for k, v in spec.items() if k != "pool"}
+    devices = body.get("devices")
+    if devices and any("taints" in d for d in devices):
+        body["devices"] = [
+            {**d, "taints": [{k: v for k, v in t.items() if k != "timeAdded"} for t in d["taints"]]}
+            if d.get("taints") else d for d in devices]
+    return orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+
+
+def keep_taint_times(desired: Iterable[dict[str, Any]], existing: Iterable[Mapping[str, Any]]) -> None:
+    """Give each taint of ``desired`` (slices about to be written; changed in place) the
+    ``timeAdded`` that the same taint (key, value, effect) of the same device has in ``existing``
+    (the stored slices, whichever slice held the device). Written without it, the API server stamps
+    the time of the write: every rewrite of the pool (another device's health, a hot-plug, a restart)
+    made a device unhealthy for hours look tainted a moment ago. The Go resourceslice controller of
+    ``k8s.io/dynamic-resource-allocation`` keeps the stored time the same way."""
+    times = {(device.get("name"), *_taint_id(taint)): taint["timeAdded"]
+             for obj in existing for device in (obj.get("spec") or {}).get("devices") or ()
+             for taint in device.get("taints") or () if taint.get("timeAdded")}
+    if not times:
+        return
+    for obj in desired:
+        for device in obj["spec"].get("devices") or ():
+            for taint in device.get("taints") or ():
+                added = times.get((device["name"], *_taint_id(taint)))
+                if added is not None:
+                    taint["timeAdded"] = added

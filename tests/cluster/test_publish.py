@@ -332,6 +332,36 @@ def test_an_unhealthy_device_is_tainted_and_the_scheduler_avoids_it_until_it_rec
         delete_pod(cp, pod)
 
 
+def test_a_taint_keeps_the_time_it_was_added_through_rewrites_and_restarts(cp, start_daemon):
+    """We send taints without ``timeAdded``; the API server stamps each write's time on them. The
+    pool rewritten for another device's health reset it, and a restarted daemon found the stored
+    slices (with times) unlike its own (without) and rewrote the whole pool for nothing."""
+    d = start_daemon(extra_args=("--health-interval", "0.2"))
+    wait_until(lambda: our_slices(cp, cp.node_name), "published")
+    marks = d.root / "plugins" / DRIVER / "profiles" / "fake-health"
+    marks.mkdir(parents=True)
+
+    def state() -> tuple[int, dict[str, str]]:
+        slices = our_slices(cp, cp.node_name)
+        return (max(s["spec"]["pool"]["generation"] for s in slices),
+                {dev["name"]: t["timeAdded"] for s in slices for dev in s["spec"]["devices"]
+                 for t in dev.get("taints") or ()})
+
+    (marks / "npu-1-0").write_text("unhealthy\n")
+    _, first = wait_until(lambda: "npu-1-0" in (st := state())[1] and st, "npu-1-0 tainted")
+    time.sleep(1.1)  # timeAdded has seconds
+    (marks / "npu-2-0").write_text("unhealthy\n")
+    generation, both = wait_until(lambda: "npu-2-0" in (st := state())[1] and st, "npu-2-0 tainted")
+    assert both["npu-1-0"] == first["npu-1-0"]
+    assert both["npu-2-0"] > first["npu-1-0"]
+    d.stop()
+    time.sleep(1.1)
+    d.start()
+    time.sleep(2)  # the first reconcile and a few health checks
+    assert state() == (generation, both)
+    assert d.log_text().count("published ResourceSlices") == 3  # the first, two taints; none at the restart
+
+
 def test_without_the_taints_gate_an_unhealthy_device_is_withdrawn_until_it_recovers(short_tmp):
     """An API server with DRADeviceTaints off drops device taints silently: the taint meant to keep
     new claims off an unhealthy device did nothing, and the scheduler gave it away. The daemon sees

@@ -22,6 +22,8 @@ from ascend_dra.slices import (
     build_slices,
     build_slices_stepwise,
     device_to_api,
+    keep_taint_times,
+    slice_content,
     slice_generate_name,
 )
 
@@ -287,3 +289,45 @@ def test_stepwise_build_lets_the_loop_run_after_every_slice():
 )
 def test_generate_name_is_node_driver_dash(node, driver, expected):
     assert slice_generate_name(node, driver) == expected
+
+
+# -- taint times ------------------------------------------------------------------------------------
+
+
+def tainted_pool(times: dict[str, str | None]) -> list[dict]:
+    """Our slices of devices npu-0-0.. with one NoSchedule taint each; ``times``: device -> timeAdded."""
+    inventory = Inventory(devices=tuple(Device(name, taints=(DeviceTaint(f"{DRIVER}/unhealthy", "NoSchedule"),))
+                                        for name in times))
+    slices = build_slices(inventory, driver_name=DRIVER, node_name=NODE)
+    for obj in slices:
+        for device in obj["spec"]["devices"]:
+            if times[device["name"]] is not None:
+                device["taints"][0]["timeAdded"] = times[device["name"]]
+    return slices
+
+
+def test_the_stored_time_of_a_taint_is_kept_and_a_new_taint_gets_none():
+    stored = tainted_pool({"npu-0-0": "2026-12-01T10:00:00Z", "npu-1-0": "2026-12-01T11:00:00Z"})
+    desired = tainted_pool({"npu-0-0": None, "npu-1-0": None, "npu-2-0": None})
+    keep_taint_times(desired, stored)
+    assert {d["name"]: d["taints"][0].get("timeAdded") for d in desired[0]["spec"]["devices"]} == {
+        "npu-0-0": "2026-12-01T10:00:00Z", "npu-1-0": "2026-12-01T11:00:00Z", "npu-2-0": None}
+
+
+def test_a_taint_with_another_effect_or_value_is_a_new_taint():
+    stored = tainted_pool({"npu-0-0": "2026-12-01T10:00:00Z"})
+    desired = tainted_pool({"npu-0-0": None})
+    desired[0]["spec"]["devices"][0]["taints"][0]["effect"] = "NoExecute"
+    keep_taint_times(desired, stored)
+    assert "timeAdded" not in desired[0]["spec"]["devices"][0]["taints"][0]
+    desired[0]["spec"]["devices"][0]["taints"][0].update(effect="NoSchedule", value="ecc")
+    keep_taint_times(desired, stored)
+    assert "timeAdded" not in desired[0]["spec"]["devices"][0]["taints"][0]
+
+
+def test_content_ignores_the_taint_time_and_the_pool_only():
+    stored, sent = tainted_pool({"npu-0-0": "2026-12-01T10:00:00Z"}), tainted_pool({"npu-0-0": None})
+    stored[0]["spec"]["pool"]["generation"] = 7
+    assert slice_content(stored[0]["spec"]) == slice_content(sent[0]["spec"])
+    sent[0]["spec"]["devices"][0]["taints"][0]["effect"] = "NoExecute"
+    assert slice_content(stored[0]["spec"]) != slice_content(sent[0]["spec"])
