@@ -184,7 +184,8 @@ class ApiPublisher:
     :param dropped: called with the :class:`DroppedFieldsError` of each write whose slices the API
         server stored without fields we sent (the daemon then withdraws what it meant to taint).
     :ivar generation: the pool generation last written.
-    :ivar last_error: the last reconcile error (None after a successful sync), for health reporting.
+    :ivar last_error: the last reconcile error (None after a successful sync), for health reporting;
+        :attr:`retrying` is the part of it that readiness reports.
     :ivar syncs: how many reconciles wrote something.
     :ivar standing_by_for: the newer instance's id while this one stands by, else None.
     """
@@ -329,6 +330,15 @@ class ApiPublisher:
                      extra={"node": self.node_name, "uid": uid})
         self._owner = {"name": self.node_name, "uid": uid}
         return self._owner
+
+    @property
+    def retrying(self) -> ApiError | None:
+        """The error of the last attempt while the publisher retries it (the API server unreachable
+        or refusing): what makes the daemon not ready. A :class:`DroppedFieldsError` is not retried
+        (the slices are written, without a gate's fields) and stays until the next resync; it is
+        logged and counted (``ascend_dra_resourceslice_publish_failing``) instead."""
+        error = self.last_error
+        return error if isinstance(error, ApiError) else None
 
     async def list_slices(self) -> list[dict[str, Any]]:
         """Our slices in the API server (field selector ``spec.driver`` + ``spec.nodeName``)."""

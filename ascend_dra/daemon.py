@@ -227,9 +227,9 @@ class Daemon:
                     await self.api.client.close()
 
     def _publish_error(self) -> str | None:
-        """Why the last attempt to publish the ResourceSlices failed, or None (read by the health
-        thread: one attribute read, no lock needed)."""
-        error = getattr(self.publisher, "last_error", None)
+        """Why the last attempt to publish the ResourceSlices failed while it is retried, or None
+        (cluster.ApiPublisher.retrying; read by the health thread: one attribute read, no lock)."""
+        error = getattr(self.publisher, "retrying", None)
         return None if error is None else f"{type(error).__name__}: {error}"
 
     async def _start(self, *, task_status: TaskStatus[None]) -> None:
@@ -243,7 +243,7 @@ class Daemon:
             self.metrics.follow_checkpoint(
                 lambda: self.state.store.write_failures if self.state is not None else 0,
                 lambda: self.state.cleanup_pending if self.state is not None else False,
-                lambda: self._publish_error() is not None)
+                lambda: getattr(self.publisher, "last_error", None) is not None)
             with _port_flag("--metrics-port", s.metrics_port, s.metrics_address):
                 if s.metrics_port:
                     self.metrics.serve(s.metrics_port, s.metrics_address,

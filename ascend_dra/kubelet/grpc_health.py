@@ -15,8 +15,9 @@ Services (``HealthCheckRequest.service``):
 ===============  ==============================================================================
 ``""``           both sockets answer (the kubelet's grpc probe asks for ``""`` unless told)
 ``liveness``     the same
-``readiness``    both sockets answer **and** the kubelet's last ``NotifyRegistrationStatus``
-                 said registered (a rolling update hands over only once the new pod is registered)
+``readiness``    both sockets answer, the kubelet's last ``NotifyRegistrationStatus`` said
+                 registered (a rolling update hands over only once the new pod is registered)
+                 **and** no failed publish of the ResourceSlices is being retried
 anything else    ``Check``: the error ``NOT_FOUND``; ``Watch``: ``SERVICE_UNKNOWN``, stream kept open
 ===============  ==============================================================================
 """
@@ -57,7 +58,7 @@ T = TypeVar("T")
 CHECK_TIMEOUT_S = 0.8
 #: Seconds between two checks of a ``Watch`` stream.
 WATCH_INTERVAL_S = 1.0
-#: Service name -> whether it also needs the kubelet's registration.
+#: Service name -> whether it is the readiness check (registration and publishing too).
 SERVICES = {"": False, "liveness": False, "readiness": True}
 
 SERVING = HealthCheckResponseServingStatus.SERVING

@@ -111,7 +111,8 @@ def test_readiness_fails_while_the_resourceslices_cannot_be_published(cp, start_
         finally:
             cp.start_apiserver()
         wait_until(lambda: readyz(port)[0] == 200, "ready again once published", within=60)
-        assert [dev.get("taints") for s in our_slices(cp, cp.node_name) for dev in s["spec"]["devices"]
-                if dev["name"] == "npu-1-0"] != [None]
+        [taints] = [dev.get("taints") for s in our_slices(cp, cp.node_name) for dev in s["spec"]["devices"]
+                    if dev["name"] == "npu-1-0"]
+        assert [(t["key"], t["effect"]) for t in taints or ()] == [(f"{DRIVER}/unhealthy", "NoSchedule")]
     finally:
         k.close()
