@@ -31,8 +31,8 @@ a timeout) or one that refuses it for a reason an operator can fix (RBAC) is tri
 with a growing pause, until it is written or a newer job of the claim replaces it. A claim that is
 gone (404) or replaced (a different uid, 409) is skipped; an answer that the write is invalid
 (422) is final. The writes are not in the checkpoint: at start-up every claim recorded as prepared
-is queued again (:meth:`StatusHook.restore`), so a restart repairs what a crash or an outage left
-unwritten. Standalone mode has no API server and writes nothing.
+is queued again (:meth:`StatusHook.restore`, once no older instance serves the node), so a restart
+repairs what a crash or an outage left unwritten. Standalone mode has no API server and writes nothing.
 """
 
 from __future__ import annotations
@@ -42,11 +42,12 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import attrs
 import orjson
 import yaml
@@ -556,17 +557,27 @@ class StatusHook:
     def after_unprepare(self, namespace: str, name: str, uid: str) -> None:
         self.writer.unprepared(namespace, name, uid)
 
-    def restore(self) -> int:
-        """Queue the status of every claim the checkpoint records as prepared; returns how many.
+    async def restore(self, uids: Iterable[str], *, step: int = 64, poll_s: float = 0.5) -> int:
+        """Queue again the status of each claim of ``uids`` that is still prepared; returns how many.
 
-        Called once at start-up. A status is written after the answer and is not in the checkpoint,
-        so one still queued, waiting for its lull or deferred by an API outage when the daemon
-        stopped (a crash, a kill -9, a node drain) was lost with it, and a claim prepared while
-        ``--claim-status`` was off has none: the claim stayed prepared without ``status.devices``.
-        Applying entries the claim already has changes nothing (server-side apply; one request
-        each, paced like any other write).
+        Called once after start-up. A status is written after the answer and is not in the
+        checkpoint, so one still queued, waiting for its lull or deferred by an API outage when the
+        daemon stopped (a crash, a kill -9, a node drain) was lost with it, and a claim prepared
+        while ``--claim-status`` was off has none. Each claim is looked up again just before it is
+        queued (``state.restorable``: an Unprepare meanwhile has removed it, and its removal job
+        then stays the newest), ``step`` claims per loop step, and never while the writer's queue
+        is half full (thousands of claims must neither hold the loop nor crowd out new Prepares).
+        Applying entries the claim already has changes nothing stored (server-side apply).
         """
-        answers = self.state.completed_answers()
-        for record, devices in answers:
-            self.after_prepare(record.namespace, record.name, record.uid, devices)
-        return len(answers)
+        queued = 0
+        for i, uid in enumerate(uids):
+            if i % step == 0:
+                await anyio.lowlevel.checkpoint()
+            while self.writer.backlog >= self.writer.max_pending // 2:  # noqa: ASYNC110 (polls the queue)
+                await anyio.sleep(poll_s)
+            answer = self.state.restorable(uid)
+            if answer is not None:
+                record, devices = answer
+                self.after_prepare(record.namespace, record.name, record.uid, devices)
+                queued += 1
+        return queued

@@ -31,7 +31,7 @@ from ascend_dra.cdi.store import CdiStore
 from ascend_dra.checkpoint import CheckpointCorrupt, read_boot_id
 from ascend_dra.claims import ClaimSource, StandaloneClaimSource
 from ascend_dra.hotplug import watch_device_nodes
-from ascend_dra.instancelock import hold_instance_lock, mark_published, newer_live_instance
+from ascend_dra.instancelock import hold_instance_lock, mark_published, newer_live_instance, other_live_instances
 from ascend_dra.kubelet import dra
 from ascend_dra.kubelet.grpc_health import HealthThread, SocketProbe
 from ascend_dra.kubelet.health import HEALTH_SERVICES, HealthFeed, health_services
@@ -112,6 +112,10 @@ FIRST_PUBLISH_WAIT_S = 2.0
 #: Seconds a stopping daemon spends, at most, writing the claim statuses that were waiting for a
 #: lull in the Prepares (claimstatus.py); a status not written by then stays unwritten.
 STATUS_DRAIN_S = 2.0
+
+#: Seconds between two looks, at start-up during a rolling update, for the older instance to be
+#: gone before the claim statuses are written again (Daemon._restore_claim_status).
+RESTORE_WAIT_POLL_S = 2.0
 
 
 @contextlib.contextmanager
@@ -356,12 +360,29 @@ class Daemon:
                                                        "driver": s.driver_name,
                                                        "rolling_update_id": s.rolling_update_id or "none"})
                 task_status.started()
-                if status is not None and (restored := status.restore()):
-                    log.info("writing the claim status of the prepared claims again", extra={"claims": restored})
+                if status is not None:
+                    tg.start_soon(self._restore_claim_status, status)
                 tg.start_soon(self._rediscover_loop)
                 tg.start_soon(self._health_loop)
                 tg.start_soon(watch_device_nodes, s.dev_root, self.request_rediscovery)
                 await anyio.sleep_forever()
+
+    async def _restore_claim_status(self, status: Any) -> None:
+        """Write the claim status of the prepared claims again (claimstatus.StatusHook.restore),
+        once this instance is the only one on the node: during a rolling update the older instance
+        still serves calls the kubelet began with it, and a claim it unprepares after this one read
+        the records would get its entries back from here. The records are read fresh (shared
+        checkpoint) when the older instance is gone."""
+        s = self.settings
+        assert self.state is not None
+        if s.rolling_update_id is not None:
+            # Polled (ASYNC110): the other instances are processes; nothing here could set an Event for them
+            while await anyio.to_thread.run_sync(other_live_instances, s.plugin_dir, s.rolling_update_id):  # noqa: ASYNC110
+                await anyio.sleep(RESTORE_WAIT_POLL_S)
+        async with self.state.store.exclusive():
+            uids = list(self.state.prepared_claims)
+        if uids and (restored := await status.restore(uids)):
+            log.info("writing the claim status of the prepared claims again", extra={"claims": restored})
 
     async def check_health(self) -> None:
         """Ask every profile with a ``health`` hook about its devices and feed the kubelet's health

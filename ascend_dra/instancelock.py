@@ -38,7 +38,7 @@ from pathlib import Path
 from ascend_dra.sharedlock import acquire, try_lock
 
 __all__ = ("LOCK_FILE", "PUBLISHING_FRESH_S", "hold_instance_lock", "mark_published", "newer_live_instance",
-           "remove_dead_instances")
+           "other_live_instances", "remove_dead_instances")
 
 log = logging.getLogger(__name__)
 
@@ -201,6 +201,16 @@ def newer_live_instance(plugin_dir: Path, own: str) -> str | None:
             continue
         return uid
     return None
+
+
+def other_live_instances(plugin_dir: Path, own: str) -> list[str]:
+    """The rolling-update ids of the other instances alive on this plugin directory (whose
+    ``daemon-<UID>.lock`` someone holds), in id order (blocking; a few small files)."""
+    alive = []
+    for uid, _, fd in _other_instances(plugin_dir, own):
+        if not try_lock(fd):  # held: its owner lives (a lock taken here goes with the fd's close)
+            alive.append(uid)
+    return alive
 
 
 @contextlib.asynccontextmanager

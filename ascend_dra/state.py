@@ -165,11 +165,20 @@ class DeviceState(RecoveryMixin, UnprepareMixin):
         """Claim records by UID (read-only view for health and metrics)."""
         return self._records
 
-    def completed_answers(self) -> list[tuple[ClaimRecord, list[PreparedDevice]]]:
-        """Each claim recorded ``PrepareCompleted``, with the devices a Prepare of it answers (what
-        the claim status of a restarted daemon is written again from, claimstatus.StatusHook)."""
-        return [(r, self._prepared_devices(r)) for r in list(self._records.values())
-                if r.state == ckpt.PREPARE_COMPLETED]
+    def restorable(self, uid: str) -> tuple[ClaimRecord, list[PreparedDevice]] | None:
+        """The record of ``uid`` and the devices a Prepare of it answers, if it is recorded
+        ``PrepareCompleted`` in this boot with each of its CDI spec files in place and each device
+        in an inventory: what a restarted daemon writes its claim status again from
+        (claimstatus.StatusHook.restore). Otherwise None: the status would lose its ``env`` or
+        ``physicalID``, and the kubelet's next Prepare of the claim writes it anyway."""
+        record = self._records.get(uid)
+        if record is None or record.state != ckpt.PREPARE_COMPLETED or record.boot_id != self.boot_id:
+            return None
+        if not all((self.cdi.root / name).is_file() for name in record.cdi_specs):
+            return None
+        if not all(any(inv.device(d.device) is not None for inv in self.inventories.values()) for d in record.devices):
+            return None
+        return record, self._prepared_devices(record)
 
     # -- start-up -------------------------------------------------------------------------------
 

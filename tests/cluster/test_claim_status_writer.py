@@ -321,8 +321,7 @@ def test_a_restarted_daemon_writes_the_status_of_the_claims_it_holds(cp, start_d
     try:
         prepare_each(k, claims)
         k.close()
-        time.sleep(1.2)  # past the writer's longest wait (1 s): had it been on, it would have written
-        assert not any(our_status(claim_of(cp, "default", n)) for n in names)
+        assert not any(our_status(claim_of(cp, "default", n)) for n in names)  # no writer ran
         d.kill9()
         d.extra_args = []
         d.start()
@@ -338,6 +337,40 @@ def test_a_restarted_daemon_writes_the_status_of_the_claims_it_holds(cp, start_d
             wait_until(lambda n=name: not our_status(claim_of(cp, "default", n)), "status removed", within=20)
     finally:
         k.close()
+        for name in names:
+            delete_claim_and_pod(cp, name)
+
+
+def test_during_a_rolling_update_the_statuses_are_written_again_once_the_older_instance_is_gone(cp, short_tmp):
+    """The older instance still serves calls the kubelet began with it: a claim it unprepares after
+    the newer one read the records would get its entries back from the newer one's restore."""
+    from tests.integration.daemon import DaemonProcess, Kubelet
+
+    def instance(uid: str, *extra: str) -> DaemonProcess:
+        return DaemonProcess(short_tmp / "node", node=cp.node_name, kubeconfig=cp.kubeconfig, fake_devices=2,
+                             rolling_update_id=uid, extra_args=extra)
+
+    old = instance("pod-old", "--claim-status", "false").start()
+    new, names = None, []
+    k = Kubelet(old)
+    try:
+        claims = claims_allocated(cp, 2)
+        names = [c["metadata"]["name"] for c in claims]
+        prepare_each(k, claims)
+        new = instance("pod-new").start()
+        time.sleep(2)
+        assert not any(our_status(claim_of(cp, "default", n)) for n in names)  # the older one still serves
+        assert not k.unprepare(claims[1]).claims[claims[1]["metadata"]["uid"]].error  # and ends a call
+        old.stop()
+        wait_until(lambda: our_status(claim_of(cp, "default", names[0])), "status written", within=20)
+        time.sleep(1.5)  # the writer's longest wait: had it queued the unprepared claim, it would show now
+        assert not our_status(claim_of(cp, "default", names[1]))
+        assert "writing the claim status of the prepared claims again" in new.log_text()
+    finally:
+        k.close()
+        if new is not None:
+            new.stop()
+        old.stop()
         for name in names:
             delete_claim_and_pod(cp, name)
 

@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+import anyio
+import pytest
 import yaml
 
-from ascend_dra.claimstatus import MAX_DATA_BYTES, PreparedClaim, apply_body, cdi_env, device_entries
+from ascend_dra.claimstatus import (
+    MAX_DATA_BYTES,
+    ClaimStatusWriter,
+    PreparedClaim,
+    StatusHook,
+    apply_body,
+    cdi_env,
+    device_entries,
+)
 from ascend_dra.model import PreparedDevice
+from tests.claimfiles import claim_object, write_claim
 
 DRIVER = "ascend.project-hami.io"
 KIND = f"k8s.{DRIVER}/npu"
@@ -57,3 +70,70 @@ def test_the_apply_body_names_the_claim_and_its_uid_as_a_precondition():
     assert apply_body("ns", "c", "u", []) == {
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
         "metadata": {"name": "c", "namespace": "ns", "uid": "u"}, "status": {"devices": []}}
+
+
+# -- StatusHook.restore: the statuses of a restarted daemon's prepared claims -------------------------
+
+
+class CountingApi:
+    """Stands in for the API server (nothing to store here; tests/cluster checks the real writes):
+    notes each status write's claim and the writer's backlog when it went out."""
+
+    def __init__(self) -> None:
+        self.writer: ClaimStatusWriter | None = None
+        self.written: list[str] = []
+        self.backlogs: list[int] = []
+
+    async def call(self, method: str, path: str, **kwargs: Any) -> dict:
+        self.written.append(path.split("/")[-2])
+        self.backlogs.append(self.writer.backlog if self.writer is not None else -1)
+        return {}
+
+
+async def prepared_state(root: Path, names: Sequence[str]) -> tuple[Any, list[dict]]:
+    from ascend_dra.profiles.fake import FakeProfile
+    from tests.unit.test_state import make_state, ref
+
+    state = await make_state(root, {"fake": FakeProfile()})
+    claims = [write_claim(root, claim_object(name, results=[("npu", f"npu-{i}-0")])) for i, name in enumerate(names)]
+    for obj in claims:
+        assert isinstance((await state.prepare([ref(obj)]))[obj["metadata"]["uid"]], list)
+    return state, claims
+
+
+@pytest.mark.anyio
+async def test_restore_queues_the_claims_still_prepared_with_their_cdi_specs(tmp_path):
+    from tests.unit.test_state import ref
+
+    state, (a, b, c, d) = await prepared_state(tmp_path, ["a", "b", "c", "d"])
+    await state.unprepare([ref(b)])  # after the records were read: its removal job must stay the newest
+    (tmp_path / "cdi" / state.prepared_claims[c["metadata"]["uid"]].cdi_specs[0]).unlink()  # as after a reboot
+    api = CountingApi()
+    writer = ClaimStatusWriter(api, DRIVER, pool="node-1", quiet_s=0.001)
+    hook = StatusHook(writer, state, tmp_path / "cdi")
+    uids = [o["metadata"]["uid"] for o in (a, b, c, d)]
+    assert await hook.restore(uids) == 2
+    async with anyio.create_task_group() as tg:
+        await tg.start(writer.run)
+        with anyio.fail_after(5):
+            while writer.backlog:  # noqa: ASYNC110 (polls the queue)
+                await anyio.sleep(0.01)
+        tg.cancel_scope.cancel()
+    assert sorted(api.written) == ["a", "d"]
+
+
+@pytest.mark.anyio
+async def test_restore_never_fills_more_than_half_the_writers_queue(tmp_path):
+    state, claims = await prepared_state(tmp_path, ["a", "b", "c", "d"])
+    api = CountingApi()
+    writer = api.writer = ClaimStatusWriter(api, DRIVER, pool="node-1", max_pending=2, quiet_s=0.001)
+    hook = StatusHook(writer, state, tmp_path / "cdi")
+    async with anyio.create_task_group() as tg:
+        await tg.start(writer.run)
+        with anyio.fail_after(10):
+            assert await hook.restore([o["metadata"]["uid"] for o in claims], poll_s=0.01) == 4
+            while writer.backlog:  # noqa: ASYNC110 (polls the queue)
+                await anyio.sleep(0.01)
+        tg.cancel_scope.cancel()
+    assert sorted(api.written) == ["a", "b", "c", "d"] and writer.failed == 0
+    assert max(api.backlogs) == 1  # each write went out alone: none was queued while another waited
