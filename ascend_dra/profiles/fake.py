@@ -38,8 +38,8 @@ __all__ = ("FakeConfig", "FakeProfile", "LogLevel", "factory")
 
 #: uuid5 namespace of simulated devices (fixed, so UUIDs are reproducible).
 _UUID_NAMESPACE = uuid.UUID("6f0d8a52-7c1e-4c43-9d0e-2b9a3c1f5e10")
-#: 32 GiB of HBM per simulated chip, as on an Ascend 910B3 (reference/npu-smi/910B3_info.txt).
-FAKE_MEMORY_BYTES = 32 * 2**30
+#: 64 GiB of HBM per simulated chip, as on an Ascend 910B3 (``npu-smi info``: 65536 MB of HBM per chip).
+FAKE_MEMORY_BYTES = 64 * 2**30
 DRIVER_MOUNT = "/usr/local/Ascend/driver"
 
 

@@ -67,7 +67,7 @@ def test_published_slices_are_accepted_with_owner_attributes_and_capacities(cp, 
     assert device["attributes"]["type"] == {"string": "npu"}
     assert device["attributes"]["chipName"] == {"string": "910B3"}
     assert len(device["attributes"]["uuid"]["string"]) == 36
-    assert device["capacity"] == {"cores": {"value": "100"}, "memory": {"value": "32Gi"}}
+    assert device["capacity"] == {"cores": {"value": "100"}, "memory": {"value": "64Gi"}}
 
 
 def test_300_devices_make_3_slices_and_shrinking_removes_the_obsolete_ones(cp, start_daemon):

@@ -480,3 +480,18 @@ def test_8255_in_use_is_a_reading_not_a_sentinel() -> None:
     """Only totals and counts are amounts; 8255 MiB in use is plausible and kept."""
     info = tables.parse_info(fixture("910B3_info.txt").replace("3318 / 65536", "8255 / 65536", 1))
     assert (info.chips[0].hbm_used_mib, info.chips[0].hbm_total_mib) == (8255, 65536)
+
+
+@pytest.mark.anyio
+async def test_the_fake_profiles_910b3_has_the_hbm_npu_smi_shows_for_one() -> None:
+    """The fake profile simulates a 910B3 chip; it published 32Gi where ``npu-smi info`` of a
+    910B3 shows 65536 MB of HBM (and the npu-910 profile, fed that output, publishes 64Gi)."""
+    from ascend_dra.model import canonical_quantity
+    from ascend_dra.profiles.base import ProfileContext
+    from ascend_dra.profiles.fake import FakeProfile
+
+    [chip, *_] = tables.parse_info(fixture("910B3_info.txt")).chips
+    inventory = await FakeProfile().discover(ProfileContext(node_name="n", driver_name="d", fake_devices=1))
+    [device] = inventory.devices
+    assert device.attributes["chipName"] == chip.name
+    assert canonical_quantity(device.capacities["memory"].value) == canonical_quantity(f"{chip.hbm_total_mib}Mi")
