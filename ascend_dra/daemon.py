@@ -20,7 +20,7 @@ import contextlib
 import errno
 import gc
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import anyio
@@ -436,6 +436,11 @@ class Daemon:
     def observe(self, operation: str, seconds: float, errors: int, claims: int) -> None:
         """Called by the DRA service after each RPC (the gauges follow the state by themselves)."""
         self.metrics.observe(operation, seconds, errors, claims)
+
+    def unhealthy_devices(self, names: Iterable[str]) -> list[str]:
+        """Which of ``names`` the last health check found unhealthy (for the DRA service's log)."""
+        health = self.health.devices
+        return [n for n in names if health.get(n) is False]
 
     async def _publish_loop(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         assert self.state is not None

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from ascend_dra.kubelet._gen.k8s.io.kubelet.pkg.apis.dra import v1, v1beta1
@@ -38,6 +38,7 @@ class _State(Protocol):
 
 class _Observer(Protocol):
     def observe(self, operation: str, seconds: float, errors: int, claims: int) -> None: ...
+    # and, optionally, unhealthy_devices(names) -> the names its profile reports unhealthy
 
 
 class _StatusHook(Protocol):
@@ -60,7 +61,11 @@ def _notify(status: _StatusHook | None, refs: Sequence[ClaimRef], results: dict,
 _MESSAGES = {"prepare": ("prepared claim", "prepare failed"), "unprepare": ("unprepared claim", "unprepare failed")}
 
 
-def _log_claims(operation: str, refs: Sequence[ClaimRef], results: dict, seconds: float) -> None:
+def _log_claims(operation: str, refs: Sequence[ClaimRef], results: dict, seconds: float,
+                unhealthy: Callable[[Iterable[str]], list[str]] | None = None) -> None:
+    """One line per claim. A claim prepared on a device its profile reports unhealthy (allocated
+    before the device was tainted or withdrawn, or with ``--unhealthy-devices publish``) is a
+    WARNING naming the devices: its containers may fail, and this line is where to look."""
     done, failed = _MESSAGES[operation]
     duration_ms = round(seconds * 1000, 1)
     for ref in refs:
@@ -68,6 +73,11 @@ def _log_claims(operation: str, refs: Sequence[ClaimRef], results: dict, seconds
         fields: dict[str, object] = {"claim": f"{ref.namespace}/{ref.name}", "claim_uid": ref.uid}
         if isinstance(result, list):
             fields["devices"] = ",".join(f"{d.pool_name}/{d.device_name}" for d in result)
+            bad = unhealthy([d.device_name for d in result]) if unhealthy is not None else []
+            if bad:
+                log.warning("prepared claim on devices its profile reports unhealthy",
+                            extra={**fields, "duration_ms": duration_ms, "unhealthy": ",".join(bad)})
+                continue
         if isinstance(result, Exception):
             log.warning(failed, extra={**fields, "duration_ms": duration_ms, "error": str(result)})
         else:
@@ -91,7 +101,7 @@ async def _prepare(state: _State, claims, observer: _Observer | None,
         results = {ref.uid: RuntimeError(f"internal error in ascend-dra: {exc}") for ref in refs}
     errors = sum(1 for r in results.values() if isinstance(r, Exception))
     seconds = time.perf_counter() - started
-    _log_claims("prepare", refs, results, seconds)
+    _log_claims("prepare", refs, results, seconds, getattr(observer, "unhealthy_devices", None))
     if observer is not None:
         observer.observe("prepare", seconds, errors, len(results))
     _notify(status, refs, results, prepared=True)

@@ -186,3 +186,31 @@ def test_both_unhealthy_settings_at_odds_stop_start_up_in_one_line(short_tmp, fl
     d.start(wait=False)
     assert d.wait_exit() == 2
     assert d.log_text().strip() == f"ascend-dra run: {said}"
+
+
+def test_a_claim_prepared_on_a_device_reported_unhealthy_is_a_warning_naming_it(short_tmp):
+    """Allocated before its device was tainted (or published as healthy): the Prepare succeeds, as
+    the claim is the kubelet's to run, but the line says which device may fail its containers."""
+    from tests.claimfiles import claim_object, write_claim
+
+    d = DaemonProcess(short_tmp / "sa", extra_args=["--health-interval", "0.2"]).start()
+    k = Kubelet(d)
+    try:
+        marks = d.root / "plugins" / DRIVER / "profiles" / "fake-health"
+        marks.mkdir(parents=True)
+        (marks / "npu-2-0").write_text("unhealthy\n")
+        deadline = time.monotonic() + 15
+        while "npu-2-0=unhealthy" not in d.log_text():
+            assert time.monotonic() < deadline, d.log_text()
+            time.sleep(0.1)
+        sick = write_claim(d.root, claim_object("sick", results=[("npu", "npu-2-0")]))
+        well = write_claim(d.root, claim_object("well", results=[("npu", "npu-1-0")]))
+        for claim in (sick, well):
+            assert not k.prepare(claim).claims[claim["metadata"]["uid"]].error
+        lines = [line for line in d.log_text().splitlines() if "prepared claim" in line]
+        [warned] = [line for line in lines if "reports unhealthy" in line]
+        assert "default/sick" in warned and "unhealthy=npu-2-0" in warned and "WARNING" in warned, warned
+        assert any("default/well" in line and "unhealthy" not in line for line in lines), lines
+    finally:
+        k.close()
+        d.stop()
