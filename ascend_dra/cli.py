@@ -371,6 +371,16 @@ def unhealthy_devices(args: argparse.Namespace) -> str:
     return wanted
 
 
+def deprecated(args: argparse.Namespace) -> tuple[str, ...]:
+    """One line for each deprecated setting given (flag or variable), with what to give instead."""
+    if args.taint_unhealthy is None:
+        return ()
+    given = args.given.get("taint_unhealthy") or "--taint-unhealthy"
+    new = "UNHEALTHY_DEVICES" if given == "TAINT_UNHEALTHY" else "--unhealthy-devices"
+    return (f"{given} is deprecated (since 2026-12-03): give {new} "
+            f"{'taint' if args.taint_unhealthy else 'publish'} instead",)
+
+
 def profile_options(args: argparse.Namespace) -> dict[str, str]:
     """``--profile-option`` flags over ``PROFILE_OPTIONS`` entries, as one mapping."""
     return {k: v for given in option_sources(args).values() for k, v in given.items()}
@@ -418,7 +428,7 @@ def _run(args: argparse.Namespace) -> int:
             profile_options=profile_options(args),
             metrics_address=args.metrics_address, rolling_update_id=args.rolling_update_id,
             healthcheck_port=args.healthcheck_port, healthcheck_address=args.healthcheck_address,
-            log_level=args.log_level, log_format=args.log_format,
+            log_level=args.log_level, log_format=args.log_format, deprecated=deprecated(args),
         )
     except SettingsError as exc:
         for problem in exc.problems:

@@ -167,6 +167,21 @@ def test_what_the_slices_say_of_an_unhealthy_device(short_tmp, flags, published,
         assert devices["npu-3-0"] == [] and devices["npu-0-0"] == []
         (marks / "npu-2-0").unlink()
         wait_for(lambda: slice_devices(d).get("npu-2-0") == [], "npu-2-0 back, untainted")
+        deprecations = [line for line in d.log_text().splitlines() if "deprecated" in line]
+        if "--taint-unhealthy" in flags:
+            assert [line.split("ascend_dra.daemon: ", 1)[-1] for line in deprecations] == [
+                "--taint-unhealthy is deprecated (since 2026-12-03): give --unhealthy-devices publish instead"]
+        else:
+            assert deprecations == []
+    finally:
+        d.stop()
+
+
+def test_the_older_variable_is_named_deprecated_with_the_variable_to_give_instead(short_tmp):
+    d = DaemonProcess(short_tmp / "old", env={"TAINT_UNHEALTHY": "true"}).start()
+    try:
+        assert ("TAINT_UNHEALTHY is deprecated (since 2026-12-03): give UNHEALTHY_DEVICES taint instead"
+                in d.log_text())
     finally:
         d.stop()
 
