@@ -30,9 +30,9 @@ logged and retried a few times at once; a write that still finds no API server (
 a timeout) or one that refuses it for a reason an operator can fix (RBAC) is tried again later,
 with a growing pause, until it is written or a newer job of the claim replaces it. A claim that is
 gone (404) or replaced (a different uid, 409) is skipped; an answer that the write is invalid
-(422) is final. The writes are not in the checkpoint: at start-up every claim recorded as prepared
-is queued again (:meth:`StatusHook.restore`, once no older instance serves the node), so a restart
-repairs what a crash or an outage left unwritten. Standalone mode has no API server and writes nothing.
+(422) is final. The writes are not in the checkpoint: after start-up every claim recorded as
+prepared is queued again (statushook.py), so a restart repairs what a crash or an outage left
+unwritten. Standalone mode has no API server and writes nothing.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +59,6 @@ __all__ = (
     "MAX_DATA_BYTES",
     "ClaimStatusWriter",
     "PreparedClaim",
-    "StatusHook",
     "apply_body",
     "cdi_env",
     "device_entries",
@@ -197,6 +196,7 @@ class _Job:
     claim: PreparedClaim | None  # None: remove our entries
     queued: float = 0.0  # time.monotonic() when this claim's oldest job not yet taken was queued
     retry_s: float = 0.0  # the pause before this job's last deferred retry (0: never deferred)
+    only_if: Callable[[], bool] | None = None  # written only while this says so (a restored status)
 
 
 class ClaimStatusWriter:
@@ -236,7 +236,8 @@ class ClaimStatusWriter:
         tried again (a new round of ``attempts``); the pause doubles with each round of that claim,
         up to ``retry_max_s``. During an outage of the API server the statuses of the claims
         prepared and unprepared meanwhile are so written once it is back (they were given up after
-        about 3.5 s before 2026-12-03). A daemon that stops meanwhile does not keep them.
+        about 3.5 s before 2026-12-03). A daemon that stops meanwhile does not keep them; the next
+        start writes the prepared claims' statuses again (statushook.py).
     :param on_result: called with ``"ok"`` for each write applied, ``"deferred"`` for each round of
         attempts that failed and will be tried again, and ``"failed"`` for each given up (invalid)
         or dropped (the daemon's ``ascend_dra_claim_status_writes_total``).
@@ -289,9 +290,11 @@ class ClaimStatusWriter:
         if self.on_result is not None:
             self.on_result(result)
 
-    def prepared(self, claim: PreparedClaim) -> None:
-        """Queue the status of a claim just prepared; never blocks, never raises."""
-        self._put(_Job(claim.namespace, claim.name, claim.uid, claim))
+    def prepared(self, claim: PreparedClaim, *, only_if: Callable[[], bool] | None = None) -> None:
+        """Queue the status of a claim just prepared; never blocks, never raises. With ``only_if``
+        the status is written only if it returns True just before each attempt (a status restored
+        at start-up, statushook.py: the claim may be unprepared, or another instance start, meanwhile)."""
+        self._put(_Job(claim.namespace, claim.name, claim.uid, claim, only_if=only_if))
 
     def unprepared(self, namespace: str, name: str, uid: str) -> None:
         """Queue the removal of our entries from a claim just unprepared; never blocks, never raises."""
@@ -427,8 +430,11 @@ class ClaimStatusWriter:
 
     async def _write_logged(self, job: _Job) -> None:
         """:meth:`_write`, with a bug in it logged and counted, never raised: it must not take the
-        daemon's task group down."""
+        daemon's task group down. A job whose ``only_if`` says no is dropped unwritten."""
         try:
+            if job.only_if is not None and not job.only_if():
+                log.debug("restored claim status no longer due; not written", extra={"claim_uid": job.uid})
+                return
             await self._write(self.api, job)
         except Exception:
             self._count("failed")
@@ -526,58 +532,3 @@ class ClaimStatusWriter:
                        content_type="application/merge-patch+json",
                        body={"metadata": {"resourceVersion": claim["metadata"]["resourceVersion"]},
                              "status": {"devices": [*others, *entries]}})
-
-
-class StatusHook:
-    """What the DRA service calls after each Prepare/Unprepare: builds :class:`PreparedClaim` from
-    the state's records and inventories and queues it on the writer. Never raises.
-
-    :param state: the daemon's DeviceState (``prepared_claims``, ``inventories``).
-    :param cdi_root: where the claims' CDI spec files are.
-    """
-
-    def __init__(self, writer: ClaimStatusWriter, state: Any, cdi_root: Path) -> None:
-        self.writer = writer
-        self.state = state
-        self.cdi_root = cdi_root
-
-    def after_prepare(self, namespace: str, name: str, uid: str, devices: Sequence[PreparedDevice]) -> None:
-        try:
-            record = self.state.prepared_claims.get(uid)
-            names = {d.device_name for d in devices}
-            attributes = {n: dict(d.attributes) for inv in self.state.inventories.values()  # by index, not
-                          for n in names if (d := inv.device(n)) is not None}  # a walk of every device
-            self.writer.prepared(PreparedClaim(
-                namespace, name, uid, tuple(devices), attributes,
-                tuple(self.cdi_root / f for f in getattr(record, "cdi_specs", ())),
-                dict(getattr(record, "side_effects", None) or {})))
-        except Exception:  # the status is a courtesy; the Prepare answer is what matters
-            log.exception("queueing the claim status failed", extra={"claim_uid": uid})
-
-    def after_unprepare(self, namespace: str, name: str, uid: str) -> None:
-        self.writer.unprepared(namespace, name, uid)
-
-    async def restore(self, uids: Iterable[str], *, step: int = 64, poll_s: float = 0.5) -> int:
-        """Queue again the status of each claim of ``uids`` that is still prepared; returns how many.
-
-        Called once after start-up. A status is written after the answer and is not in the
-        checkpoint, so one still queued, waiting for its lull or deferred by an API outage when the
-        daemon stopped (a crash, a kill -9, a node drain) was lost with it, and a claim prepared
-        while ``--claim-status`` was off has none. Each claim is looked up again just before it is
-        queued (``state.restorable``: an Unprepare meanwhile has removed it, and its removal job
-        then stays the newest), ``step`` claims per loop step, and never while the writer's queue
-        is half full (thousands of claims must neither hold the loop nor crowd out new Prepares).
-        Applying entries the claim already has changes nothing stored (server-side apply).
-        """
-        queued = 0
-        for i, uid in enumerate(uids):
-            if i % step == 0:
-                await anyio.lowlevel.checkpoint()
-            while self.writer.backlog >= self.writer.max_pending // 2:  # noqa: ASYNC110 (polls the queue)
-                await anyio.sleep(poll_s)
-            answer = self.state.restorable(uid)
-            if answer is not None:
-                record, devices = answer
-                self.after_prepare(record.namespace, record.name, record.uid, devices)
-                queued += 1
-        return queued

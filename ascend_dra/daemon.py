@@ -21,7 +21,7 @@ import errno
 import gc
 import logging
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import attrs
@@ -48,6 +48,9 @@ from ascend_dra.profiles.registry import LoadedProfile, load_profiles
 from ascend_dra.settings import Settings
 from ascend_dra.signals import run_until_signal
 from ascend_dra.state import DeviceState
+
+if TYPE_CHECKING:  # cluster mode's modules are imported before the loop starts, and only then (main)
+    from ascend_dra.statushook import StatusHook
 
 __all__ = ("Daemon", "main")
 
@@ -323,7 +326,8 @@ class Daemon:
         advertised = supported_services(HEALTH_SERVICES if s.health_service else ())
         writer, status = None, None
         if s.standalone is None and s.claim_status:  # standalone has no claims to write to
-            from ascend_dra.claimstatus import ClaimStatusWriter, StatusHook
+            from ascend_dra.claimstatus import ClaimStatusWriter
+            from ascend_dra.statushook import StatusHook
 
             writer = ClaimStatusWriter(self.api, s.driver_name, pool=s.node_name,
                                        on_result=lambda result: self.metrics.status_writes.labels(result).inc())
@@ -367,22 +371,31 @@ class Daemon:
                 tg.start_soon(watch_device_nodes, s.dev_root, self.request_rediscovery)
                 await anyio.sleep_forever()
 
-    async def _restore_claim_status(self, status: Any) -> None:
-        """Write the claim status of the prepared claims again (claimstatus.StatusHook.restore),
-        once this instance is the only one on the node: during a rolling update the older instance
-        still serves calls the kubelet began with it, and a claim it unprepares after this one read
-        the records would get its entries back from here. The records are read fresh (shared
-        checkpoint) when the older instance is gone."""
+    async def _restore_claim_status(self, status: StatusHook) -> None:
+        """Write the claim status of the prepared claims again (statushook.StatusHook.restore), once
+        this instance is the only one on the node: during a rolling update the older instance still
+        serves calls the kubelet began with it, and a claim it unprepares after this one read the
+        records would get its entries back from here; a newer one, once started, does this itself.
+        The records are read fresh (shared checkpoint) when the older instance is gone. A failure
+        is logged: the statuses are a courtesy, the daemon serves on."""
         s = self.settings
         assert self.state is not None
-        if s.rolling_update_id is not None:
+        uid = s.rolling_update_id
+
+        def alone() -> bool:
+            return uid is None or not other_live_instances(s.plugin_dir, uid)
+
+        try:
             # Polled (ASYNC110): the other instances are processes; nothing here could set an Event for them
-            while await anyio.to_thread.run_sync(other_live_instances, s.plugin_dir, s.rolling_update_id):  # noqa: ASYNC110
+            while not await anyio.to_thread.run_sync(alone):  # noqa: ASYNC110
                 await anyio.sleep(RESTORE_WAIT_POLL_S)
-        async with self.state.store.exclusive():
-            uids = list(self.state.prepared_claims)
-        if uids and (restored := await status.restore(uids)):
-            log.info("writing the claim status of the prepared claims again", extra={"claims": restored})
+            async with self.state.store.exclusive():
+                uids = list(self.state.prepared_claims)
+            if uids and (restored := await status.restore(uids, alone=alone)):
+                log.info("writing the claim status of the prepared claims again", extra={"claims": restored})
+        except (OSError, CheckpointCorrupt) as exc:
+            log.warning("writing the claim status of the prepared claims again failed",
+                        extra={"error": f"{type(exc).__name__}: {exc}"})
 
     async def check_health(self) -> None:
         """Ask every profile with a ``health`` hook about its devices and feed the kubelet's health
@@ -438,9 +451,8 @@ class Daemon:
         self.metrics.observe(operation, seconds, errors, claims)
 
     def unhealthy_devices(self, names: Iterable[str]) -> list[str]:
-        """Which of ``names`` the last health check found unhealthy (for the DRA service's log)."""
-        health = self.health.devices
-        return [n for n in names if health.get(n) is False]
+        """Which of ``names`` are held unhealthy (poolview.PoolView.unhealthy; for the DRA service's log)."""
+        return self.pool.unhealthy(names)
 
     async def _publish_loop(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         assert self.state is not None
@@ -497,7 +509,7 @@ def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
 def _import_cluster_side() -> None:
     """Import cluster mode's modules and their dependencies before the event loop starts
     (:func:`~ascend_dra.apiclient.import_client_modules` says why)."""
-    from ascend_dra import apiclient, claimstatus, cluster  # noqa: F401
+    from ascend_dra import apiclient, claimstatus, cluster, statushook  # noqa: F401
 
     apiclient.import_client_modules()
 

@@ -118,8 +118,10 @@ class Metrics:
             "checkpoint writes that failed since the daemon started (a full, read-only or failing state disk: "
             "every Prepare and Unprepare then fails); it only grows", registry=r)
         self.publish_failing = Gauge("ascend_dra_resourceslice_publish_failing",
-                                     "1 while the last attempt to publish the ResourceSlices failed (the API server "
-                                     "refused or did not answer; the daemon retries with backoff)", registry=r)
+                                     "1 while the last attempt to publish the ResourceSlices failed: the API server "
+                                     "refused or did not answer (the daemon retries with backoff, and is not ready "
+                                     "meanwhile), or stored them without a disabled feature gate's fields (logged "
+                                     "as an ERROR; until the next resync)", registry=r)
         self.cleanup_pending = Gauge("ascend_dra_cleanup_pending",
                                      "1 while a rollback or an orphan CDI spec removal failed and waits for its retry "
                                      "(the devices it names stay held)", registry=r)

@@ -17,7 +17,7 @@ those fields keep devices from being handed out wrongly, so their loss is made u
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 import attrs
 
@@ -120,6 +120,11 @@ class PoolView:
                 "devices": ",".join(sorted(self.withdrawn - withdrawn))})
         self.taints, self.withdrawn = taints, withdrawn
         return True
+
+    def unhealthy(self, names: Iterable[str]) -> list[str]:
+        """Which of ``names`` are held unhealthy now, by the rule of :meth:`mark_unhealthy` (an
+        unhealthy device whose health turned unknown still counts), whatever ``unhealthy_devices``."""
+        return [name for name in names if self._health.get(name) is False]
 
     def on_dropped(self, gates: Collection[str]) -> bool:
         """The API server dropped fields these ``gates`` keep; return whether the slices must be

@@ -181,6 +181,7 @@ async def build_slices_stepwise(inventory: Inventory, **options: Any) -> list[di
 
 
 def _taint_id(taint: Mapping[str, Any]) -> tuple[Any, Any, Any]:
+    """What makes two taints of a device the same taint: key, value (empty as None) and effect."""
     return taint.get("key"), taint.get("value") or None, taint.get("effect")
 
 

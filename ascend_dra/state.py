@@ -169,7 +169,7 @@ class DeviceState(RecoveryMixin, UnprepareMixin):
         """The record of ``uid`` and the devices a Prepare of it answers, if it is recorded
         ``PrepareCompleted`` in this boot with each of its CDI spec files in place and each device
         in an inventory: what a restarted daemon writes its claim status again from
-        (claimstatus.StatusHook.restore). Otherwise None: the status would lose its ``env`` or
+        (statushook.StatusHook.restore). Otherwise None: the status would lose its ``env`` or
         ``physicalID``, and the kubelet's next Prepare of the claim writes it anyway."""
         record = self._records.get(uid)
         if record is None or record.state != ckpt.PREPARE_COMPLETED or record.boot_id != self.boot_id:

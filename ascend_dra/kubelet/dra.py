@@ -5,14 +5,15 @@ values, call :class:`~ascend_dra.state.DeviceState`, and build one response entr
 claim UID: devices on success, ``error`` on failure (docs/architecture.md#dra-grpc-services,
 docs/architecture.md#how-the-kubelet-calls).
 ``request_names`` carry base request names; ``share_id`` is set only in v1 (kubelet 1.35).
-An optional status hook (claimstatus.py) hears of each claim prepared or unprepared, after the
+An optional status hook (statushook.py) hears of each claim prepared or unprepared, after the
 state answered; it queues work and returns, so it never delays or fails the answer.
 
 Every claim of a call gets one log line: ``prepared claim`` / ``unprepared claim`` at INFO, or
 ``prepare failed`` / ``unprepare failed`` at WARNING with the error, each with ``claim``
 (namespace/name), ``claim_uid``, ``devices`` (pool/device, comma-separated; Prepare) and
-``duration_ms`` (of the whole call). A call with no claims (the health check's) is answered at once:
-no log line, no metrics.
+``duration_ms`` (of the whole call); a claim prepared on a device its profile reports unhealthy
+is a WARNING, ``prepared claim on devices its profile reports unhealthy``, with ``unhealthy`` (the
+devices). A call with no claims (the health check's) is answered at once: no log line, no metrics.
 """
 
 from __future__ import annotations

@@ -321,7 +321,8 @@ def test_a_restarted_daemon_writes_the_status_of_the_claims_it_holds(cp, start_d
     try:
         prepare_each(k, claims)
         k.close()
-        assert not any(our_status(claim_of(cp, "default", n)) for n in names)  # no writer ran
+        time.sleep(1.2)  # the writer's longest wait: had --claim-status false been ignored, they would show
+        assert not any(our_status(claim_of(cp, "default", n)) for n in names)
         d.kill9()
         d.extra_args = []
         d.start()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +15,12 @@ from ascend_dra.claimstatus import (
     MAX_DATA_BYTES,
     ClaimStatusWriter,
     PreparedClaim,
-    StatusHook,
     apply_body,
     cdi_env,
     device_entries,
 )
 from ascend_dra.model import PreparedDevice
+from ascend_dra.statushook import StatusHook
 from tests.claimfiles import claim_object, write_claim
 
 DRIVER = "ascend.project-hami.io"
@@ -101,39 +101,74 @@ async def prepared_state(root: Path, names: Sequence[str]) -> tuple[Any, list[di
     return state, claims
 
 
-@pytest.mark.anyio
-async def test_restore_queues_the_claims_still_prepared_with_their_cdi_specs(tmp_path):
-    from tests.unit.test_state import ref
-
-    state, (a, b, c, d) = await prepared_state(tmp_path, ["a", "b", "c", "d"])
-    await state.unprepare([ref(b)])  # after the records were read: its removal job must stay the newest
-    (tmp_path / "cdi" / state.prepared_claims[c["metadata"]["uid"]].cdi_specs[0]).unlink()  # as after a reboot
-    api = CountingApi()
-    writer = ClaimStatusWriter(api, DRIVER, pool="node-1", quiet_s=0.001)
-    hook = StatusHook(writer, state, tmp_path / "cdi")
-    uids = [o["metadata"]["uid"] for o in (a, b, c, d)]
-    assert await hook.restore(uids) == 2
-    async with anyio.create_task_group() as tg:
-        await tg.start(writer.run)
-        with anyio.fail_after(5):
-            while writer.backlog:  # noqa: ASYNC110 (polls the queue)
-                await anyio.sleep(0.01)
-        tg.cancel_scope.cancel()
-    assert sorted(api.written) == ["a", "d"]
-
-
-@pytest.mark.anyio
-async def test_restore_never_fills_more_than_half_the_writers_queue(tmp_path):
-    state, claims = await prepared_state(tmp_path, ["a", "b", "c", "d"])
-    api = CountingApi()
-    writer = api.writer = ClaimStatusWriter(api, DRIVER, pool="node-1", max_pending=2, quiet_s=0.001)
-    hook = StatusHook(writer, state, tmp_path / "cdi")
+async def written(writer: ClaimStatusWriter, before: Callable[[], Awaitable[None]] | None = None) -> None:
+    """Run ``writer`` until nothing waits (after ``before``, with the writer already running)."""
     async with anyio.create_task_group() as tg:
         await tg.start(writer.run)
         with anyio.fail_after(10):
-            assert await hook.restore([o["metadata"]["uid"] for o in claims], poll_s=0.01) == 4
+            if before is not None:
+                await before()
             while writer.backlog:  # noqa: ASYNC110 (polls the queue)
                 await anyio.sleep(0.01)
         tg.cancel_scope.cancel()
+
+
+@pytest.mark.anyio
+async def test_restore_queues_the_claims_prepared_in_this_boot_with_their_specs_and_devices(tmp_path):
+    from ascend_dra.model import Inventory
+    from ascend_dra.profiles.fake import FakeProfile
+    from tests.unit.test_state import make_state, ref
+
+    state, (a, b, c, d) = await prepared_state(tmp_path, ["a", "b", "c", "d"])
+    await state.unprepare([ref(b)])  # unprepared: no record
+    (tmp_path / "cdi" / state.prepared_claims[c["metadata"]["uid"]].cdi_specs[0]).unlink()  # a tmpfs after reboot
+    fake = state.inventories["fake"]  # d's device, npu-3-0, no longer discovered
+    state.set_inventories({"fake": Inventory(devices=tuple(x for x in fake.devices if x.name != "npu-3-0"))})
+    api = CountingApi()
+    writer = ClaimStatusWriter(api, DRIVER, pool="node-1", quiet_s=0.001)
+    uids = [o["metadata"]["uid"] for o in (a, b, c, d)]
+    assert await StatusHook(writer, state, tmp_path / "cdi").restore(uids) == 1
+    await written(writer)
+    assert api.written == ["a"]
+    # Recorded in another boot (a restart after a reboot, before the kubelet prepares them again):
+    rebooted = await make_state(tmp_path, {"fake": FakeProfile()}, boot_id="boot-2")
+    assert await StatusHook(writer, rebooted, tmp_path / "cdi").restore(uids) == 0
+
+
+@pytest.mark.anyio
+async def test_a_restored_status_no_longer_due_when_its_turn_comes_is_not_written(tmp_path):
+    """Queued, then the claim unprepared (its removal replaces the job only if it was queued too)
+    or another instance started: writing it would put entries back on a claim no longer prepared."""
+    from tests.unit.test_state import ref
+
+    state, (a, b, c) = await prepared_state(tmp_path, ["a", "b", "c"])
+    api = CountingApi()
+    writer = ClaimStatusWriter(api, DRIVER, pool="node-1", quiet_s=0.001)
+    others = []
+    uids = [o["metadata"]["uid"] for o in (a, b, c)]
+    assert await StatusHook(writer, state, tmp_path / "cdi").restore(uids, alone=lambda: not others) == 3
+    await state.unprepare([ref(b)])  # by the state alone: no hook, so no removal job replaces it
+    await written(writer)
+    assert sorted(api.written) == ["a", "c"]
+    assert await StatusHook(writer, state, tmp_path / "cdi").restore(uids, alone=lambda: not others) == 2
+    others.append("pod-new")  # a newer instance came up
+    await written(writer)
+    assert sorted(api.written) == ["a", "c"]
+
+
+@pytest.mark.anyio
+async def test_restore_queues_while_few_claims_wait_for_the_writer(tmp_path, monkeypatch):
+    import ascend_dra.statushook
+
+    monkeypatch.setattr(ascend_dra.statushook, "RESTORE_BACKLOG", 1)
+    state, claims = await prepared_state(tmp_path, ["a", "b", "c", "d"])
+    api = CountingApi()
+    writer = api.writer = ClaimStatusWriter(api, DRIVER, pool="node-1", quiet_s=0.001)
+
+    async def restore() -> None:
+        assert await StatusHook(writer, state, tmp_path / "cdi").restore(
+            [o["metadata"]["uid"] for o in claims], poll_s=0.01) == 4
+
+    await written(writer, restore)
     assert sorted(api.written) == ["a", "b", "c", "d"] and writer.failed == 0
     assert max(api.backlogs) == 1  # each write went out alone: none was queued while another waited

@@ -86,3 +86,16 @@ def test_an_unhealthy_device_whose_health_turns_unknown_stays_out_until_healthy(
         assert all(not d.taints for d in view.desired(inventories).devices)
         # A device that was never unhealthy and turns unknown is published as it is.
         assert not view.mark_unhealthy({"npu-0-0": None, "npu-1-0": None})
+
+
+@pytest.mark.parametrize("mode", ["taint", "withdraw", "publish"])
+def test_unhealthy_names_the_devices_held_unhealthy_unknown_health_included(mode):
+    """What the Prepare's WARNING names: the raw health feed says None for a chip that stopped
+    answering after it went unhealthy, and such a chip was prepared with a plain INFO line."""
+    view = PoolView("d.example.com", mode)
+    view.mark_unhealthy({"npu-0-0": False, "npu-1-0": True, "npu-2-0": None})
+    assert view.unhealthy(["npu-0-0", "npu-1-0", "npu-2-0", "npu-9-0"]) == ["npu-0-0"]
+    view.mark_unhealthy({"npu-0-0": None, "npu-1-0": True, "npu-2-0": None})
+    assert view.unhealthy(["npu-0-0", "npu-1-0"]) == ["npu-0-0"]
+    view.mark_unhealthy({"npu-0-0": True, "npu-1-0": True, "npu-2-0": None})
+    assert view.unhealthy(["npu-0-0", "npu-1-0"]) == []
