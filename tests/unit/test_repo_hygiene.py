@@ -141,8 +141,10 @@ def imports_of(package: str) -> dict[str, set[str]]:
 
 
 @pytest.mark.parametrize(("package", "never"), [
-    ("webhook", {"kubelet", "state", "daemon", "cluster", "checkpoint", "journal", "publish", "claimstatus", "statushook"}),
-    ("profiles", {"kubelet", "state", "daemon", "cluster", "webhook", "publish", "claimstatus", "statushook", "cli"}),
+    ("webhook", {"kubelet", "state", "daemon", "cluster", "checkpoint", "journal", "publish", "claimstatus",
+                 "statushook"}),
+    ("profiles", {"kubelet", "state", "daemon", "cluster", "webhook", "publish", "claimstatus", "statushook",
+                  "cli"}),
     ("cdi", {"kubelet", "state", "daemon", "cluster", "webhook", "profiles", "model"}),
 ])
 def test_layering(package: str, never: set[str]) -> None:
