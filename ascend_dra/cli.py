@@ -7,11 +7,12 @@ runs, so ``ascend-dra --help`` stays fast.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import signal
 import socket
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, NoReturn
 
@@ -94,6 +95,7 @@ class Parser(argparse.ArgumentParser):
             elif hasattr(parsed, twin.dest):
                 given[twin.dest] = twin.flag
         parsed.given = given
+        parsed.variables = getattr(parsed, "variables", ()) + tuple(twin.env for twin in self.twins)
         return parsed, rest
 
     def error(self, message: str) -> NoReturn:
@@ -381,6 +383,27 @@ def deprecated(args: argparse.Namespace) -> tuple[str, ...]:
             f"{'taint' if args.taint_unhealthy else 'publish'} instead",)
 
 
+#: How alike (difflib's ratio) an unknown variable's name must be to a setting's to be called its typo:
+#: ``PROFILE`` and ``PROFILES`` are 0.93, ``HOSTNAME`` and ``NODE_NAME`` 0.59.
+TYPO_SIMILARITY = 0.85
+
+
+def misspelled(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """One line for each environment variable that is not a setting of the subcommand but is named
+    almost like one (``PROFILE=fake`` for ``PROFILES``): it is ignored, and the default it leaves in
+    place (the npu-910 profile, say) was found out only from what the daemon then did."""
+    known = set(args.variables)
+    lines = []
+    for name in sorted(os.environ if environ is None else environ):
+        if name in known or not name.isupper():
+            continue
+        match = difflib.get_close_matches(name, known, n=1, cutoff=TYPO_SIMILARITY)
+        if match:
+            lines.append(f"environment variable {name} is not a setting of ascend-dra {args.command} and is "
+                         f"ignored; did you mean {match[0]}?")
+    return tuple(lines)
+
+
 def profile_options(args: argparse.Namespace) -> dict[str, str]:
     """``--profile-option`` flags over ``PROFILE_OPTIONS`` entries, as one mapping."""
     return {k: v for given in option_sources(args).values() for k, v in given.items()}
@@ -428,7 +451,8 @@ def _run(args: argparse.Namespace) -> int:
             profile_options=profile_options(args),
             metrics_address=args.metrics_address, rolling_update_id=args.rolling_update_id,
             healthcheck_port=args.healthcheck_port, healthcheck_address=args.healthcheck_address,
-            log_level=args.log_level, log_format=args.log_format, deprecated=deprecated(args),
+            log_level=args.log_level, log_format=args.log_format,
+            warnings=deprecated(args) + misspelled(args),
         )
     except SettingsError as exc:
         for problem in exc.problems:

@@ -517,7 +517,7 @@ def _import_cluster_side() -> None:
 def main(settings: Settings) -> int:
     """Run the daemon in the foreground; return the process exit code."""
     setup_logging(settings.log_level, settings.log_format)
-    for line in settings.deprecated:
+    for line in settings.warnings:
         log.warning(line)
     if settings.standalone is None:
         _import_cluster_side()

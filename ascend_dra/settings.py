@@ -118,8 +118,8 @@ class Settings:
     :ivar rolling_update_id: the pod UID: sockets of this instance's own names, the checkpoint
         shared with other instances under a lock (docs/durable-state.md); None: one instance at a time.
     :ivar healthcheck_port: TCP port of the ``grpc.health.v1.Health`` service; 0 turns it off.
-    :ivar deprecated: one line for each deprecated flag or variable given (the CLI's), logged as a
-        WARNING at start-up with what to give instead.
+    :ivar warnings: lines the CLI found worth a WARNING at start-up (a deprecated flag or variable
+        given, with what to give instead; a variable named almost like a setting, ignored).
     """
 
     node_name: str
@@ -150,7 +150,7 @@ class Settings:
     healthcheck_address: str = "*"
     log_level: str = "info"
     log_format: str = "text"
-    deprecated: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
 
     def __attrs_post_init__(self) -> None:
         # Paths end up in CDI specs and PluginInfo.endpoint, which must be absolute.

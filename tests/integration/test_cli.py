@@ -465,3 +465,19 @@ def test_call_health_shows_every_device_with_its_health_unknown_included(short_t
         assert devices == {"npu-0-0": "HEALTHY", "npu-1-0": "HEALTHY", "npu-2-0": "HEALTHY", "npu-3-0": "UNKNOWN"}
     finally:
         d.stop()
+
+
+def test_a_misspelled_variable_is_named_in_a_warning_at_start_up_and_a_plain_start_warns_of_nothing(short_tmp):
+    """A new user's ``PROFILE=fake`` (for PROFILES) left the default npu-910 profile running with no
+    device, and no line said why."""
+    plain = DaemonProcess(short_tmp / "plain").start()
+    plain.stop()
+    assert "is not a setting" not in plain.log_text()  # the test runner's own environment is not flagged
+    d = DaemonProcess(short_tmp / "typo", env={"PROFILE": "npu-910", "FAKE_DEVICE": "8"}).start()
+    try:
+        log = d.log_text()
+        assert ("environment variable PROFILE is not a setting of ascend-dra run and is ignored; "
+                "did you mean PROFILES?") in log
+        assert "environment variable FAKE_DEVICE is not a setting" in log and "did you mean FAKE_DEVICES?" in log
+    finally:
+        d.stop()

@@ -21,3 +21,22 @@ def undocumented(parser: argparse.ArgumentParser, command: str) -> list[str]:
 def test_every_argument_has_help_text():
     # A README trial found `discover -o` with no help text (and so did `profiles -o`, `call ACTION`).
     assert undocumented(build_parser(), "ascend-dra") == []
+
+
+def test_a_variable_named_almost_like_a_setting_is_called_a_typo_and_nothing_else_is():
+    """``PROFILE=fake`` (for PROFILES) was ignored without a word: the default profile ran instead."""
+    from ascend_dra.cli import misspelled
+
+    args = build_parser().parse_args(["run", "--node-name", "n"])
+    environ = dict.fromkeys([
+        # what a pod's container has besides our settings (the image, Kubernetes' service links)
+        "PATH", "HOME", "HOSTNAME", "LANG", "TERM", "PYTHONPATH", "PYTHON_VERSION", "GPG_KEY",
+        "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "KUBERNETES_PORT_443_TCP_ADDR", "POD_NAMESPACE",
+        "ASCEND_DRA_WEBHOOK_SERVICE_HOST", "NODE_NAME", "PROFILES", "log_level",
+        # typos
+        "PROFILE", "UNHEALTHY_DEVICE", "LOG_LEVL", "FAKE_DEVICE",
+    ], "x")
+    assert misspelled(args, environ) == tuple(
+        f"environment variable {typo} is not a setting of ascend-dra run and is ignored; did you mean {meant}?"
+        for typo, meant in [("FAKE_DEVICE", "FAKE_DEVICES"), ("LOG_LEVL", "LOG_LEVEL"), ("PROFILE", "PROFILES"),
+                            ("UNHEALTHY_DEVICE", "UNHEALTHY_DEVICES")])
