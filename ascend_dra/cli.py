@@ -489,7 +489,7 @@ def _webhook(args: argparse.Namespace) -> int:
             address=args.address, driver_name=args.driver_name, profiles=args.profiles, kubeconfig=args.kubeconfig,
             conversion_mode=args.conversion_mode, orphan_grace_s=args.orphan_grace,
             metrics_port=args.metrics_port or None, metrics_address=args.metrics_address,
-            log_level=args.log_level, log_format=args.log_format)
+            log_level=args.log_level, log_format=args.log_format, warnings=misspelled(args))
     except WebhookSettingsError as exc:
         for problem in exc.problems:
             print(f"ascend-dra webhook: {problem}", file=sys.stderr)

@@ -285,5 +285,7 @@ def main(settings: WebhookSettings) -> int:
 
     bound = listeners(settings)  # before the first log line: a port in use is the only line
     setup_logging(settings.log_level, settings.log_format)
+    for line in settings.warnings:
+        logger.warning(line)
     anyio.run(_main, settings, bound)
     return 0

@@ -33,6 +33,8 @@ class WebhookSettings:
         (direct claims named as HAMi-DRA names them, owned by their pod once it exists).
     :ivar metrics_port: plain-HTTP port of ``/metrics``; None turns it off.
     :ivar orphan_grace_s: seconds a direct claim may wait for its pod before it is deleted.
+    :ivar warnings: lines the CLI found worth a WARNING at start-up (a variable named almost like a
+        setting, ignored).
     """
 
     tls_cert_file: Path
@@ -48,6 +50,7 @@ class WebhookSettings:
     orphan_grace_s: float = 60.0
     log_level: str = "info"
     log_format: str = "text"
+    warnings: tuple[str, ...] = ()
 
     def __attrs_post_init__(self) -> None:
         problems = []

@@ -146,3 +146,25 @@ def test_a_missing_certificate_file_is_named_by_its_flag(tmp_path, pair, missing
     result = webhook("--tls-cert-file", str(cert), "--tls-private-key-file", str(key))
     flag = "--tls-cert-file" if missing == "cert" else "--tls-private-key-file"
     assert (result.returncode, result.stderr) == (1, f"ascend-dra webhook: {flag} {absent} does not exist\n")
+
+
+def test_a_variable_named_almost_like_a_setting_is_a_warning_at_start(tmp_path, pair):
+    """As for ``run``: ``WEBHOOK_PRT`` (for WEBHOOK_PORT) would be ignored without a word."""
+    kubeconfig = tmp_path / "kubeconfig"  # an API server that is not there: the webhook waits for it
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+                          "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+                          "users: [{name: u, user: {token: x}}]\n"
+                          "contexts: [{name: c, context: {cluster: c, user: u}}]\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ascend_dra.cli", "webhook", "--tls-cert-file", str(pair[0]), "--tls-private-key-file",
+         str(pair[1]), "--profiles", "fake", "--kubeconfig", str(kubeconfig), "--port", "0"],
+        stderr=subprocess.PIPE, text=True, env={"PATH": "/usr/bin:/bin", "WEBHOOK_PRT": "9443"})
+    assert proc.stderr is not None
+    with proc.stderr:
+        try:
+            first = proc.stderr.readline()  # the first line it logs
+        finally:
+            proc.kill()
+            proc.wait(10)
+    assert first.rstrip().endswith("environment variable WEBHOOK_PRT is not a setting of ascend-dra webhook and is "
+                                   "ignored; did you mean WEBHOOK_PORT?"), first
