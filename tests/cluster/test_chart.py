@@ -160,6 +160,23 @@ def test_node_name_priority_and_resources():
                                             "values": ["huawei-Ascend910", "huawei-Ascend310P"]}]}]
 
 
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_no_pod_gets_the_namespaces_service_links(value_set):
+    """Kubernetes sets ``<SERVICE>_PORT=tcp://...`` in every container for every Service of its
+    namespace unless told not to: a Service named ``metrics`` or ``webhook`` beside ours set
+    METRICS_PORT or WEBHOOK_PORT, settings of ours, and start-up stopped on a port that is no number."""
+    import yaml
+
+    from tests.cluster.chart import ROOT
+
+    pods = [obj["spec"]["template"]["spec"] for obj in render("ns", *VALUE_SETS[value_set])
+            if obj["kind"] in ("DaemonSet", "Deployment")]
+    assert pods and all(pod.get("enableServiceLinks") is False for pod in pods)
+    [plain] = [obj for obj in yaml.safe_load_all((ROOT / "deployments" / "webhook" / "deployment.yaml").read_text())
+               if obj and obj["kind"] == "Deployment"]
+    assert plain["spec"]["template"]["spec"]["enableServiceLinks"] is False
+
+
 def _mounts(container: dict[str, Any]) -> dict[str, str]:
     return {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
 
