@@ -430,11 +430,8 @@ class ClaimStatusWriter:
 
     async def _write_logged(self, job: _Job) -> None:
         """:meth:`_write`, with a bug in it logged and counted, never raised: it must not take the
-        daemon's task group down. A job whose ``only_if`` says no is dropped unwritten."""
+        daemon's task group down."""
         try:
-            if job.only_if is not None and not job.only_if():
-                log.debug("restored claim status no longer due; not written", extra={"claim_uid": job.uid})
-                return
             await self._write(self.api, job)
         except Exception:
             self._count("failed")
@@ -452,6 +449,9 @@ class ClaimStatusWriter:
         delay = 0.5
         apply = True
         for attempt in range(1, self.attempts + 1):
+            if job.only_if is not None and not job.only_if():
+                log.debug("restored claim status no longer due; not written", extra={"claim_uid": job.uid})
+                return
             try:
                 if apply:
                     stored = await api.call("PATCH", path, query=query, content_type="application/apply-patch+yaml",

@@ -374,14 +374,22 @@ def unhealthy_devices(args: argparse.Namespace) -> str:
 
 
 def deprecated(args: argparse.Namespace) -> tuple[str, ...]:
-    """One line for each deprecated setting given (flag or variable), with what to give instead."""
+    """One line for each deprecated setting given (flag or variable), with what to give instead
+    (or, when the newer setting is given too and agrees, to drop it)."""
     if args.taint_unhealthy is None:
         return ()
     given = args.given.get("taint_unhealthy") or "--taint-unhealthy"
-    new = "UNHEALTHY_DEVICES" if given == "TAINT_UNHEALTHY" else "--unhealthy-devices"
-    return (f"{given} is deprecated (since 2026-12-03): give {new} "
-            f"{'taint' if args.taint_unhealthy else 'publish'} instead",)
+    if args.given.get("unhealthy_devices") is not None:  # and agrees: unhealthy_devices() refused it otherwise
+        return (f"{given} is deprecated (since 2026-12-03) and says what {args.given['unhealthy_devices']} "
+                f"says: drop it",)
+    value = "taint" if args.taint_unhealthy else "publish"
+    new = "UNHEALTHY_DEVICES=" if given == "TAINT_UNHEALTHY" else "--unhealthy-devices "
+    return (f"{given} is deprecated (since 2026-12-03): give {new}{value} instead",)
 
+
+#: Variables a subcommand reads that are no flag's twin (``PROFILE_OPTIONS``: ``--profile-option``
+#: entries in one variable).
+READ_DIRECTLY = {"run": ("PROFILE_OPTIONS",)}
 
 #: How alike (difflib's ratio) an unknown variable's name must be to a setting's to be called its typo:
 #: ``PROFILE`` and ``PROFILES`` are 0.93, ``HOSTNAME`` and ``NODE_NAME`` 0.59.
@@ -392,12 +400,13 @@ def misspelled(args: argparse.Namespace, environ: Mapping[str, str] | None = Non
     """One line for each environment variable that is not a setting of the subcommand but is named
     almost like one (``PROFILE=fake`` for ``PROFILES``): it is ignored, and the default it leaves in
     place (the npu-910 profile, say) was found out only from what the daemon then did."""
-    known = set(args.variables)
+    known = {*args.variables, *READ_DIRECTLY.get(args.command, ())}
     lines = []
     for name in sorted(os.environ if environ is None else environ):
-        if name in known or not name.isupper():
+        if name in known:
             continue
-        match = difflib.get_close_matches(name, known, n=1, cutoff=TYPO_SIMILARITY)
+        # Upper-cased: a variable's name is case-sensitive, so ``profiles`` is ignored as well.
+        match = difflib.get_close_matches(name.upper(), known, n=1, cutoff=TYPO_SIMILARITY)
         if match:
             lines.append(f"environment variable {name} is not a setting of ascend-dra {args.command} and is "
                          f"ignored; did you mean {match[0]}?")

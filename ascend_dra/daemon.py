@@ -20,6 +20,7 @@ import contextlib
 import errno
 import gc
 import logging
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -381,9 +382,16 @@ class Daemon:
         s = self.settings
         assert self.state is not None
         uid = s.rolling_update_id
+        seen = [0.0, True]  # time.monotonic() of the last look at the lock files, what it found
 
         def alone() -> bool:
-            return uid is None or not other_live_instances(s.plugin_dir, uid)
+            # At most one look a second: each takes, for an instant, the lock of any dead instance it
+            # finds, and another instance's start-up clean-up then takes that one for alive.
+            if uid is None:
+                return True
+            if time.monotonic() - seen[0] >= 1.0:
+                seen[:] = [time.monotonic(), not other_live_instances(s.plugin_dir, uid)]
+            return bool(seen[1])
 
         try:
             # Polled (ASYNC110): the other instances are processes; nothing here could set an Event for them
@@ -396,6 +404,8 @@ class Daemon:
         except (OSError, CheckpointCorrupt) as exc:
             log.warning("writing the claim status of the prepared claims again failed",
                         extra={"error": f"{type(exc).__name__}: {exc}"})
+        except Exception:  # a bug here must not stop a daemon that serves the kubelet
+            log.exception("writing the claim status of the prepared claims again raised")
 
     async def check_health(self) -> None:
         """Ask every profile with a ``health`` hook about its devices and feed the kubelet's health

@@ -28,8 +28,8 @@ __all__ = ("RESTORE_BACKLOG", "StatusHook")
 log = logging.getLogger(__name__)
 
 #: Restored statuses queue only while fewer than this many claims wait for the writer: a new
-#: Prepare's status waits behind at most this many of them (about a second at 20 writes a second
-#: while calls come, ClaimStatusWriter), and thousands never fill the writer's queue.
+#: Prepare's status waits behind at most this many of them (about 3 s at the 20 writes a second of
+#: ClaimStatusWriter while calls come, less in a lull), and thousands never fill the writer's queue.
 RESTORE_BACKLOG = 64
 
 
@@ -70,8 +70,8 @@ class StatusHook:
         """Queue again the status of each claim of ``uids`` that is still prepared; returns how many.
 
         Each claim is looked up just before it is queued (``state.restorable``: prepared in this
-        boot, its CDI specs in place, its devices discovered), and again just before each attempt to
-        write it, with ``alone()``: an Unprepare meanwhile, or a newer instance of the driver that
+        boot, its CDI specs in place, its devices discovered), and again just before each request
+        that would write it, with ``alone()``: an Unprepare meanwhile, or a newer instance of the driver that
         started on the node (a rolling update: it serves the kubelet now and writes these statuses
         itself once this one is gone), drops it unwritten, so it never puts entries back on a claim
         no longer prepared. Applying entries the claim already has changes nothing stored
@@ -91,6 +91,16 @@ class StatusHook:
             if answer is not None:
                 record, devices = answer
                 self.after_prepare(record.namespace, record.name, record.uid, devices,
-                                   only_if=lambda uid=uid: alone() and self.state.restorable(uid) is not None)
+                                   only_if=lambda uid=uid: self._still_due(uid, alone))
                 queued += 1
         return queued
+
+    def _still_due(self, uid: str, alone: Callable[[], bool]) -> bool:
+        """Whether the restored status of ``uid`` may still be written; no when in doubt (a lock
+        file that cannot be read): leaving a status unwritten is the harmless mistake."""
+        try:
+            return alone() and self.state.restorable(uid) is not None
+        except OSError as exc:
+            log.debug("cannot tell whether a restored claim status is still due; not written",
+                      extra={"claim_uid": uid, "error": str(exc)})
+            return False

@@ -177,11 +177,16 @@ def test_what_the_slices_say_of_an_unhealthy_device(short_tmp, flags, published,
         d.stop()
 
 
-def test_the_older_variable_is_named_deprecated_with_the_variable_to_give_instead(short_tmp):
-    d = DaemonProcess(short_tmp / "old", env={"TAINT_UNHEALTHY": "true"}).start()
+@pytest.mark.parametrize(("env", "said"), [
+    ({"TAINT_UNHEALTHY": "true"},
+     "TAINT_UNHEALTHY is deprecated (since 2026-12-03): give UNHEALTHY_DEVICES=taint instead"),
+    ({"TAINT_UNHEALTHY": "true", "UNHEALTHY_DEVICES": "taint"},
+     "TAINT_UNHEALTHY is deprecated (since 2026-12-03) and says what UNHEALTHY_DEVICES says: drop it"),
+], ids=["alone", "beside the newer variable"])
+def test_the_older_variable_is_named_deprecated_with_what_to_do_instead(short_tmp, env, said):
+    d = DaemonProcess(short_tmp / "old", env=env).start()
     try:
-        assert ("TAINT_UNHEALTHY is deprecated (since 2026-12-03): give UNHEALTHY_DEVICES taint instead"
-                in d.log_text())
+        assert said in d.log_text()
     finally:
         d.stop()
 

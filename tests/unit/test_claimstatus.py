@@ -172,3 +172,26 @@ async def test_restore_queues_while_few_claims_wait_for_the_writer(tmp_path, mon
     await written(writer, restore)
     assert sorted(api.written) == ["a", "b", "c", "d"] and writer.failed == 0
     assert max(api.backlogs) == 1  # each write went out alone: none was queued while another waited
+
+
+@pytest.mark.anyio
+async def test_a_restored_status_is_checked_again_before_each_retry(tmp_path):
+    """The API server refused the first try; meanwhile a newer instance started (and may unprepare
+    the claim): the retry must not write it. The check was made once per round of four tries."""
+    from ascend_dra.apiclient import ApiError
+
+    state, (a,) = await prepared_state(tmp_path, ["a"])
+    others: list[str] = []
+
+    class Refusing(CountingApi):
+        async def call(self, method: str, path: str, **kwargs: Any) -> dict:
+            await super().call(method, path, **kwargs)
+            others.append("pod-new")  # came up while this request failed
+            raise ApiError(503, "the API server is shutting down")
+
+    api = Refusing()
+    writer = ClaimStatusWriter(api, DRIVER, pool="node-1", quiet_s=0.001)
+    assert await StatusHook(writer, state, tmp_path / "cdi").restore([a["metadata"]["uid"]],
+                                                                     alone=lambda: not others) == 1
+    await written(writer)
+    assert api.written == ["a"] and writer.deferrals == 0  # one request, then dropped

@@ -32,11 +32,12 @@ def test_a_variable_named_almost_like_a_setting_is_called_a_typo_and_nothing_els
         # what a pod's container has besides our settings (the image, Kubernetes' service links)
         "PATH", "HOME", "HOSTNAME", "LANG", "TERM", "PYTHONPATH", "PYTHON_VERSION", "GPG_KEY",
         "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "KUBERNETES_PORT_443_TCP_ADDR", "POD_NAMESPACE",
-        "ASCEND_DRA_WEBHOOK_SERVICE_HOST", "NODE_NAME", "PROFILES", "log_level",
-        # typos
-        "PROFILE", "UNHEALTHY_DEVICE", "LOG_LEVL", "FAKE_DEVICE",
+        "ASCEND_DRA_WEBHOOK_SERVICE_HOST", "NODE_NAME", "PROFILES", "PROFILE_OPTIONS", "http_proxy", "no_proxy",
+        # typos, and a name in the wrong case (a variable's name is case-sensitive)
+        "PROFILE", "UNHEALTHY_DEVICE", "LOG_LEVL", "FAKE_DEVICE", "PROFILE_OPTION", "log_level",
     ], "x")
     assert misspelled(args, environ) == tuple(
         f"environment variable {typo} is not a setting of ascend-dra run and is ignored; did you mean {meant}?"
         for typo, meant in [("FAKE_DEVICE", "FAKE_DEVICES"), ("LOG_LEVL", "LOG_LEVEL"), ("PROFILE", "PROFILES"),
-                            ("UNHEALTHY_DEVICE", "UNHEALTHY_DEVICES")])
+                            ("PROFILE_OPTION", "PROFILE_OPTIONS"), ("UNHEALTHY_DEVICE", "UNHEALTHY_DEVICES"),
+                            ("log_level", "LOG_LEVEL")])
