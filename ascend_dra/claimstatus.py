@@ -47,7 +47,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import anyio.lowlevel
 import attrs
 import orjson
 import yaml
@@ -292,7 +291,7 @@ class ClaimStatusWriter:
 
     def prepared(self, claim: PreparedClaim, *, only_if: Callable[[], bool] | None = None) -> None:
         """Queue the status of a claim just prepared; never blocks, never raises. With ``only_if``
-        the status is written only if it returns True just before each attempt (a status restored
+        the status is written only if it returns True just before each request (a status restored
         at start-up, statushook.py: the claim may be unprepared, or another instance start, meanwhile)."""
         self._put(_Job(claim.namespace, claim.name, claim.uid, claim, only_if=only_if))
 
