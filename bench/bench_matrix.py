@@ -372,8 +372,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--modes", default="standalone,cluster")
     parser.add_argument("--batch", type=int, default=256, help="claims prepared and unprepared per figure")
-    parser.add_argument("--rounds", type=int, default=4,
-                        help="times each batch is prepared and unprepared per figure (the samples pooled)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="times each batch is prepared and unprepared per figure (the samples pooled); "
+                             "default 4, 1 with --quick")
     parser.add_argument("--floor-rounds", type=int, default=500)
     parser.add_argument("--quick", action="store_true", help="0 and 128 held, batches of 64")
     parser.add_argument("--startup-runs", type=int, default=3)
@@ -384,8 +385,10 @@ def main(argv: list[str] | None = None) -> int:
                         "the stacks inside them to PATH.<mode>.json (bench/loopwatch; slows the daemon a little)")
     args = parser.parse_args(argv)
     exit_on_sigterm()  # a stopped run still stops its control plane
-    if args.quick:
-        args.batch, args.rounds, args.floor_rounds, args.startup_runs = 64, 1, 200, 1
+    if args.quick:  # an explicit --rounds stays (it was overridden: "--quick --rounds 4" ran one round)
+        args.batch, args.floor_rounds, args.startup_runs = 64, 200, 1
+    if args.rounds is None:
+        args.rounds = 1 if args.quick else 4
     modes = args.modes.split(",")
     cp = None
     if "cluster" in modes:
