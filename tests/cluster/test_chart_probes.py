@@ -78,41 +78,29 @@ def test_the_rendered_probes_pass_on_a_running_daemon_and_readiness_waits_for_re
     assert not probe_passes(liveness)  # stopped: the kubelet would restart the container
 
 
-def readyz(port: int) -> tuple[int, str]:
-    """``/readyz``'s status and body."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as reply:
-            return reply.status, reply.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-
-
 def test_readiness_fails_while_the_resourceslices_cannot_be_published(cp, start_daemon):
     """A registered daemon that cannot publish (the API server gone) showed Ready while the scheduler
     allocated from slices that no longer said what the node has (here: a device turned unhealthy)."""
     from tests.cluster.test_publish import our_slices
     from tests.integration.daemon import DRIVER
+    from tests.integration.test_grpc_health import http, register
 
     port = free_port()
     d = start_daemon(extra_args=("--health-interval", "0.2", "--metrics-port", str(port)))
     wait_until(lambda: our_slices(cp, cp.node_name), "published")
-    k = Kubelet(d)
+    register(d)
+    wait_until(lambda: http(port, "/readyz")[0] == 200, "ready once registered", within=15)
+    cp.stop_apiserver()
     try:
-        k.registration.NotifyRegistrationStatus(reg_pb2.RegistrationStatus(plugin_registered=True), timeout=5)
-        wait_until(lambda: readyz(port)[0] == 200, "ready once registered", within=15)
-        cp.stop_apiserver()
-        try:
-            marks = d.root / "plugins" / DRIVER / "profiles" / "fake-health"
-            marks.mkdir(parents=True)
-            (marks / "npu-1-0").write_text("unhealthy\n")  # the taint must be published: it cannot be
-            status, body = wait_until(lambda: (r := readyz(port))[0] != 200 and r, "not ready", within=30)
-            assert status == 503 and "publishing the ResourceSlices failed" in body, body
-            assert d.proc.poll() is None  # still serving the kubelet meanwhile
-        finally:
-            cp.start_apiserver()
-        wait_until(lambda: readyz(port)[0] == 200, "ready again once published", within=60)
-        [taints] = [dev.get("taints") for s in our_slices(cp, cp.node_name) for dev in s["spec"]["devices"]
-                    if dev["name"] == "npu-1-0"]
-        assert [(t["key"], t["effect"]) for t in taints or ()] == [(f"{DRIVER}/unhealthy", "NoSchedule")]
+        marks = d.root / "plugins" / DRIVER / "profiles" / "fake-health"
+        marks.mkdir(parents=True)
+        (marks / "npu-1-0").write_text("unhealthy\n")  # the taint must be published: it cannot be
+        status, body = wait_until(lambda: (r := http(port, "/readyz"))[0] != 200 and r, "not ready", within=30)
+        assert status == 503 and "publishing the ResourceSlices failed" in body, body
+        assert d.proc.poll() is None  # still serving the kubelet meanwhile
     finally:
-        k.close()
+        cp.start_apiserver()
+    wait_until(lambda: http(port, "/readyz")[0] == 200, "ready again once published", within=60)
+    [taints] = [dev.get("taints") for s in our_slices(cp, cp.node_name) for dev in s["spec"]["devices"]
+                if dev["name"] == "npu-1-0"]
+    assert [(t["key"], t["effect"]) for t in taints or ()] == [(f"{DRIVER}/unhealthy", "NoSchedule")]

@@ -8,7 +8,6 @@ which gate to enable.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 import uuid
@@ -17,11 +16,10 @@ import pytest
 import yaml
 
 from tests.cluster.controlplane import DEFAULT_FEATURE_GATES, ControlPlane, default_bin_dir, free_port
-from tests.cluster.test_chart_probes import readyz
 from tests.cluster.test_publish import RES, delete_our_slices, ok, our_slices, pod_claim, wait_until
 from tests.distributions import write_distribution
 from tests.integration.daemon import DRIVER, DaemonProcess, Kubelet
-from tests.kubelet_pb.pluginregistration import api_pb2 as reg_pb2
+from tests.integration.test_grpc_health import http, register
 
 pytestmark = pytest.mark.cluster
 
@@ -143,8 +141,7 @@ def test_fields_dropped_by_an_api_server_without_the_gate_are_reported_with_the_
     port = free_port()
     try:
         d = shared_daemon(cp, ("--metrics-port", str(port)))
-        with contextlib.closing(Kubelet(d)) as k:
-            k.registration.NotifyRegistrationStatus(reg_pb2.RegistrationStatus(plugin_registered=True), timeout=5)
+        register(d)
         [obj] = wait_until(lambda: our_slices(cp, cp.node_name), "published")
         assert "allowMultipleAllocations" not in obj["spec"]["devices"][0]  # dropped without an error
         wait_until(lambda: "dropped ResourceSlice fields" in d.log_text(), "reported", within=10)
@@ -158,7 +155,7 @@ def test_fields_dropped_by_an_api_server_without_the_gate_are_reported_with_the_
         # Nor is it a publish that keeps failing: the node stays ready (readiness flapped with each
         # write until the next resync); the log line and the publish_failing gauge report it.
         for _ in range(6):
-            assert readyz(port) == (200, "ok\n")
+            assert http(port, "/readyz") == (200, "ok\n")
             time.sleep(0.5)
         [still] = our_slices(cp, cp.node_name)
         assert still["spec"]["pool"]["generation"] == 1
