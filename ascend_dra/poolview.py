@@ -104,7 +104,7 @@ class PoolView:
         before = {name for name, healthy in self._health.items() if healthy is False}
         self._health = {name: False if healthy is None and name in before else healthy
                         for name, healthy in health.items()}
-        unhealthy = sorted(name for name, healthy in self._health.items() if healthy is False)
+        unhealthy = sorted(self.unhealthy(self._health))
         mode = self.unhealthy_devices
         if mode == "taint" and self.taints_dropped:
             mode = "withdraw"
