@@ -396,6 +396,12 @@ READ_DIRECTLY = {"run": ("PROFILE_OPTIONS",)}
 TYPO_SIMILARITY = 0.85
 
 
+def _holds_whole(name: str, setting: str) -> bool:
+    """Whether ``name`` is ``setting`` with words added before or after it (``MY_NODE_NAME``,
+    ``NODE_NAME_OVERRIDE``): another program's variable, named on purpose, not a typo of ours."""
+    return name.startswith(f"{setting}_") or name.endswith(f"_{setting}")
+
+
 def misspelled(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
     """One line for each environment variable that is not a setting of the subcommand but is named
     almost like one (``PROFILE=fake`` for ``PROFILES``): it is ignored, and the default it leaves in
@@ -406,8 +412,9 @@ def misspelled(args: argparse.Namespace, environ: Mapping[str, str] | None = Non
         if name in known:
             continue
         # Upper-cased: a variable's name is case-sensitive, so ``profiles`` is ignored as well.
-        match = difflib.get_close_matches(name.upper(), known, n=1, cutoff=TYPO_SIMILARITY)
-        if match:
+        upper = name.upper()
+        match = difflib.get_close_matches(upper, known, n=1, cutoff=TYPO_SIMILARITY)
+        if match and not _holds_whole(upper, match[0]):
             lines.append(f"environment variable {name} is not a setting of ascend-dra {args.command} and is "
                          f"ignored; did you mean {match[0]}?")
     return tuple(lines)

@@ -33,6 +33,9 @@ def test_a_variable_named_almost_like_a_setting_is_called_a_typo_and_nothing_els
         "PATH", "HOME", "HOSTNAME", "LANG", "TERM", "PYTHONPATH", "PYTHON_VERSION", "GPG_KEY",
         "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "KUBERNETES_PORT_443_TCP_ADDR", "POD_NAMESPACE",
         "ASCEND_DRA_WEBHOOK_SERVICE_HOST", "NODE_NAME", "PROFILES", "PROFILE_OPTIONS", "http_proxy", "no_proxy",
+        # another program's variable that holds one of our names whole (the downward API's usual
+        # MY_NODE_NAME; difflib rates it 0.86 against NODE_NAME): a name of its own, not a typo
+        "MY_NODE_NAME", "NODE_NAME_OVERRIDE", "OLD_PROFILES",
         # typos, and a name in the wrong case (a variable's name is case-sensitive)
         "PROFILE", "UNHEALTHY_DEVICE", "LOG_LEVL", "FAKE_DEVICE", "PROFILE_OPTION", "log_level",
     ], "x")
