@@ -13,6 +13,7 @@ mounted read-only at ``/usr/local/Ascend/driver``, and ``ASCEND_VISIBLE_DEVICES`
 from __future__ import annotations
 
 import enum
+import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -41,6 +42,8 @@ _UUID_NAMESPACE = uuid.UUID("6f0d8a52-7c1e-4c43-9d0e-2b9a3c1f5e10")
 #: 64 GiB of HBM per simulated chip, as on an Ascend 910B3 (``npu-smi info``: 65536 MB of HBM per chip).
 FAKE_MEMORY_BYTES = 64 * 2**30
 DRIVER_MOUNT = "/usr/local/Ascend/driver"
+
+log = logging.getLogger(__name__)
 
 
 class LogLevel(enum.StrEnum):
@@ -77,6 +80,9 @@ class FakeProfile:
     #: The fake profile reads no ``--profile-option`` (its device count is ``--fake-devices``).
     profile_options: Mapping[str, object] = {}
 
+    def __init__(self) -> None:
+        self._warned: set[tuple[str, str]] = set()  # (mark file, word) already named in a WARNING
+
     def default_config(self) -> FakeConfig:
         return FakeConfig()
 
@@ -91,8 +97,10 @@ class FakeProfile:
 
     async def health(self, ctx: ProfileContext, inventory: Inventory) -> Mapping[str, bool | None]:
         """Simulated health: a file ``<state dir>/fake-health/<device>`` holding ``unhealthy`` or
-        ``unknown`` marks that device so; every other device is healthy."""
-        return await anyio.to_thread.run_sync(_read_health, ctx.state_dir / "fake-health", inventory)
+        ``unknown`` (any case) marks that device so, ``healthy`` or nothing clears it; any other word
+        marks it unknown, with a WARNING naming the file. A device without a file is healthy."""
+        return await anyio.to_thread.run_sync(_read_health, ctx.state_dir / "fake-health", inventory,
+                                              self._warned)
 
     def validate(self, config: FakeConfig) -> None:
         """:raises ConfigError: if ``aicoreLimit`` is outside 1..100."""
@@ -138,14 +146,26 @@ def _device(node_name: str, index: int) -> Device:
     )
 
 
-def _read_health(directory: Path, inventory: Inventory) -> dict[str, bool | None]:
-    states = {"unhealthy": False, "unknown": None}
+#: The words of a fake-health mark, read in any case; an empty mark is ``healthy``.
+_MARKS: Mapping[str, bool | None] = {"healthy": True, "unhealthy": False, "unknown": None}
+
+
+def _read_health(directory: Path, inventory: Inventory, warned: set[tuple[str, str]]) -> dict[str, bool | None]:
+    """Each device's mark; a word not in :data:`_MARKS` is unknown (a typo must not read as
+    healthy), named in one WARNING per file and word (``warned`` remembers which)."""
     health: dict[str, bool | None] = {}
     for device in inventory.devices:
+        path = directory / device.name
         try:
-            health[device.name] = states.get((directory / device.name).read_text().strip(), True)
+            word = path.read_text().strip().lower() or "healthy"
         except FileNotFoundError:
             health[device.name] = True
+            continue
+        if word not in _MARKS and (str(path), word) not in warned:
+            warned.add((str(path), word))
+            log.warning("a fake-health mark holds a word it does not know; the device is reported unknown",
+                        extra={"file": str(path), "word": word, "allowed": ", ".join(_MARKS)})
+        health[device.name] = _MARKS.get(word)
     return health
 
 
