@@ -135,7 +135,7 @@ def unique_refs(refs: Sequence[_Ref]) -> list[_Ref]:
     return list(seen.values())
 
 
-def parse_claim(obj: Any, driver_name: str) -> ClaimAllocation:
+def parse_claim(obj: Any, driver_name: str, *, uid_recorded: bool = False) -> ClaimAllocation:
     """Reduce a ResourceClaim object (``resource.k8s.io/v1`` JSON) to what our driver prepares.
 
     Only ``status.allocation.devices.results`` and ``.config`` entries for ``driver_name`` are kept.
@@ -143,6 +143,7 @@ def parse_claim(obj: Any, driver_name: str) -> ClaimAllocation:
     standalone claim file does not, and a wrong type must not change what is prepared (a string
     ``adminAccess: "false"`` read as true skipped the guard; ``requests: npu`` became three requests).
 
+    :param uid_recorded: its uid names a checkpoint record (see :func:`check_claim_ref`).
     :raises ClaimError: if the object is not a ResourceClaim, lacks metadata, is not allocated, or
         a field has the wrong type (the message names the field).
     """
@@ -156,7 +157,7 @@ def parse_claim(obj: Any, driver_name: str) -> ClaimAllocation:
             raise ClaimError(f"metadata.{key} must be a string, not {value!r:.60}")
         ident[key] = value
     namespace, name, uid = ident["namespace"], ident["name"], ident["uid"]
-    check_claim_ref(namespace, name, uid)
+    check_claim_ref(namespace, name, uid, uid_recorded=uid_recorded)
     ref = f"ResourceClaim {namespace}/{name}"
     status = _mapping(obj.get("status"), f"{ref}: status")
     allocation = _mapping(status.get("allocation"), f"{ref}: status.allocation")
@@ -220,8 +221,10 @@ def parse_claim(obj: Any, driver_name: str) -> ClaimAllocation:
 class ClaimSource(Protocol):
     """Fetches the current object of a claim named by the kubelet."""
 
-    async def get(self, namespace: str, name: str, uid: str) -> ClaimAllocation:
-        """Return the allocated claim; raise :class:`ClaimError` if it cannot be prepared."""
+    async def get(self, namespace: str, name: str, uid: str, *, uid_recorded: bool = False) -> ClaimAllocation:
+        """Return the allocated claim; raise :class:`ClaimError` if it cannot be prepared.
+
+        :param uid_recorded: ``uid`` names a checkpoint record (see :func:`check_claim_ref`)."""
 
     async def gone(self, namespace: str, name: str, uid: str, pool: str) -> str | None:
         """Why the prepared claim ``uid`` is no longer there to use its devices of ``pool`` (this
@@ -242,12 +245,12 @@ class StandaloneClaimSource:
     def path(self, namespace: str, name: str) -> Path:
         return self.root / namespace / f"{name}.yaml"
 
-    async def get(self, namespace: str, name: str, uid: str) -> ClaimAllocation:
+    async def get(self, namespace: str, name: str, uid: str, *, uid_recorded: bool = False) -> ClaimAllocation:
         """Read and parse the claim file; its ``metadata.uid`` must equal ``uid``.
 
         :raises ClaimError: file missing or unparsable, not allocated, or a different uid.
         """
-        check_claim_ref(namespace, name, uid)
+        check_claim_ref(namespace, name, uid, uid_recorded=uid_recorded)
         if len(name) > _MAX_FILE_NAME - len(".yaml"):
             raise ClaimError(f"ResourceClaim {namespace}/{name}: a standalone claim file name holds at most "
                              f"{_MAX_FILE_NAME - len('.yaml')} characters before '.yaml' (a file name is at most "
@@ -264,7 +267,7 @@ class StandaloneClaimSource:
         except yaml.YAMLError as exc:
             raise ClaimError(f"ResourceClaim {namespace}/{name}: {path} is not valid YAML: {yaml_problem(exc)}") \
                 from None
-        claim = parse_claim(obj, self.driver_name)
+        claim = parse_claim(obj, self.driver_name, uid_recorded=uid_recorded)
         if (claim.namespace, claim.name) != (namespace, name):
             raise ClaimError(f"ResourceClaim {namespace}/{name}: {path} holds {claim.namespace}/{claim.name}")
         if claim.uid != uid:

@@ -81,13 +81,13 @@ class ApiClaimSource:
                 self._api = KubeApi(await open_api(self.kubeconfig))
             return self._api
 
-    async def get(self, namespace: str, name: str, uid: str) -> ClaimAllocation:
-        """Return the allocated claim.
+    async def get(self, namespace: str, name: str, uid: str, *, uid_recorded: bool = False) -> ClaimAllocation:
+        """Return the allocated claim (``uid_recorded``: see :func:`~ascend_dra.claims.check_claim_ref`).
 
         :raises ClaimError: not found, a different uid (replaced), not allocated, or not reserved
             for any consumer; or the API server could not be asked.
         """
-        check_claim_ref(namespace, name, uid)
+        check_claim_ref(namespace, name, uid, uid_recorded=uid_recorded)
         ref = f"ResourceClaim {namespace}/{name}"
         api = await self._get_api()
         try:
@@ -102,7 +102,7 @@ class ApiClaimSource:
         found = (obj.get("metadata") or {}).get("uid")
         if found != uid:
             raise ClaimError(f"{ref}: uid {uid} was requested but the claim has uid {found} (it got replaced)")
-        claim = parse_claim(obj, self.driver_name)
+        claim = parse_claim(obj, self.driver_name, uid_recorded=uid_recorded)
         if not claim.reserved_for:
             raise ClaimError(f"{ref} is allocated but not reserved for any pod (status.reservedFor is empty)")
         return claim

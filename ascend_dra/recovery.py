@@ -18,11 +18,12 @@ from ascend_dra.cdi import naming
 from ascend_dra.cdi.spec import CdiDevice, ContainerEdits, Spec
 from ascend_dra.checkpoint import ClaimRecord
 from ascend_dra.claims import PrepareError
+from ascend_dra.model import ClaimAllocation
 
 if TYPE_CHECKING:
     from ascend_dra.state import DeviceState
 
-__all__ = ("RecoveryMixin", "checkpoint_write_failed", "describe_error")
+__all__ = ("RecoveryMixin", "checkpoint_write_failed", "describe_error", "reallocation")
 
 log = logging.getLogger("ascend_dra.state")
 
@@ -162,3 +163,29 @@ def describe_error(exc: BaseException) -> str:
 def checkpoint_write_failed(namespace: str, name: str, exc: OSError) -> PrepareError:
     """A claim's error when the checkpoint write its operation needed failed (names the file)."""
     return PrepareError(f"ResourceClaim {namespace}/{name}: writing the checkpoint: {describe_error(exc)}")
+
+
+def reallocation(record: ClaimRecord, claim: ClaimAllocation) -> str | None:
+    """Why the prepared ``record`` no longer answers for ``claim`` (the claim as read now), or None.
+
+    A claim deallocated and allocated again under the same uid without an Unprepare (its pod
+    force-deleted, the kubelet's state lost) is allocated other devices than the record holds, and
+    the scheduler counts the recorded ones free. Answering from the record would give the pod devices
+    the claim does not hold. Its results and the record's devices are compared by request, pool,
+    device and share ID (a record an older release wrote without a share ID matches any).
+    """
+    def key(request: str, pool: str, device: str) -> str:
+        return f"{request}: {pool}/{device}"
+
+    held = {key(d.request, d.pool, d.device): d.share_id for d in record.devices}
+    now = {key(r.request, r.pool, r.device): r.share_id for r in claim.results}
+    if held.keys() == now.keys() and all(held[k] is None or held[k] == now[k] for k in held):
+        return None
+    return (f"it was prepared with {_devices(held)} and is now allocated {_devices(now)}: it was allocated again "
+            "without an Unprepare on this node. If no pod on this node uses its earlier devices any more, release "
+            f"them with `ascend-dra call unprepare {record.namespace}/{record.name} --uid {record.uid}`, and the "
+            "kubelet's next Prepare prepares the new allocation")
+
+
+def _devices(devices: dict[str, str | None]) -> str:
+    return ", ".join(k + (f" (share {s})" if s else "") for k, s in sorted(devices.items())) or "no devices"

@@ -41,14 +41,14 @@ from ascend_dra.cdi import naming
 from ascend_dra.cdi.spec import Spec
 from ascend_dra.cdi.store import CdiStore
 from ascend_dra.checkpoint import ClaimRecord
-from ascend_dra.claims import ClaimError, ClaimSource, PrepareError, check_claim_ref, unique_refs
+from ascend_dra.claims import ClaimError, ClaimSource, PrepareError, unique_refs
 from ascend_dra.faults import crash_point
 from ascend_dra.journal import Journal
 from ascend_dra.model import ClaimAllocation, Inventory, PreparedDevice
 from ascend_dra.planning import Plan, PlanError, Planner, resolve_configs
 from ascend_dra.profiles.base import ApplyContext, ConfigError, Profile, ProfileContext
 from ascend_dra.records import ClaimRecords
-from ascend_dra.recovery import RecoveryMixin, checkpoint_write_failed, describe_error
+from ascend_dra.recovery import RecoveryMixin, checkpoint_write_failed, describe_error, reallocation
 from ascend_dra.unprepare import UnprepareMixin
 
 __all__ = ("ClaimRef", "DeviceState", "PrepareError", "resolve_configs")
@@ -198,12 +198,11 @@ class DeviceState(RecoveryMixin, UnprepareMixin):
 
         async def fetch(ref: ClaimRef) -> None:
             try:
-                completed = ref.uid in self._records and self._records[ref.uid].state == ckpt.PREPARE_COMPLETED
-                # A recorded uid was accepted when it was prepared (see unprepare.py).
-                check_claim_ref(ref.namespace, ref.name, ref.uid, uid_recorded=completed)
-                if completed:
-                    return  # answered from the checkpoint; no need to read the claim again
-                fetched[ref.uid] = await self.claim_source.get(ref.namespace, ref.name, ref.uid)
+                # A recorded uid was accepted when it was prepared (see unprepare.py). A completed
+                # claim is read too: its allocation must still be the one recorded (_replay).
+                recorded = ref.uid in self._records and self._records[ref.uid].state == ckpt.PREPARE_COMPLETED
+                fetched[ref.uid] = await self.claim_source.get(ref.namespace, ref.name, ref.uid,
+                                                               uid_recorded=recorded)
             except (ClaimError, PrepareError) as exc:
                 results[ref.uid] = exc
             except Exception as exc:  # an API server hiccup fails this claim only
@@ -231,8 +230,12 @@ class DeviceState(RecoveryMixin, UnprepareMixin):
                 if foreign is not None:
                     results[ref.uid] = foreign
                     continue
+                if ref.uid not in fetched:  # fetched while another call held the claim
+                    await fetch(ref)
+                    if ref.uid in results:
+                        continue
                 if record is not None and record.state == ckpt.PREPARE_COMPLETED:
-                    results[ref.uid] = await self._replay(record)
+                    results[ref.uid] = await self._replay(record, fetched[ref.uid])
                     continue
                 if record is not None:  # PrepareStarted by an earlier, failed or crashed attempt
                     try:
@@ -243,10 +246,6 @@ class DeviceState(RecoveryMixin, UnprepareMixin):
                         continue
                     del self._records[ref.uid]
                     self._pending_rollback.discard(ref.uid)
-                if ref.uid not in fetched:
-                    await fetch(ref)
-                    if ref.uid in results:
-                        continue
                 plan = self._reserve(fetched[ref.uid], results)
                 if plan is not None:
                     plans.append(plan)
@@ -405,23 +404,27 @@ class DeviceState(RecoveryMixin, UnprepareMixin):
                                 "claim or run the release that wrote it")
         return None
 
-    async def _replay(self, record: ClaimRecord) -> list[PreparedDevice] | Exception:
+    async def _replay(self, record: ClaimRecord, claim: ClaimAllocation) -> list[PreparedDevice] | Exception:
         """Answer a Prepare for a completed claim again, only if the answer is still true.
 
-        The claim's spec is re-created (with side effects, after a reboot) when it is gone; the CDI
-        dir and the common spec when they are gone; a record that cannot give the same answer (no
-        CDI ids: an incompatible release wrote it) or whose device nodes vanished fails loudly.
+        ``claim`` is the claim as read now: allocated other devices than the record holds (it was
+        deallocated and allocated again without an Unprepare), it fails, naming both. The claim's
+        spec is re-created (with side effects, after a reboot) when it is gone; the CDI dir and the
+        common spec when they are gone; a record that cannot give the same answer (no CDI ids: an
+        incompatible release wrote it) or whose device nodes vanished fails loudly.
         """
         where = f"ResourceClaim {record.namespace}/{record.name}"
         if not record.devices or not record.cdi_specs or any(not d.cdi_device_ids for d in record.devices):
             return PrepareError(f"{where}: its checkpoint record names no CDI device ids or spec files (written by "
                                 "an incompatible release), so the answer cannot be given again; unprepare the "
                                 "claim (delete its pod) and prepare it again")
+        reallocated = reallocation(record, claim)
+        if reallocated is not None:
+            return PrepareError(f"{where}: {reallocated}")
         rebooted = record.boot_id != self.boot_id
         try:
             missing = self._missing_spec_files(record)
             if rebooted or any(f in record.cdi_specs for f in missing):
-                claim = await self.claim_source.get(record.namespace, record.name, record.uid)
                 plan = self.planner.plan(claim, self._holds, exclude=record.uid)
                 side_effects = await self._run_side_effects(plan) if rebooted else record.side_effects
                 self._write_specs(plan.specs)

@@ -637,6 +637,7 @@ async def test_a_record_whose_uid_a_newer_rule_refuses_can_still_be_unprepared(t
         "old_uid", "default", "old", ckpt.PREPARE_COMPLETED, "boot-1",
         (ckpt.DeviceRecord("npu", NODE, "npu-0-0", (f"{kind}=old_uid-npu-0-0",)),), (spec,))
     await state._save()
+    write_claim(tmp_path, claim_object("old", uid="old_uid"))  # a replay reads the claim again
     state = await make_state(tmp_path, {"fake": FakeProfile()})
     assert (await state.prepare([ClaimRef("default", "old", "old_uid")]))["old_uid"] == [  # the kubelet's replay
         PreparedDevice(("npu",), NODE, "npu-0-0", (f"{kind}=old_uid-npu-0-0",))]
@@ -645,3 +646,40 @@ async def test_a_record_whose_uid_a_newer_rule_refuses_can_still_be_unprepared(t
     assert on_disk(tmp_path).claims == {}
     refused = await state.unprepare([ClaimRef("default", "new", "new_uid")])  # unknown: the rule holds
     assert "must be letters, digits, '-' or '.'" in str(refused["new_uid"])
+
+
+async def test_a_replay_reads_the_claim_again_and_refuses_an_allocation_other_than_the_recorded_one(tmp_path):
+    """A claim allocated again under its uid without an Unprepare (a force-deleted pod) was answered
+    from the record: the pod got the devices the scheduler had counted free (NVIDIA
+    dra-driver-nvidia-gpu#1162 is of this kind)."""
+    state = await make_state(tmp_path, {"fake": FakeProfile()})
+    obj = write_claim(tmp_path, claim_object("c", results=[("npu", "npu-0-0")]))
+    uid = obj["metadata"]["uid"]
+    first = (await state.prepare([ref(obj)]))[uid]
+    assert (await state.prepare([ref(obj)]))[uid] == first  # the same allocation: the same answer
+
+    write_claim(tmp_path, claim_object("c", uid=uid, results=[("npu", "npu-1-0")]))
+    refused = (await state.prepare([ref(obj)]))[uid]
+    assert isinstance(refused, PrepareError)
+    assert str(refused) == (
+        f"ResourceClaim default/c: it was prepared with npu: {NODE}/npu-0-0 and is now allocated npu: {NODE}/npu-1-0: "
+        "it was allocated again without an Unprepare on this node. If no pod on this node uses its earlier devices "
+        f"any more, release them with `ascend-dra call unprepare default/c --uid {uid}`, and the kubelet's next "
+        "Prepare prepares the new allocation")
+    assert on_disk(tmp_path).claims[uid].devices[0].device == "npu-0-0"  # nothing released behind anyone's back
+
+    assert await state.unprepare([ref(obj)]) == {uid: None}  # what the message says to do
+    again = (await state.prepare([ref(obj)]))[uid]
+    assert [d.device_name for d in again] == ["npu-1-0"]
+
+
+async def test_a_replay_refuses_a_claim_no_longer_allocated_or_replaced(tmp_path):
+    state = await make_state(tmp_path, {"fake": FakeProfile()})
+    obj = write_claim(tmp_path, claim_object("c", results=[("npu", "npu-0-0")]))
+    uid = obj["metadata"]["uid"]
+    assert isinstance((await state.prepare([ref(obj)]))[uid], list)
+    write_claim(tmp_path, claim_object("c", uid=uid, allocated=False))
+    assert "not allocated" in str((await state.prepare([ref(obj)]))[uid])
+    write_claim(tmp_path, claim_object("c"))  # another claim under the name
+    assert "it got replaced" in str((await state.prepare([ref(obj)]))[uid])
+    assert on_disk(tmp_path).claims[uid].state == "PrepareCompleted"
