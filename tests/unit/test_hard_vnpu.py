@@ -369,6 +369,23 @@ async def test_with_cfg_recover_off_vnpus_die_with_a_reboot_and_a_replayed_prepa
     assert new["vnpus"][0]["boot_id"] == "boot-2"
 
 
+async def test_unpreparing_a_record_of_an_earlier_boot_destroys_the_vnpu_a_replay_made_in_this_boot(sim):
+    """A replay after a reboot made the vNPU again (cfg-recover off), then failed or was killed before
+    the record took the new entry: the Unprepare of the old record destroyed nothing (its entry's boot
+    was over) and dropped the new ledger entry, leaving a vNPU no ledger named (an audit against
+    NVIDIA's dra-driver-nvidia-gpu#951)."""
+    profile, inventory = await discovered(sim)
+    c = claim("uid-15", "vnpu-0-0-vir05-1c-8g-1")
+    ctx = apply_ctx(sim, inventory, c)
+    old = await profile.prepare_side_effects(c, c.results, ctx)
+    sim_run(sim, "set", "-t", "vnpu-cfg-recover", "-d", "0")
+    sim.reboot("boot-2")
+    await profile.prepare_side_effects(c, c.results, ctx)  # the replay; its result never reaches the record
+    assert [v["vnpu_id"] for v in sim.vnpus()] == [106]
+    await profile.unprepare_side_effects(old, ctx)
+    assert sim.vnpus() == [] and sim.ledger() == []
+
+
 async def test_vnpus_outlive_a_reboot_by_default_and_a_replayed_prepare_takes_them_back(sim):
     # npu-smi set -t vnpu-cfg-recover is Enable by default: the device keeps its vNPUs' configuration
     # through a restart (MindCluster "Creating vNPUs", https://www.hiascend.com/document/detail/en/mindcluster/730/clustersched/schedulingug/cpaug_0011.html).

@@ -180,7 +180,16 @@ class VnpuOps:
 
     async def _destroy(self, entry: LedgerEntry) -> None:
         """Destroy ``entry``'s vNPU if it exists with its template and can be ours (made in this boot,
-        or restored after a reboot: :meth:`_may_exist`); drop the ledger entry."""
+        or restored after a reboot: :meth:`_may_exist`); drop the ledger entry.
+
+        The ledger's own entry for that vNPU is what counts when it names the same claim: a replay
+        after a reboot writes a new one before it creates the vNPU again, and the record passed in
+        still holds the earlier boot's until the replay completes (a replay that failed or was
+        killed after the create never updates it).
+        """
+        current = await anyio.to_thread.run_sync(self.ledger.read, entry.npu_id, entry.chip_id, entry.vnpu_id)
+        if current is not None and current.claim_uid == entry.claim_uid:
+            entry = current
         if await self._may_exist(entry, await self.boot_id()):
             found = self._find(await self.info(entry.npu_id, entry.chip_id), entry.vnpu_id)
             if found == entry.template:
