@@ -293,8 +293,8 @@ def _chips(container: Mapping[str, Any], path: str, problems: list[tuple[str, st
         count = memory = cores = None
         try:
             number = _quantity(limits[key])
-            if number != number.to_integral_value() or number < 1:
-                raise ValueError(f"{limits[key]!r} must be a whole number of chips, at least 1")
+            if number != number.to_integral_value() or number < 0:
+                raise ValueError(f"{limits[key]!r} must be a whole number of chips (0 for none)")
             count = int(number)
         except ValueError as exc:
             problems.append((_limit_path(path, "limits", key), str(exc)))
@@ -428,7 +428,7 @@ def convert_pod(
                 found.append((section, index, container, chips))
     if not found and not problems:
         return None
-    if found:
+    if any(chip.count for _, _, _, chips in found for chip in chips):
         _bound_to_a_node(spec, problems)
         _privileged(spec, problems)
     pod_name = metadata.get("name") or random5()
@@ -448,6 +448,8 @@ def convert_pod(
                 resources.pop(part, None)
         claims = list(resources.get("claims") or ())
         for chip in chips:
+            if not chip.count:
+                continue  # no chip asked for (a chart's `npu: 0`): its entries leave, no claim is made
             selectors = _selectors(chip.common_word, annotations, driver_name, problems)
             claim_spec = _claim_spec(chip, selectors, driver_name)
             if mode is Mode.CLAIM:
@@ -461,13 +463,14 @@ def convert_pod(
             existing.add(pod_claim)
             planned.append(PlannedClaim(pod_claim, object_name, path, chip.common_word, claim_spec))
             claims.append({"name": pod_claim})
-        resources["claims"] = claims
+        if claims:
+            resources["claims"] = claims
         patch.append({"op": "replace" if "resources" in container else "add",
                       "path": f"/spec/{section}/{index}/resources", "value": resources})
     if problems:
         raise ConversionError(problems)
-    if not planned:
-        return None
+    if not planned:  # only counts of 0: the entries leave the pod (a -memory no node advertises
+        return PodConversion(mode, (), tuple(patch))  # would keep it pending), nothing else changes
     reference = "resourceClaimName" if mode is Mode.CLAIM else "resourceClaimTemplateName"
     entries = [{"name": c.pod_claim_name, reference: c.object_name} for c in planned]
     if spec.get("resourceClaims"):

@@ -184,7 +184,7 @@ def test_every_problem_is_refused_at_once_naming_its_field():
         (f'{limits}["huawei.com/Ascend910A-memory"]', "invalid quantity 'lots': expected a number with an optional "
          "suffix (Ki, Mi, Gi, Ti, Pi, Ei, k, M, G, T, P, E, m)"),
         (f'{limits}["huawei.com/Ascend910A-core"]', "'120' is out of range 0..100 (percent of a chip)"),
-        (f'{limits}["huawei.com/Ascend310P"]', "'1.5' must be a whole number of chips, at least 1"),
+        (f'{limits}["huawei.com/Ascend310P"]', "'1.5' must be a whole number of chips (0 for none)"),
         ('metadata.annotations["hami.io/use-Ascend910A-uuid"]',
          'annotation hami.io/use-Ascend910A-uuid has no usable value: " , "'),
         ('metadata.annotations["hami.io/use-nputype"]', 'annotation hami.io/use-nputype has no usable value: ""'),
@@ -305,3 +305,17 @@ def test_a_pod_bound_to_a_node_at_creation_is_refused():
          "allocated; use nodeSelector kubernetes.io/hostname: node-1 instead (HAMi refuses such pods too)"),)
     plain = {"metadata": {"name": "p"}, "spec": {"nodeName": "node-1", "containers": [{"name": "c"}]}}
     assert convert_pod(plain, "ns") is None
+
+
+def test_a_count_of_0_asks_for_no_chip_its_entries_leave_and_no_claim_is_made():
+    """HAMi runs a pod with `huawei.com/Ascend310P: 0` (a chart's `npu: 0`) without an NPU; it was refused."""
+    pod = pod_with({"huawei.com/Ascend310P": "0", "huawei.com/Ascend310P-memory": "1024", "cpu": "1"})
+    pod["spec"]["containers"][0]["securityContext"] = {"privileged": True}  # refused only with a chip
+    conversion = convert_pod(pod, "ns")
+    assert conversion is not None and conversion.claims == ()
+    assert conversion.patch == ({"op": "replace", "path": "/spec/containers/0/resources",
+                                 "value": {"limits": {"cpu": "1"}}},)
+    both = convert_pod(pod_with({"huawei.com/Ascend310P": "0", "huawei.com/Ascend910B3": "1"}), "ns")
+    assert [c.common_word for c in both.claims] == ["Ascend910B3"]
+    with pytest.raises(ConversionError, match="must be a whole number of chips"):
+        convert_pod(pod_with({"huawei.com/Ascend310P": "-1"}), "ns")
