@@ -97,6 +97,24 @@ async def test_lab_node_publishes_the_labs_two_chips(lab, tmp_path) -> None:
 
 
 @pytest.mark.anyio
+async def test_max_shares_caps_the_claims_one_chip_takes_as_hamis_device_count_does(lab, tmp_path) -> None:
+    """HAMi's Ascend device plugin lets at most VDeviceCount pods share a chip (7 on a 310P3 by
+    default, set per node); a HAMi user who relied on it got 64 here, with no way to ask for less."""
+    ctx = context(lab, tmp_path)
+    ctx = attrs.evolve(ctx, options={**ctx.options, "HAMivNPUCore.maxShares": "7"})
+    inventory = await loaded().discover(ctx)
+    assert {d.capacities["containers"].value for d in inventory.devices} == {"7"}
+    assert {d.capacities["memory"].request_policy.default for d in inventory.devices} == {"336Mi"}  # unchanged
+    assert inventory_problems(inventory) == []
+    declared = loaded().profile_options["maxShares"]
+    assert [declared.problem(v) for v in ("1", "64")] == [None, None]
+    for bad in ("0", "65", "7.5", "seven", ""):
+        assert declared.problem(bad) == f"{bad!r} is not a whole number from 1 to 64 (claims per chip)"
+    with pytest.raises(ValueError, match=r"profile option HAMivNPUCore.maxShares: '0' is not a whole number"):
+        await loaded().discover(attrs.evolve(ctx, options={**ctx.options, "HAMivNPUCore.maxShares": "0"}))
+
+
+@pytest.mark.anyio
 async def test_chip_without_device_share_is_not_offered_and_the_reason_is_logged_once(lab, tmp_path, caplog) -> None:
     lab.set_device_share(5, 0, False)
     profile = loaded()
@@ -186,8 +204,8 @@ async def test_unknown_profile_option_is_refused_with_the_allowed_keys(lab, tmp_
         await loaded().discover(ctx)
     assert str(caught.value) == (
         "profile option HAMivNPUCore.hostroot: unknown (allowed: hostRoot, vnpuCoreDir, sharedRegionDir, "
-        "driverDir, installInfo, simulate); profile option HAMivNPUCore.driverDir: 'rel/path' is not an "
-        "absolute path")
+        "driverDir, installInfo, simulate, maxShares); profile option HAMivNPUCore.driverDir: 'rel/path' is not "
+        "an absolute path")
 
 
 def test_config_mount_tools_must_be_a_boolean() -> None:

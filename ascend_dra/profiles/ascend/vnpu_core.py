@@ -21,7 +21,8 @@ does not name; see docs/hami-vnpu-core.md for the trade-off):
   claim that asks only for cores leaves the memory to others;
 * ``cores`` = ``100`` (percent); range 1..100, step 1; default **1** (the limiter's own default
   priority, docs/ascend-hardware.md#vnpu-core-environment), so a memory-only claim does not take all compute;
-* ``containers`` = ``64``, the limiter's registry size (``MAX_MANAGERS``, docs/ascend-hardware.md#vnpu-core-limiter);
+* ``containers`` = ``64``, the limiter's registry size (``MAX_MANAGERS``, docs/ascend-hardware.md#vnpu-core-limiter),
+  or the option ``maxShares`` (1..64; HAMi's device plugin allows 7 pods on a 310P3);
 every allocation
   consumes exactly 1 (valid values: 1), so the scheduler never places a 65th share on a chip.
   All containers that use one claim share its local dir, meant to make the limiter count them as
@@ -67,8 +68,10 @@ from ascend_dra.profiles.ascend.vnpu_core_host import (
     CONTAINER_LOCAL_DIR,
     CONTAINER_SHARED_REGION,
     CONTAINER_VNPU_CORE_DIR,
+    MAX_CONTAINERS,
     OPTIONS,
     VnpuCoreHost,
+    max_shares,
 )
 from ascend_dra.profiles.ascend.vnpu_core_prereq import judge, probe_host
 from ascend_dra.profiles.ascend.vnpu_core_quota import limiter_env
@@ -91,9 +94,6 @@ __all__ = ("MAX_CONTAINERS", "PROFILE_NAME", "VnpuCoreConfig", "VnpuCoreProfile"
 logger = logging.getLogger(__name__)
 
 PROFILE_NAME = "HAMivNPUCore"
-#: hami-vnpu-core manages at most this many containers per chip (``MAX_MANAGERS``,
-#: docs/ascend-hardware.md#vnpu-core-limiter).
-MAX_CONTAINERS = 64
 _RW = ("rw", "nosuid", "nodev", "bind")
 _RO = ("ro", "nosuid", "nodev", "bind")
 # A claim UID / request name as a path component: what check_claim_ref and the API allow, no dots.
@@ -113,15 +113,16 @@ class VnpuCoreConfig:
     mount_tools: bool = False
 
 
-def capacities(memory_mib: int) -> dict[str, Capacity]:
-    """The three capacities of a chip with ``memory_mib`` MiB (see the module docstring)."""
+def capacities(memory_mib: int, shares: int = MAX_CONTAINERS) -> dict[str, Capacity]:
+    """The three capacities of a chip with ``memory_mib`` MiB that ``shares`` claims may share at
+    once (see the module docstring)."""
     return {
         "memory": Capacity(f"{memory_mib}Mi", CapacityRequestPolicy(
             default=f"{max(1, memory_mib // MAX_CONTAINERS)}Mi", valid_range_min="1Mi",
             valid_range_max=f"{memory_mib}Mi", valid_range_step="1Mi")),
         "cores": Capacity("100", CapacityRequestPolicy(
             default="1", valid_range_min="1", valid_range_max="100", valid_range_step="1")),
-        "containers": Capacity(str(MAX_CONTAINERS), CapacityRequestPolicy(default="1", valid_values=("1",))),
+        "containers": Capacity(str(shares), CapacityRequestPolicy(default="1", valid_values=("1",))),
     }
 
 
@@ -142,6 +143,7 @@ class VnpuCoreProfile(AscendChipProfile):
         #: Node-level notes of the last discovery (the aarch64 one).
         self.node_notes: tuple[str, ...] = ()
         self.install_info_exists = False  # found at discovery; the mount is added only then
+        self.max_shares = MAX_CONTAINERS  # option maxShares, read at discovery
 
     def default_config(self) -> VnpuCoreConfig:
         """``VnpuCoreConfig()``: no tools mounted."""
@@ -164,6 +166,7 @@ class VnpuCoreProfile(AscendChipProfile):
         """
         host = VnpuCoreHost.from_options(ctx.options, self.name)
         self.host_root = Path(host.host_root)
+        self.max_shares = max_shares(ctx.options, self.name)
         found = await discover_chips(
             npu_smi=ctx.npu_smi, dev_root=ctx.dev_root, sys_root=ctx.sys_root, node_name=ctx.node_name,
             simulate=self.simulate_mode(ctx), simulated_model=self.simulated_model,
@@ -219,8 +222,8 @@ class VnpuCoreProfile(AscendChipProfile):
         extra = {"type": PROFILE_NAME, "model": chip.chip_name, "brand": "Huawei"}
         attributes = chip_attributes(chip, {k: v for k, v in extra.items() if v is not None})
         assert chip.memory_mib is not None
-        return Device(name=device_name(chip), attributes=attributes, capacities=capacities(chip.memory_mib),
-                      allow_multiple_allocations=True)
+        return Device(name=device_name(chip), attributes=attributes,
+                      capacities=capacities(chip.memory_mib, self.max_shares), allow_multiple_allocations=True)
 
     # -- Prepare --------------------------------------------------------------------------------
 

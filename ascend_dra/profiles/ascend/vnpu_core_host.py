@@ -36,9 +36,11 @@ __all__ = (
     "CONTAINER_LOCAL_DIR",
     "CONTAINER_SHARED_REGION",
     "CONTAINER_VNPU_CORE_DIR",
+    "MAX_CONTAINERS",
     "OPTIONS",
     "OPTION_KEYS",
     "VnpuCoreHost",
+    "max_shares",
 )
 
 #: Where the assets directory appears in the container (``ld.so.preload`` names
@@ -57,13 +59,30 @@ _DEFAULTS = {
     "installInfo": "etc/ascend_install.info",
 }
 #: Every option key this profile reads (``<profile>.<key>``).
-OPTION_KEYS = ("hostRoot", *_DEFAULTS, "simulate")
+OPTION_KEYS = ("hostRoot", *_DEFAULTS, "simulate", "maxShares")
+#: hami-vnpu-core manages at most this many containers per chip (``MAX_MANAGERS``,
+#: docs/ascend-hardware.md#vnpu-core-limiter): the most claims one chip can take.
+MAX_CONTAINERS = 64
+
+
+def _shares(value: str) -> None:
+    if not (value.isascii() and value.isdigit() and 1 <= int(value) <= MAX_CONTAINERS):
+        raise ValueError(f"is not a whole number from 1 to {MAX_CONTAINERS} (claims per chip)")
+
+
+def max_shares(options: Mapping[str, str], profile: str) -> int:
+    """``<profile>.maxShares``: how many claims one chip may take at once (its ``containers``
+    capacity), default :data:`MAX_CONTAINERS`; HAMi's Ascend device plugin caps a chip at its
+    ``VDeviceCount`` (7 on a 310P3 by default). Checked by :meth:`VnpuCoreHost.from_options`."""
+    return int(options.get(f"{profile}.maxShares", MAX_CONTAINERS))
 #: The declarations checked before start-up (:mod:`ascend_dra.profiles.options`).
 OPTIONS: Mapping[str, ProfileOption] = {
     "hostRoot": ProfileOption("prefix of every default path (a lab's fake host root)", check=absolute_path),
     **{key: ProfileOption(f"host path, default /{default} under hostRoot", check=absolute_path)
        for key, default in _DEFAULTS.items()},
     "simulate": simulate_option(),
+    "maxShares": ProfileOption(f"claims one chip may take at once, 1..{MAX_CONTAINERS} (default {MAX_CONTAINERS}, the "
+                               "limiter's most; HAMi's device plugin allows 7 per 310P3)", check=_shares),
 }
 
 
@@ -91,6 +110,8 @@ class VnpuCoreHost:
         for key in ("hostRoot", *_DEFAULTS):
             if key in mine and not PurePosixPath(mine[key]).is_absolute():
                 problems.append(f"profile option {prefix}{key}: {mine[key]!r} is not an absolute path")
+        if "maxShares" in mine and (problem := OPTIONS["maxShares"].problem(mine["maxShares"])):
+            problems.append(f"profile option {prefix}maxShares: {problem}")
         if problems:
             raise ValueError("; ".join(problems))
         root = PurePosixPath(mine.get("hostRoot", "/"))
