@@ -367,6 +367,7 @@ class Daemon:
                 task_status.started()
                 if status is not None:
                     tg.start_soon(self._restore_claim_status, status)
+                tg.start_soon(self.state.repair_specs)  # specs lost while no daemon ran (recovery.py)
                 tg.start_soon(self._rediscover_loop)
                 tg.start_soon(self._health_loop)
                 tg.start_soon(watch_device_nodes, s.dev_root, self.request_rediscovery)
@@ -455,6 +456,9 @@ class Daemon:
             # read-only CDI dir); their devices stay held meanwhile.
             if self.state.cleanup_pending:
                 await self.state.retry_cleanup()
+            # And put back the specs of prepared claims that someone removed: the kubelet will not
+            # ask again, and a container it restarts needs them (recovery.py, repair_specs).
+            await self.state.repair_specs()
 
     def observe(self, operation: str, seconds: float, errors: int, claims: int) -> None:
         """Called by the DRA service after each RPC (the gauges follow the state by themselves)."""

@@ -17,7 +17,7 @@ from ascend_dra import checkpoint as ckpt
 from ascend_dra.cdi import naming
 from ascend_dra.cdi.spec import CdiDevice, ContainerEdits, Spec
 from ascend_dra.checkpoint import ClaimRecord
-from ascend_dra.claims import PrepareError
+from ascend_dra.claims import ClaimError, PrepareError
 from ascend_dra.model import ClaimAllocation
 
 if TYPE_CHECKING:
@@ -141,6 +141,47 @@ class RecoveryMixin:
         if self._stray:
             async with self.store.exclusive():  # shared: another instance's specs are live, not orphans
                 await self._remove_orphan_specs()
+
+    async def repair_specs(self: DeviceState) -> int:
+        """Re-create the CDI specs of claims prepared in this boot whose spec files are gone (a
+        restart of the daemon, a removal by hand); return how many claims were repaired.
+
+        The kubelet asks again only after its own restart or a reboot: while it runs, a claim it
+        prepared is prepared for it, and every container it starts (again) for that claim needs the
+        spec, which a Prepare would otherwise never write back (kubernetes/kubernetes#141433). Each
+        spec is re-created as a replayed Prepare does it (:meth:`DeviceState._replay`: the claim read
+        again, refused if it now holds other devices), under the claim's lock, and only while its
+        record is still completed in this boot: a claim unprepared meanwhile is not prepared back.
+        Claims of an earlier boot wait for the kubelet's Prepare (their side effects must run again).
+        Called at start and periodically by the daemon; never raises, each failure is logged.
+        """
+        candidates = [r for r in list(self._records.values())
+                      if r.state == ckpt.PREPARE_COMPLETED and r.boot_id == self.boot_id]
+        if not candidates:
+            return 0
+        missing = await anyio.to_thread.run_sync(lambda: [r for r in candidates if self._missing_spec_files(r)])
+        repaired = 0
+        for seen in missing:
+            where = {"claim_uid": seen.uid, "claim": f"{seen.namespace}/{seen.name}"}
+            try:
+                claim = await self.claim_source.get(seen.namespace, seen.name, seen.uid, uid_recorded=True)
+                async with self._lock_claims((seen.uid,)), self.store.exclusive():
+                    record = self._records.get(seen.uid)
+                    if record is None or record.state != ckpt.PREPARE_COMPLETED or record.boot_id != self.boot_id \
+                            or not self._missing_spec_files(record):
+                        continue  # unprepared, replayed or repaired meanwhile
+                    result = await self._replay(record, claim)
+            except Exception as exc:
+                result = exc
+            if isinstance(result, ClaimError):  # gone, replaced, no longer allocated or reserved
+                log.info("a prepared claim's CDI spec is missing and the claim is no longer there to re-create it "
+                         "from; its Unprepare is likely on the way", extra={**where, "reason": describe_error(result)})
+            elif isinstance(result, Exception):
+                log.warning("a prepared claim's CDI spec is missing and could not be re-created; its containers "
+                            "cannot start until it is", extra={**where, "error": describe_error(result)})
+            else:
+                repaired += 1
+        return repaired
 
     def _ensure_common_spec(self: DeviceState, kind: str, rewrite: bool = False) -> None:
         """Make sure the CDI dir and ``kind``'s common spec exist (blocking). ``rewrite`` writes it

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import stat
+import time
 import uuid
 from pathlib import Path
 
@@ -312,6 +313,37 @@ def test_reboot_recreates_cdi_specs_when_the_kubelet_prepares_again(short_tmp):
     assert yaml.safe_load(d.checkpoint.read_text())["data"]["boot_id"] == "boot-2"  # start-up compacted
     assert d.records()[uid]["boot_id"] == "boot-2"
     d.stop()
+
+
+def test_a_spec_lost_in_the_same_boot_comes_back_without_a_prepare(short_tmp):
+    """While the kubelet runs it never prepares a prepared claim again, yet each container it
+    (re)starts resolves the claim's CDI ids (kubernetes/kubernetes#141433): a spec removed while the
+    daemon was down, or while it ran, must come back by itself."""
+    d = DaemonProcess(short_tmp / "sa", extra_args=["--health-interval", "0.2"]).start()
+    claim = write_claim(d.root, claim_object("kept", results=[("npu", "npu-1-0")]))
+    uid = claim["metadata"]["uid"]
+    k = Kubelet(d)
+    k.prepare(claim)
+    k.close()
+    written = spec_path(d, uid).read_bytes()
+    d.stop()
+    spec_path(d, uid).unlink()
+    d.start()
+    assert wait_for(lambda: spec_path(d, uid).exists()), d.log_path.read_text()[-2000:]
+    assert spec_path(d, uid).read_bytes() == written
+    spec_path(d, uid).unlink()  # and while it runs
+    assert wait_for(lambda: spec_path(d, uid).exists()), d.log_path.read_text()[-2000:]
+    assert spec_path(d, uid).read_bytes() == written
+    d.stop()
+
+
+def wait_for(condition, timeout: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def test_full_cdi_disk_fails_that_claim_and_the_daemon_lives(small_cdi):

@@ -683,3 +683,50 @@ async def test_a_replay_refuses_a_claim_no_longer_allocated_or_replaced(tmp_path
     write_claim(tmp_path, claim_object("c"))  # another claim under the name
     assert "it got replaced" in str((await state.prepare([ref(obj)]))[uid])
     assert on_disk(tmp_path).claims[uid].state == "PrepareCompleted"
+
+
+async def test_repair_specs_puts_back_the_specs_of_claims_prepared_in_this_boot_and_only_those(tmp_path, caplog):
+    """The kubelet does not Prepare a claim again while it runs (kubernetes/kubernetes#141433): a spec
+    removed while the daemon was down (or by hand) stayed gone, and each container start failed."""
+    state = await make_state(tmp_path, {"fake": FakeProfile()})
+    objs = [write_claim(tmp_path, claim_object(f"c{i}", results=[("npu", f"npu-{i}-0")])) for i in range(3)]
+    for obj in objs:
+        assert isinstance((await state.prepare([ref(obj)]))[obj["metadata"]["uid"]], list)
+    specs = [tmp_path / "cdi" / naming.claim_spec_file(FAKE_KIND, o["metadata"]["uid"]) for o in objs]
+    written = [p.read_bytes() for p in specs]
+    assert await state.repair_specs() == 0  # nothing missing: nothing read, nothing written
+
+    specs[0].unlink()
+    specs[1].unlink()
+    write_claim(tmp_path, claim_object("c1", uid=objs[1]["metadata"]["uid"], results=[("npu", "npu-3-0")]))
+    restarted = await make_state(tmp_path, {"fake": FakeProfile()})
+    assert await restarted.repair_specs() == 1
+    assert specs[0].read_bytes() == written[0]
+    assert not specs[1].exists()  # allocated again meanwhile: refused, named in a WARNING, record kept
+    [warning] = [r for r in caplog.records if r.levelname == "WARNING" and "could not be re-created" in r.message]
+    assert warning.claim_uid == objs[1]["metadata"]["uid"] and "now allocated npu: node-1/npu-3-0" in warning.error
+    assert set(on_disk(tmp_path).claims) == {o["metadata"]["uid"] for o in objs}
+
+    specs[2].unlink()  # a claim of an earlier boot waits for the kubelet's Prepare (side effects first)
+    rebooted = await make_state(tmp_path, {"fake": FakeProfile()}, boot_id="boot-2")
+    assert await rebooted.repair_specs() == 0
+    assert not specs[2].exists()
+
+
+async def test_repair_specs_never_prepares_back_a_claim_unprepared_meanwhile(tmp_path):
+    state = await make_state(tmp_path, {"fake": FakeProfile()})
+    obj = write_claim(tmp_path, claim_object("c", results=[("npu", "npu-0-0")]))
+    uid = obj["metadata"]["uid"]
+    await state.prepare([ref(obj)])
+    spec = tmp_path / "cdi" / naming.claim_spec_file(FAKE_KIND, uid)
+    spec.unlink()
+    real_get = state.claim_source.get
+
+    async def get_then_unprepare(*args, **kwargs):  # the kubelet's Unprepare lands while the claim is read
+        claim = await real_get(*args, **kwargs)
+        assert await state.unprepare([ref(obj)]) == {uid: None}
+        return claim
+
+    state.claim_source.get = get_then_unprepare
+    assert await state.repair_specs() == 0
+    assert not spec.exists() and on_disk(tmp_path).claims == {}
