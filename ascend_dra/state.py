@@ -217,7 +217,7 @@ class DeviceState(RecoveryMixin, UnprepareMixin):
                     tg.start_soon(fetch, ref)
 
         # shared (records.py): the table now holds every instance's records, which may differ from
-        # what fetch() saw; a claim it skipped as prepared, and no longer is, is fetched below.
+        # what fetch() saw; every claim was read either way, so each is judged on its record now.
         async with self._lock_claims(ref.uid for ref in refs if ref.uid not in results), self.store.exclusive():
             plans: list[Plan] = []
             refused: list[ClaimRef] = []  # by the guard, while claims of this call held devices
@@ -230,10 +230,6 @@ class DeviceState(RecoveryMixin, UnprepareMixin):
                 if foreign is not None:
                     results[ref.uid] = foreign
                     continue
-                if ref.uid not in fetched:  # fetched while another call held the claim
-                    await fetch(ref)
-                    if ref.uid in results:
-                        continue
                 if record is not None and record.state == ckpt.PREPARE_COMPLETED:
                     results[ref.uid] = await self._replay(record, fetched[ref.uid])
                     continue
