@@ -239,8 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
     _flag(run, "--rediscover-interval", "REDISCOVER_INTERVAL", 60.0, "seconds between periodic rediscoveries",
           type=float)
     _flag(run, "--health-interval", "HEALTH_INTERVAL", 10.0,
-          "seconds between device health checks; the health stream is re-sent at least every 10 s whatever "
-          "this is (the kubelet calls a device unknown after 30 s without a message)", type=float)
+          "seconds between device health checks (and the look for missing CDI specs of prepared claims); the "
+          "health stream is re-sent at least every 10 s whatever this is (the kubelet calls a device unknown "
+          "after 30 s without a message)", type=float)
     _flag(run, "--unhealthy-devices", "UNHEALTHY_DEVICES", "taint",
           "what the ResourceSlices say of a device its profile reports unhealthy: taint (<driver>/unhealthy: "
           "NoSchedule; where the API server drops taints, gate DRADeviceTaints off, the device is withdrawn "
