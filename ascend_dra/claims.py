@@ -24,6 +24,7 @@ from ascend_dra.model import AllocatedDevice, ClaimAllocation, OpaqueConfig
 __all__ = (
     "ClaimError",
     "ClaimSource",
+    "ClaimUnreadable",
     "PrepareError",
     "StandaloneClaimSource",
     "check_claim_ref",
@@ -54,6 +55,11 @@ class ClaimError(Exception):
 
     The message is what the kubelet shows in the pod's events; it names the claim and the field.
     """
+
+
+class ClaimUnreadable(ClaimError):
+    """The claim could not be read now (the API server unreachable or failing, a file unreadable):
+    nothing is known about it, and a later try may succeed."""
 
 
 def yaml_problem(exc: yaml.YAMLError) -> str:
@@ -261,7 +267,7 @@ class StandaloneClaimSource:
         except FileNotFoundError:
             raise ClaimError(f"ResourceClaim {namespace}/{name}: claim file {path} does not exist") from None
         except OSError as exc:
-            raise ClaimError(f"ResourceClaim {namespace}/{name}: cannot read {path}: {exc.strerror}") from None
+            raise ClaimUnreadable(f"ResourceClaim {namespace}/{name}: cannot read {path}: {exc.strerror}") from None
         try:
             obj = yaml.load(text, Loader=_Loader)
         except yaml.YAMLError as exc:

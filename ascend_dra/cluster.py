@@ -26,7 +26,7 @@ from anyio.abc import TaskStatus
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_random_exponential
 
 from ascend_dra.apiclient import ApiError, KubeApi, connect_api, open_api
-from ascend_dra.claims import ClaimError, check_claim_ref, parse_claim, why_gone
+from ascend_dra.claims import ClaimError, ClaimUnreadable, check_claim_ref, parse_claim, why_gone
 from ascend_dra.model import ClaimAllocation, Inventory
 from ascend_dra.slices import build_slices_stepwise, keep_taint_times, slice_content
 
@@ -95,7 +95,7 @@ class ApiClaimSource:
         except ApiError as exc:
             if exc.status == 404:
                 raise ClaimError(f"{ref} does not exist") from None
-            raise ClaimError(f"{ref}: reading it from the API server failed: {exc}") from None
+            raise ClaimUnreadable(f"{ref}: reading it from the API server failed: {exc}") from None
         obj.setdefault("kind", "ResourceClaim")
         # The uid first: a claim replaced under the same name is not allocated yet, and "not
         # allocated" would hide that it is another claim (an audit of API faults).

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import attrs
-from anyio.abc import TaskStatus
+from anyio.abc import TaskGroup, TaskStatus
 
 from ascend_dra.cdi.store import CdiStore
 from ascend_dra.checkpoint import CheckpointCorrupt, read_boot_id
@@ -365,13 +365,28 @@ class Daemon:
                                                        "driver": s.driver_name,
                                                        "rolling_update_id": s.rolling_update_id or "none"})
                 task_status.started()
-                if status is not None:
-                    tg.start_soon(self._restore_claim_status, status)
-                tg.start_soon(self.state.repair_specs)  # specs lost while no daemon ran (recovery.py)
+                tg.start_soon(self._repair_loop, status, tg)
                 tg.start_soon(self._rediscover_loop)
                 tg.start_soon(self._health_loop)
                 tg.start_soon(watch_device_nodes, s.dev_root, self.request_rediscovery)
                 await anyio.sleep_forever()
+
+    async def _repair_loop(self, status: StatusHook | None, tg: TaskGroup) -> None:
+        """Put back the CDI specs of prepared claims that are gone, at start and every
+        ``--health-interval`` (recovery.py, ``repair_specs``): the kubelet will not ask again, and a
+        container it (re)starts needs them. Its own task: a pass that waits on the API server holds
+        back no health check. The claim statuses are restored after the first pass, which decides
+        which claims are whole again (``DeviceState.restorable`` needs their specs)."""
+        assert self.state is not None
+        while True:
+            try:
+                await self.state.repair_specs()
+            except Exception:  # never expected (repair_specs logs its failures); the daemon serves on
+                log.exception("looking for missing CDI specs failed")
+            if status is not None:
+                tg.start_soon(self._restore_claim_status, status)
+                status = None
+            await anyio.sleep(self.settings.health_interval)
 
     async def _restore_claim_status(self, status: StatusHook) -> None:
         """Write the claim status of the prepared claims again (statushook.StatusHook.restore), once
@@ -456,9 +471,6 @@ class Daemon:
             # read-only CDI dir); their devices stay held meanwhile.
             if self.state.cleanup_pending:
                 await self.state.retry_cleanup()
-            # And put back the specs of prepared claims that someone removed: the kubelet will not
-            # ask again, and a container it restarts needs them (recovery.py, repair_specs).
-            await self.state.repair_specs()
 
     def observe(self, operation: str, seconds: float, errors: int, claims: int) -> None:
         """Called by the DRA service after each RPC (the gauges follow the state by themselves)."""

@@ -9,6 +9,8 @@ removal that fails (an immutable file, a read-only CDI dir) is logged, its claim
 from __future__ import annotations
 
 import logging
+import time
+from collections import Counter
 from typing import TYPE_CHECKING
 
 import anyio
@@ -17,7 +19,7 @@ from ascend_dra import checkpoint as ckpt
 from ascend_dra.cdi import naming
 from ascend_dra.cdi.spec import CdiDevice, ContainerEdits, Spec
 from ascend_dra.checkpoint import ClaimRecord
-from ascend_dra.claims import ClaimError, PrepareError
+from ascend_dra.claims import ClaimError, ClaimUnreadable, PrepareError
 from ascend_dra.model import ClaimAllocation
 
 if TYPE_CHECKING:
@@ -26,6 +28,11 @@ if TYPE_CHECKING:
 __all__ = ("RecoveryMixin", "checkpoint_write_failed", "describe_error", "reallocation")
 
 log = logging.getLogger("ascend_dra.state")
+
+#: Seconds before a claim whose spec could not be re-created is tried again (repair_specs),
+#: doubling after each failure up to REPAIR_RETRY_MAX_S: one GET a claim, not one every look.
+REPAIR_RETRY_FIRST_S = 10.0
+REPAIR_RETRY_MAX_S = 300.0
 
 
 class RecoveryMixin:
@@ -151,18 +158,26 @@ class RecoveryMixin:
         spec, which a Prepare would otherwise never write back (kubernetes/kubernetes#141433). Each
         spec is re-created as a replayed Prepare does it (:meth:`DeviceState._replay`: the claim read
         again, refused if it now holds other devices), under the claim's lock, and only while its
-        record is still completed in this boot: a claim unprepared meanwhile is not prepared back.
-        Claims of an earlier boot wait for the kubelet's Prepare (their side effects must run again).
-        Called at start and periodically by the daemon; never raises, each failure is logged.
+        record is still completed in this boot. Claims of an earlier boot wait for the kubelet's
+        Prepare (their side effects must run again). A claim that cannot be repaired is tried again
+        after :data:`REPAIR_RETRY_FIRST_S`, doubling up to :data:`REPAIR_RETRY_MAX_S`, and logged
+        once per reason (then at DEBUG). Called by the daemon at start and periodically; never raises.
         """
         candidates = [r for r in list(self._records.values())
                       if r.state == ckpt.PREPARE_COMPLETED and r.boot_id == self.boot_id]
-        if not candidates:
+        for uid in set(self._repair_waits) - {r.uid for r in candidates}:
+            del self._repair_waits[uid]  # unprepared, or repaired by a replay
+        now = time.monotonic()
+        due = [r for r in candidates if self._repair_waits.get(r.uid, ("", 0.0, 0.0))[1] <= now]
+        if not due:
             return 0
-        missing = await anyio.to_thread.run_sync(lambda: [r for r in candidates if self._missing_spec_files(r)])
+        try:
+            missing = await anyio.to_thread.run_sync(lambda: [r for r in due if self._missing_spec_files(r)])
+        except OSError as exc:  # the CDI dir unreadable: the next look tries again
+            log.warning("cannot look for missing CDI specs of prepared claims", extra={"error": describe_error(exc)})
+            return 0
         repaired = 0
         for seen in missing:
-            where = {"claim_uid": seen.uid, "claim": f"{seen.namespace}/{seen.name}"}
             try:
                 claim = await self.claim_source.get(seen.namespace, seen.name, seen.uid, uid_recorded=True)
                 async with self._lock_claims((seen.uid,)), self.store.exclusive():
@@ -173,15 +188,30 @@ class RecoveryMixin:
                     result = await self._replay(record, claim)
             except Exception as exc:
                 result = exc
-            if isinstance(result, ClaimError):  # gone, replaced, no longer allocated or reserved
-                log.info("a prepared claim's CDI spec is missing and the claim is no longer there to re-create it "
-                         "from; its Unprepare is likely on the way", extra={**where, "reason": describe_error(result)})
-            elif isinstance(result, Exception):
-                log.warning("a prepared claim's CDI spec is missing and could not be re-created; its containers "
-                            "cannot start until it is", extra={**where, "error": describe_error(result)})
+            if isinstance(result, Exception):
+                self._repair_failed(seen, result)
             else:
+                self._repair_waits.pop(seen.uid, None)
                 repaired += 1
         return repaired
+
+    def _repair_failed(self: DeviceState, record: ClaimRecord, error: Exception) -> None:
+        """Log why ``record``'s spec could not be re-created (once per reason) and when to try again."""
+        # An outage's messages differ by the request's details; the reason is "unreadable" for all.
+        reason = "the claim could not be read" if isinstance(error, ClaimUnreadable) else describe_error(error)
+        before = self._repair_waits.get(record.uid)
+        delay = REPAIR_RETRY_FIRST_S if before is None else min(REPAIR_RETRY_MAX_S, before[2] * 2)
+        self._repair_waits[record.uid] = (reason, time.monotonic() + delay, delay)
+        extra = {"claim_uid": record.uid, "claim": f"{record.namespace}/{record.name}",
+                 "error": describe_error(error), "retry_in_s": delay}
+        if before is not None and before[0] == reason:
+            log.debug("a prepared claim's CDI spec is still missing", extra=extra)
+        elif isinstance(error, ClaimError) and not isinstance(error, ClaimUnreadable):
+            log.info("a prepared claim's CDI spec is missing and the claim is gone, replaced or no longer "
+                     "allocated; its Unprepare is likely on the way", extra=extra)
+        else:
+            log.warning("a prepared claim's CDI spec is missing and re-creating it failed; containers of that "
+                        "claim cannot start until it is re-created or the claim is prepared again", extra=extra)
 
     def _ensure_common_spec(self: DeviceState, kind: str, rewrite: bool = False) -> None:
         """Make sure the CDI dir and ``kind``'s common spec exist (blocking). ``rewrite`` writes it
@@ -212,15 +242,12 @@ def reallocation(record: ClaimRecord, claim: ClaimAllocation) -> str | None:
     A claim deallocated and allocated again under the same uid without an Unprepare (its pod
     force-deleted, the kubelet's state lost) is allocated other devices than the record holds, and
     the scheduler counts the recorded ones free. Answering from the record would give the pod devices
-    the claim does not hold. Its results and the record's devices are compared by request, pool,
-    device and share ID (a record an older release wrote without a share ID matches any).
+    the claim does not hold. Its results and the record's devices are compared as multisets of
+    (request, pool, device, share ID): one device may be held by several shares of a claim (KEP-5075).
     """
-    def key(request: str, pool: str, device: str) -> str:
-        return f"{request}: {pool}/{device}"
-
-    held = {key(d.request, d.pool, d.device): d.share_id for d in record.devices}
-    now = {key(r.request, r.pool, r.device): r.share_id for r in claim.results}
-    if held.keys() == now.keys() and all(held[k] is None or held[k] == now[k] for k in held):
+    held = Counter((d.request, d.pool, d.device, d.share_id or "") for d in record.devices)
+    now = Counter((r.request, r.pool, r.device, r.share_id or "") for r in claim.results)
+    if held == now:
         return None
     return (f"it was prepared with {_devices(held)} and is now allocated {_devices(now)}: it was allocated again "
             "without an Unprepare on this node. If no pod on this node uses its earlier devices any more, release "
@@ -228,5 +255,6 @@ def reallocation(record: ClaimRecord, claim: ClaimAllocation) -> str | None:
             "kubelet's next Prepare prepares the new allocation")
 
 
-def _devices(devices: dict[str, str | None]) -> str:
-    return ", ".join(k + (f" (share {s})" if s else "") for k, s in sorted(devices.items())) or "no devices"
+def _devices(devices: Counter[tuple[str, str, str, str]]) -> str:
+    return ", ".join(f"{request}: {pool}/{device}" + (f" (share {share})" if share else "")
+                     for request, pool, device, share in sorted(devices.elements())) or "no devices"

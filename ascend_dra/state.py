@@ -13,7 +13,8 @@ A Prepare of a batch of claims runs in this order, each step durable before the 
 5. write the checkpoint with those claims as ``PrepareCompleted``.
 
 A crash anywhere leaves ``PrepareStarted`` records (rolled back on restart or on a retried
-Prepare) or ``PrepareCompleted`` ones (answered again from the checkpoint). One claim's error is
+Prepare) or ``PrepareCompleted`` ones (answered again from the record, once the claim read again
+shows the same allocation; a missing spec is re-created). One claim's error is
 reported in its own entry and never fails the others.
 
 Every answer is true when it is given (docs/durable-state.md): a CDI id we return names a spec
@@ -41,7 +42,7 @@ from ascend_dra.cdi import naming
 from ascend_dra.cdi.spec import Spec
 from ascend_dra.cdi.store import CdiStore
 from ascend_dra.checkpoint import ClaimRecord
-from ascend_dra.claims import ClaimError, ClaimSource, PrepareError, unique_refs
+from ascend_dra.claims import ClaimError, ClaimSource, PrepareError, check_claim_ref, unique_refs
 from ascend_dra.faults import crash_point
 from ascend_dra.journal import Journal
 from ascend_dra.model import ClaimAllocation, Inventory, PreparedDevice
@@ -116,6 +117,8 @@ class DeviceState(RecoveryMixin, UnprepareMixin):
                                   on_started=lambda uid: self._pending_rollback.add(uid))
         self._pending_rollback: set[str] = set()  # PrepareStarted claims whose rollback failed
         self._stray: set[str] = set()  # orphan spec files that could not be removed
+        # claim uid -> (reason, time.monotonic() of the next try, delay) of a failed spec repair
+        self._repair_waits: dict[str, tuple[str, float, float]] = {}
         self._claim_locks: dict[str, anyio.Lock] = {}
         self.planner = Planner(driver_name=driver_name, node_name=node_name, profiles=profiles,
                                profile_ctx=profile_ctx)
@@ -232,6 +235,11 @@ class DeviceState(RecoveryMixin, UnprepareMixin):
                     continue
                 if record is not None and record.state == ckpt.PREPARE_COMPLETED:
                     results[ref.uid] = await self._replay(record, fetched[ref.uid])
+                    continue
+                try:  # read as a recorded uid, unprepared since: a new Prepare takes today's rule
+                    check_claim_ref(ref.namespace, ref.name, ref.uid)
+                except ClaimError as exc:
+                    results[ref.uid] = exc
                     continue
                 if record is not None:  # PrepareStarted by an earlier, failed or crashed attempt
                     try:

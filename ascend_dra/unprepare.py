@@ -41,8 +41,9 @@ class UnprepareMixin:
         held until the kubelet's retry succeeds. A claim with node side effects first goes back to
         ``PrepareStarted`` durably, so a crash half-way leaves a record that start-up rolls back;
         a claim without them needs one durable write, after its specs are removed (a crash before
-        it leaves a completed record whose spec is gone: the retried Unprepare drops it, a
-        retried Prepare re-creates the spec).
+        it leaves a completed record whose spec is gone: the restarted daemon re-creates the spec,
+        as for any spec lost in this boot (recovery.py, ``repair_specs``), and the retried
+        Unprepare removes both).
         """
         refs = unique_refs(refs)
         results: dict[str, Exception | None] = {}

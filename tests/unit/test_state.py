@@ -703,7 +703,7 @@ async def test_repair_specs_puts_back_the_specs_of_claims_prepared_in_this_boot_
     assert await restarted.repair_specs() == 1
     assert specs[0].read_bytes() == written[0]
     assert not specs[1].exists()  # allocated again meanwhile: refused, named in a WARNING, record kept
-    [warning] = [r for r in caplog.records if r.levelname == "WARNING" and "could not be re-created" in r.message]
+    [warning] = [r for r in caplog.records if r.levelname == "WARNING" and "re-creating it failed" in r.message]
     assert warning.claim_uid == objs[1]["metadata"]["uid"] and "now allocated npu: node-1/npu-3-0" in warning.error
     assert set(on_disk(tmp_path).claims) == {o["metadata"]["uid"] for o in objs}
 
@@ -730,3 +730,87 @@ async def test_repair_specs_never_prepares_back_a_claim_unprepared_meanwhile(tmp
     state.claim_source.get = get_then_unprepare
     assert await state.repair_specs() == 0
     assert not spec.exists() and on_disk(tmp_path).claims == {}
+
+
+async def test_a_claim_whose_spec_cannot_be_repaired_is_tried_again_later_and_logged_once_per_reason(tmp_path, caplog):
+    """Every look (each --health-interval) read the claim again and logged again, forever, and an API
+    outage was logged at INFO as if the claim were gone."""
+    import logging
+
+    from ascend_dra import recovery
+    from ascend_dra.claims import ClaimUnreadable
+
+    state = await make_state(tmp_path, {"fake": FakeProfile()})
+    obj = write_claim(tmp_path, claim_object("c", results=[("npu", "npu-0-0")]))
+    uid = obj["metadata"]["uid"]
+    await state.prepare([ref(obj)])
+    spec = tmp_path / "cdi" / naming.claim_spec_file(FAKE_KIND, uid)
+    spec.unlink()
+    reads = []
+
+    async def unreachable(namespace, name, uid, **_):
+        reads.append(uid)
+        raise ClaimUnreadable(f"ResourceClaim {namespace}/{name}: reading it from the API server failed: "
+                              f"timeout {len(reads)}")  # each try's message differs
+
+    real_get, state.claim_source.get = state.claim_source.get, unreachable
+    caplog.set_level(logging.DEBUG, logger="ascend_dra.state")
+
+    def logged():
+        return [(r.levelname, r.message) for r in caplog.records if "CDI spec" in r.message]
+
+    assert await state.repair_specs() == 0
+    assert await state.repair_specs() == 0  # not due yet: no second read
+    assert len(reads) == 1
+    assert [level for level, _ in logged()] == ["WARNING"]
+    state._repair_waits[uid] = (state._repair_waits[uid][0], 0.0, state._repair_waits[uid][2])  # due now
+    assert await state.repair_specs() == 0
+    assert len(reads) == 2 and [level for level, _ in logged()] == ["WARNING", "DEBUG"]  # same reason: quiet
+    assert state._repair_waits[uid][2] == 2 * recovery.REPAIR_RETRY_FIRST_S  # and later each time
+
+    state.claim_source.get = real_get  # the API server is back
+    state._repair_waits[uid] = (state._repair_waits[uid][0], 0.0, state._repair_waits[uid][2])
+    assert await state.repair_specs() == 1 and spec.is_file() and uid not in state._repair_waits
+
+
+async def test_a_recorded_uid_read_before_its_unprepare_is_held_to_todays_rule_when_prepared_anew(tmp_path):
+    """A uid a newer rule refuses is accepted for its record only: read as recorded and unprepared
+    before the Prepare took the claim's lock, it was prepared anew under the relaxed rule."""
+    state = await make_state(tmp_path, {"fake": FakeProfile()})
+    kind = f"k8s.{DRIVER}/npu"
+    spec = naming.claim_spec_file(kind, "old_uid")
+    (tmp_path / "cdi" / spec).write_text("{}")
+    state._records["old_uid"] = ckpt.ClaimRecord(
+        "old_uid", "default", "old", ckpt.PREPARE_COMPLETED, "boot-1",
+        (ckpt.DeviceRecord("npu", NODE, "npu-0-0", (f"{kind}=old_uid-npu-0-0",)),), (spec,))
+    await state._save()
+    write_claim(tmp_path, claim_object("old", uid="old_uid"))
+    old = ClaimRef("default", "old", "old_uid")
+    real_get = state.claim_source.get
+
+    async def get_then_unprepare(*args, **kwargs):
+        claim = await real_get(*args, **kwargs)
+        assert await state.unprepare([old]) == {"old_uid": None}
+        return claim
+
+    state.claim_source.get = get_then_unprepare
+    refused = (await state.prepare([old]))["old_uid"]
+    assert "must be letters, digits, '-' or '.'" in str(refused)
+    assert on_disk(tmp_path).claims == {}
+
+
+def test_reallocation_compares_every_share_and_tells_exclusive_from_shared():
+    from ascend_dra.recovery import reallocation
+
+    def record(*devices):
+        return ckpt.ClaimRecord("u", "default", "c", ckpt.PREPARE_COMPLETED, "boot-1", tuple(
+            ckpt.DeviceRecord("npu", NODE, d, ("x",), share_id=s) for d, s in devices), ("f",))
+
+    def claim(*devices):
+        return ClaimAllocation("u", "default", "c", tuple(
+            AllocatedDevice("npu", DRIVER, NODE, d, share_id=s) for d, s in devices))
+
+    two_shares = record(("npu-0-0", "s1"), ("npu-0-0", "s2"))
+    assert reallocation(two_shares, claim(("npu-0-0", "s2"), ("npu-0-0", "s1"))) is None
+    assert "now allocated npu: node-1/npu-0-0 (share s1)" in reallocation(two_shares, claim(("npu-0-0", "s1")))
+    assert reallocation(record(("npu-0-0", None)), claim(("npu-0-0", "s9"))) is not None  # exclusive, now shared
