@@ -626,9 +626,9 @@ def test_batches_by_device_keeps_requests_together_and_names_unique():
     assert batches_by_device(twice) == [[twice[0], twice[2]], [twice[1]]]
 
 
-async def test_a_record_whose_uid_a_newer_rule_refuses_can_still_be_unprepared(tmp_path):
-    # Releases before 2026-12-02 accepted '_' in a uid (standalone claim files); the rule changed
-    # (claims.check_claim_ref), and a claim prepared then must not be stuck with its device held.
+async def record_an_old_uid(tmp_path: Path) -> tuple[str, str]:
+    """A claim prepared by a release whose rule accepted ``old_uid`` (releases before 2026-12-02
+    accepted '_'): its completed record, its spec file and its claim file; returns (kind, spec file)."""
     state = await make_state(tmp_path, {"fake": FakeProfile()})
     kind = f"k8s.{DRIVER}/npu"
     spec = naming.claim_spec_file(kind, "old_uid")
@@ -638,6 +638,13 @@ async def test_a_record_whose_uid_a_newer_rule_refuses_can_still_be_unprepared(t
         (ckpt.DeviceRecord("npu", NODE, "npu-0-0", (f"{kind}=old_uid-npu-0-0",)),), (spec,))
     await state._save()
     write_claim(tmp_path, claim_object("old", uid="old_uid"))  # a replay reads the claim again
+    return kind, spec
+
+
+async def test_a_record_whose_uid_a_newer_rule_refuses_can_still_be_unprepared(tmp_path):
+    # Releases before 2026-12-02 accepted '_' in a uid (standalone claim files); the rule changed
+    # (claims.check_claim_ref), and a claim prepared then must not be stuck with its device held.
+    kind, spec = await record_an_old_uid(tmp_path)
     state = await make_state(tmp_path, {"fake": FakeProfile()})
     assert (await state.prepare([ClaimRef("default", "old", "old_uid")]))["old_uid"] == [  # the kubelet's replay
         PreparedDevice(("npu",), NODE, "npu-0-0", (f"{kind}=old_uid-npu-0-0",))]
@@ -776,15 +783,8 @@ async def test_a_claim_whose_spec_cannot_be_repaired_is_tried_again_later_and_lo
 async def test_a_recorded_uid_read_before_its_unprepare_is_held_to_todays_rule_when_prepared_anew(tmp_path):
     """A uid a newer rule refuses is accepted for its record only: read as recorded and unprepared
     before the Prepare took the claim's lock, it was prepared anew under the relaxed rule."""
+    await record_an_old_uid(tmp_path)
     state = await make_state(tmp_path, {"fake": FakeProfile()})
-    kind = f"k8s.{DRIVER}/npu"
-    spec = naming.claim_spec_file(kind, "old_uid")
-    (tmp_path / "cdi" / spec).write_text("{}")
-    state._records["old_uid"] = ckpt.ClaimRecord(
-        "old_uid", "default", "old", ckpt.PREPARE_COMPLETED, "boot-1",
-        (ckpt.DeviceRecord("npu", NODE, "npu-0-0", (f"{kind}=old_uid-npu-0-0",)),), (spec,))
-    await state._save()
-    write_claim(tmp_path, claim_object("old", uid="old_uid"))
     old = ClaimRef("default", "old", "old_uid")
     real_get = state.claim_source.get
 
