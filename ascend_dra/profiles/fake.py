@@ -80,9 +80,6 @@ class FakeProfile:
     #: The fake profile reads no ``--profile-option`` (its device count is ``--fake-devices``).
     profile_options: Mapping[str, object] = {}
 
-    def __init__(self) -> None:
-        self._warned: set[tuple[str, str]] = set()  # (mark file, word) already named in a WARNING
-
     def default_config(self) -> FakeConfig:
         return FakeConfig()
 
@@ -99,8 +96,9 @@ class FakeProfile:
         """Simulated health: a file ``<state dir>/fake-health/<device>`` holding ``unhealthy`` or
         ``unknown`` (any case) marks that device so, ``healthy`` or nothing clears it; any other word
         marks it unknown, with a WARNING naming the file. A device without a file is healthy."""
-        return await anyio.to_thread.run_sync(_read_health, ctx.state_dir / "fake-health", inventory,
-                                              self._warned)
+        # (mark file, word) already named in a WARNING; made here, so a subclass's __init__ need not
+        warned: set[tuple[str, str]] = self.__dict__.setdefault("_warned", set())
+        return await anyio.to_thread.run_sync(_read_health, ctx.state_dir / "fake-health", inventory, warned)
 
     def validate(self, config: FakeConfig) -> None:
         """:raises ConfigError: if ``aicoreLimit`` is outside 1..100."""
