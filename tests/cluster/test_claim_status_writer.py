@@ -324,8 +324,13 @@ def test_a_restarted_daemon_writes_the_status_of_the_claims_it_holds(cp, start_d
         time.sleep(1.2)  # the writer's longest wait: had --claim-status false been ignored, they would show
         assert not any(our_status(claim_of(cp, "default", n)) for n in names)
         d.kill9()
+        # One claim's spec is gone too: it is repaired first, and only then are the statuses
+        # restored (a claim without its spec is not restored; the kubelet never asks again).
+        lost = d.cdi_dir / f"k8s.{DRIVER}-npu_{claims[0]['metadata']['uid']}.yaml"
+        lost.unlink()
         d.extra_args = []
         d.start()
+        wait_until(lost.exists, "spec re-created", within=20)
         for claim, name in zip(claims, names, strict=True):
             [result] = claim["status"]["allocation"]["devices"]["results"]
             entries = wait_until(lambda n=name: our_status(claim_of(cp, "default", n)), "status written", within=20)
