@@ -23,6 +23,7 @@ from ascend_dra.model import AllocatedDevice, ClaimAllocation, OpaqueConfig
 
 __all__ = (
     "ClaimError",
+    "ClaimGone",
     "ClaimSource",
     "ClaimUnreadable",
     "PrepareError",
@@ -55,6 +56,11 @@ class ClaimError(Exception):
 
     The message is what the kubelet shows in the pod's events; it names the claim and the field.
     """
+
+
+class ClaimGone(ClaimError):
+    """The claim is not there to prepare: it does not exist, another claim took its name, or it is
+    not allocated (or not reserved for any pod)."""
 
 
 class ClaimUnreadable(ClaimError):
@@ -168,7 +174,7 @@ def parse_claim(obj: Any, driver_name: str, *, uid_recorded: bool = False) -> Cl
     status = _mapping(obj.get("status"), f"{ref}: status")
     allocation = _mapping(status.get("allocation"), f"{ref}: status.allocation")
     if not allocation:
-        raise ClaimError(f"{ref} is not allocated (status.allocation is empty)")
+        raise ClaimGone(f"{ref} is not allocated (status.allocation is empty)")
     devices = _mapping(allocation.get("devices"), f"{ref}: status.allocation.devices")
     results = []
     for i, result in enumerate(_list(devices.get("results"), f"{ref}: status.allocation.devices.results")):
@@ -265,7 +271,7 @@ class StandaloneClaimSource:
         try:
             text = path.read_text()  # a small local file: a worker thread would cost more than the read
         except FileNotFoundError:
-            raise ClaimError(f"ResourceClaim {namespace}/{name}: claim file {path} does not exist") from None
+            raise ClaimGone(f"ResourceClaim {namespace}/{name}: claim file {path} does not exist") from None
         except OSError as exc:
             raise ClaimUnreadable(f"ResourceClaim {namespace}/{name}: cannot read {path}: {exc.strerror}") from None
         try:
@@ -277,7 +283,7 @@ class StandaloneClaimSource:
         if (claim.namespace, claim.name) != (namespace, name):
             raise ClaimError(f"ResourceClaim {namespace}/{name}: {path} holds {claim.namespace}/{claim.name}")
         if claim.uid != uid:
-            raise ClaimError(f"ResourceClaim {namespace}/{name}: uid {uid} was requested but the claim has uid "
+            raise ClaimGone(f"ResourceClaim {namespace}/{name}: uid {uid} was requested but the claim has uid "
                              f"{claim.uid} (it got replaced)")
         return claim
 

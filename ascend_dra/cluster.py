@@ -26,7 +26,7 @@ from anyio.abc import TaskStatus
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_random_exponential
 
 from ascend_dra.apiclient import ApiError, KubeApi, connect_api, open_api
-from ascend_dra.claims import ClaimError, ClaimUnreadable, check_claim_ref, parse_claim, why_gone
+from ascend_dra.claims import ClaimGone, ClaimUnreadable, check_claim_ref, parse_claim, why_gone
 from ascend_dra.model import ClaimAllocation, Inventory
 from ascend_dra.slices import build_slices_stepwise, keep_taint_times, slice_content
 
@@ -94,17 +94,17 @@ class ApiClaimSource:
             obj = await api.call("GET", f"{RESOURCE_V1}/namespaces/{namespace}/resourceclaims/{name}")
         except ApiError as exc:
             if exc.status == 404:
-                raise ClaimError(f"{ref} does not exist") from None
+                raise ClaimGone(f"{ref} does not exist") from None
             raise ClaimUnreadable(f"{ref}: reading it from the API server failed: {exc}") from None
         obj.setdefault("kind", "ResourceClaim")
         # The uid first: a claim replaced under the same name is not allocated yet, and "not
         # allocated" would hide that it is another claim (an audit of API faults).
         found = (obj.get("metadata") or {}).get("uid")
         if found != uid:
-            raise ClaimError(f"{ref}: uid {uid} was requested but the claim has uid {found} (it got replaced)")
+            raise ClaimGone(f"{ref}: uid {uid} was requested but the claim has uid {found} (it got replaced)")
         claim = parse_claim(obj, self.driver_name, uid_recorded=uid_recorded)
         if not claim.reserved_for:
-            raise ClaimError(f"{ref} is allocated but not reserved for any pod (status.reservedFor is empty)")
+            raise ClaimGone(f"{ref} is allocated but not reserved for any pod (status.reservedFor is empty)")
         return claim
 
     async def gone(self, namespace: str, name: str, uid: str, pool: str) -> str | None:

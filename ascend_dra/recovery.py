@@ -19,7 +19,7 @@ from ascend_dra import checkpoint as ckpt
 from ascend_dra.cdi import naming
 from ascend_dra.cdi.spec import CdiDevice, ContainerEdits, Spec
 from ascend_dra.checkpoint import ClaimRecord
-from ascend_dra.claims import ClaimError, ClaimUnreadable, PrepareError
+from ascend_dra.claims import ClaimGone, ClaimUnreadable, PrepareError
 from ascend_dra.model import ClaimAllocation
 
 if TYPE_CHECKING:
@@ -176,6 +176,8 @@ class RecoveryMixin:
         except OSError as exc:  # the CDI dir unreadable: the next look tries again
             log.warning("cannot look for missing CDI specs of prepared claims", extra={"error": describe_error(exc)})
             return 0
+        for uid in {r.uid for r in due} - {r.uid for r in missing}:
+            self._repair_waits.pop(uid, None)  # whole again (a replay re-created its spec)
         repaired = 0
         for seen in missing:
             try:
@@ -184,6 +186,7 @@ class RecoveryMixin:
                     record = self._records.get(seen.uid)
                     if record is None or record.state != ckpt.PREPARE_COMPLETED or record.boot_id != self.boot_id \
                             or not self._missing_spec_files(record):
+                        self._repair_waits.pop(seen.uid, None)
                         continue  # unprepared, replayed or repaired meanwhile
                     result = await self._replay(record, claim)
             except Exception as exc:
@@ -200,13 +203,14 @@ class RecoveryMixin:
         # An outage's messages differ by the request's details; the reason is "unreadable" for all.
         reason = "the claim could not be read" if isinstance(error, ClaimUnreadable) else describe_error(error)
         before = self._repair_waits.get(record.uid)
-        delay = REPAIR_RETRY_FIRST_S if before is None else min(REPAIR_RETRY_MAX_S, before[2] * 2)
+        again = before is not None and before[0] == reason  # a new reason starts the waits over
+        delay = min(REPAIR_RETRY_MAX_S, before[2] * 2) if again and before is not None else REPAIR_RETRY_FIRST_S
         self._repair_waits[record.uid] = (reason, time.monotonic() + delay, delay)
         extra = {"claim_uid": record.uid, "claim": f"{record.namespace}/{record.name}",
                  "error": describe_error(error), "retry_in_s": delay}
-        if before is not None and before[0] == reason:
+        if again:
             log.debug("a prepared claim's CDI spec is still missing", extra=extra)
-        elif isinstance(error, ClaimError) and not isinstance(error, ClaimUnreadable):
+        elif isinstance(error, ClaimGone):
             log.info("a prepared claim's CDI spec is missing and the claim is gone, replaced or no longer "
                      "allocated; its Unprepare is likely on the way", extra=extra)
         else:

@@ -739,14 +739,18 @@ async def test_repair_specs_never_prepares_back_a_claim_unprepared_meanwhile(tmp
     assert not spec.exists() and on_disk(tmp_path).claims == {}
 
 
-async def test_a_claim_whose_spec_cannot_be_repaired_is_tried_again_later_and_logged_once_per_reason(tmp_path, caplog):
+async def test_a_claim_whose_spec_cannot_be_repaired_is_tried_again_later_and_logged_once_per_reason(
+        tmp_path, caplog, monkeypatch):
     """Every look (each --health-interval) read the claim again and logged again, forever, and an API
     outage was logged at INFO as if the claim were gone."""
     import logging
+    import types
 
     from ascend_dra import recovery
     from ascend_dra.claims import ClaimUnreadable
 
+    clock = [1000.0]
+    monkeypatch.setattr(recovery, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
     state = await make_state(tmp_path, {"fake": FakeProfile()})
     obj = write_claim(tmp_path, claim_object("c", results=[("npu", "npu-0-0")]))
     uid = obj["metadata"]["uid"]
@@ -763,21 +767,50 @@ async def test_a_claim_whose_spec_cannot_be_repaired_is_tried_again_later_and_lo
     real_get, state.claim_source.get = state.claim_source.get, unreachable
     caplog.set_level(logging.DEBUG, logger="ascend_dra.state")
 
-    def logged():
-        return [(r.levelname, r.message) for r in caplog.records if "CDI spec" in r.message]
+    def logged() -> list[str]:
+        return [r.levelname for r in caplog.records if "a prepared claim's CDI spec" in r.message]
 
+    first = recovery.REPAIR_RETRY_FIRST_S
     assert await state.repair_specs() == 0
+    clock[0] += first - 1
     assert await state.repair_specs() == 0  # not due yet: no second read
-    assert len(reads) == 1
-    assert [level for level, _ in logged()] == ["WARNING"]
-    state._repair_waits[uid] = (state._repair_waits[uid][0], 0.0, state._repair_waits[uid][2])  # due now
+    assert len(reads) == 1 and logged() == ["WARNING"]
+    clock[0] += 1
     assert await state.repair_specs() == 0
-    assert len(reads) == 2 and [level for level, _ in logged()] == ["WARNING", "DEBUG"]  # same reason: quiet
-    assert state._repair_waits[uid][2] == 2 * recovery.REPAIR_RETRY_FIRST_S  # and later each time
+    assert len(reads) == 2 and logged() == ["WARNING", "DEBUG"]  # the same reason: quiet
+    clock[0] += 2 * first - 1
+    assert await state.repair_specs() == 0 and len(reads) == 2  # and waits twice as long
 
-    state.claim_source.get = real_get  # the API server is back
-    state._repair_waits[uid] = (state._repair_waits[uid][0], 0.0, state._repair_waits[uid][2])
+    state.claim_source.get = real_get  # the API server is back; the kubelet's replay repairs it first
+    assert isinstance((await state.prepare([ref(obj)]))[uid], list) and spec.is_file()
+    clock[0] += 1
+    assert await state.repair_specs() == 0
+    assert uid not in state._repair_waits  # whole again: forgotten
+    spec.unlink()  # lost again in another outage: named again, at once
+    state.claim_source.get = unreachable
+    assert await state.repair_specs() == 0
+    assert len(reads) == 3 and logged() == ["WARNING", "DEBUG", "WARNING"]
+
+    state.claim_source.get = real_get
+    clock[0] += first
     assert await state.repair_specs() == 1 and spec.is_file() and uid not in state._repair_waits
+
+
+async def test_repair_logs_a_gone_claim_at_info_and_a_broken_claim_file_as_a_warning(tmp_path, caplog):
+    import logging
+
+    state = await make_state(tmp_path, {"fake": FakeProfile()})
+    gone, broken = (write_claim(tmp_path, claim_object(n, results=[("npu", f"npu-{i}-0")]))
+                    for i, n in enumerate(("gone", "broken")))
+    for obj in (gone, broken):
+        await state.prepare([ref(obj)])
+        (tmp_path / "cdi" / naming.claim_spec_file(FAKE_KIND, obj["metadata"]["uid"])).unlink()
+    (tmp_path / "claims" / "default" / "gone.yaml").unlink()
+    (tmp_path / "claims" / "default" / "broken.yaml").write_text("metadata: [\n")
+    caplog.set_level(logging.INFO, logger="ascend_dra.state")
+    assert await state.repair_specs() == 0
+    levels = {r.claim_uid: r.levelname for r in caplog.records if "CDI spec" in r.message}
+    assert levels == {gone["metadata"]["uid"]: "INFO", broken["metadata"]["uid"]: "WARNING"}
 
 
 async def test_a_recorded_uid_read_before_its_unprepare_is_held_to_todays_rule_when_prepared_anew(tmp_path):
