@@ -20,19 +20,18 @@ import contextlib
 import errno
 import gc
 import logging
-import time
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import attrs
-from anyio.abc import TaskGroup, TaskStatus
+from anyio.abc import TaskStatus
 
 from ascend_dra.cdi.store import CdiStore
 from ascend_dra.checkpoint import CheckpointCorrupt, read_boot_id
 from ascend_dra.claims import ClaimSource, StandaloneClaimSource
 from ascend_dra.hotplug import watch_device_nodes
-from ascend_dra.instancelock import hold_instance_lock, mark_published, newer_live_instance, other_live_instances
+from ascend_dra.instancelock import hold_instance_lock, mark_published, newer_live_instance
 from ascend_dra.kubelet import dra
 from ascend_dra.kubelet.grpc_health import HealthThread, SocketProbe
 from ascend_dra.kubelet.health import HEALTH_SERVICES, HealthFeed, health_services
@@ -49,9 +48,7 @@ from ascend_dra.profiles.registry import LoadedProfile, load_profiles
 from ascend_dra.settings import Settings
 from ascend_dra.signals import run_until_signal
 from ascend_dra.state import DeviceState
-
-if TYPE_CHECKING:  # cluster mode's modules are imported before the loop starts, and only then (main)
-    from ascend_dra.statushook import StatusHook
+from ascend_dra.upkeep import UpkeepMixin
 
 __all__ = ("Daemon", "main")
 
@@ -117,11 +114,6 @@ FIRST_PUBLISH_WAIT_S = 2.0
 #: lull in the Prepares (claimstatus.py); a status not written by then stays unwritten.
 STATUS_DRAIN_S = 2.0
 
-#: Seconds between two looks, at start-up during a rolling update, for the older instance to be
-#: gone before the claim statuses are written again (Daemon._restore_claim_status).
-RESTORE_WAIT_POLL_S = 2.0
-
-
 @contextlib.contextmanager
 def _port_flag(flag: str, port: int, address: str) -> Iterator[None]:
     """Turn a failed bind into a start-up error that names the flag (and the usual cause)."""
@@ -134,7 +126,7 @@ def _port_flag(flag: str, port: int, address: str) -> Iterator[None]:
         raise RuntimeError(bind_problem(flag, port, address, exc) + hint) from exc
 
 
-class Daemon:
+class Daemon(UpkeepMixin):
     """The running node side. Built by :func:`main`; tests may drive it directly."""
 
     def __init__(self, settings: Settings) -> None:
@@ -370,58 +362,6 @@ class Daemon:
                 tg.start_soon(self._health_loop)
                 tg.start_soon(watch_device_nodes, s.dev_root, self.request_rediscovery)
                 await anyio.sleep_forever()
-
-    async def _repair_loop(self, status: StatusHook | None, tg: TaskGroup) -> None:
-        """Put back the CDI specs of prepared claims that are gone, at start and every
-        ``--health-interval`` (recovery.py, ``repair_specs``): the kubelet will not ask again, and a
-        container it (re)starts needs them. Its own task: a pass that waits on the API server holds
-        back no health check. The claim statuses are restored after the first pass, which decides
-        which claims are whole again (``DeviceState.restorable`` needs their specs)."""
-        assert self.state is not None
-        while True:
-            try:
-                await self.state.repair_specs()
-            except Exception:  # never expected (repair_specs logs its failures); the daemon serves on
-                log.exception("looking for missing CDI specs failed")
-            if status is not None:
-                tg.start_soon(self._restore_claim_status, status)
-                status = None
-            await anyio.sleep(self.settings.health_interval)
-
-    async def _restore_claim_status(self, status: StatusHook) -> None:
-        """Write the claim status of the prepared claims again (statushook.StatusHook.restore), once
-        this instance is the only one on the node: during a rolling update the older instance still
-        serves calls the kubelet began with it, and a claim it unprepares after this one read the
-        records would get its entries back from here; a newer one, once started, does this itself.
-        The records are read fresh (shared checkpoint) when the older instance is gone. A failure
-        is logged: the statuses are a courtesy, the daemon serves on."""
-        s = self.settings
-        assert self.state is not None
-        uid = s.rolling_update_id
-        seen = [0.0, True]  # time.monotonic() of the last look at the lock files, what it found
-
-        def alone() -> bool:
-            # At most one look a second: each takes, for an instant, the lock of any dead instance it
-            # finds, and another instance's start-up clean-up then takes that one for alive.
-            if uid is None:
-                return True
-            if time.monotonic() - seen[0] >= 1.0:
-                seen[:] = [time.monotonic(), not other_live_instances(s.plugin_dir, uid)]
-            return bool(seen[1])
-
-        try:
-            # Polled (ASYNC110): the other instances are processes; nothing here could set an Event for them
-            while not await anyio.to_thread.run_sync(alone):  # noqa: ASYNC110
-                await anyio.sleep(RESTORE_WAIT_POLL_S)
-            async with self.state.store.exclusive():
-                uids = list(self.state.prepared_claims)
-            if uids and (restored := await status.restore(uids, alone=alone)):
-                log.info("writing the claim status of the prepared claims again", extra={"claims": restored})
-        except (OSError, CheckpointCorrupt) as exc:
-            log.warning("writing the claim status of the prepared claims again failed",
-                        extra={"error": f"{type(exc).__name__}: {exc}"})
-        except Exception:  # a bug here must not stop a daemon that serves the kubelet
-            log.exception("writing the claim status of the prepared claims again raised")
 
     async def check_health(self) -> None:
         """Ask every profile with a ``health`` hook about its devices and feed the kubelet's health

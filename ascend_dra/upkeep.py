@@ -1,0 +1,84 @@
+"""The daemon's upkeep after it serves the kubelet: CDI specs of prepared claims put back when they
+are gone (recovery.py, ``repair_specs``), and the claim statuses of prepared claims written again once
+after start-up (statushook.py). :class:`UpkeepMixin` is part of :class:`~ascend_dra.daemon.Daemon`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import anyio
+from anyio.abc import TaskGroup
+
+from ascend_dra.checkpoint import CheckpointCorrupt
+from ascend_dra.instancelock import other_live_instances
+from ascend_dra.statushook import StatusHook
+
+if TYPE_CHECKING:
+    from ascend_dra.daemon import Daemon
+
+__all__ = ("RESTORE_WAIT_POLL_S", "UpkeepMixin")
+
+log = logging.getLogger("ascend_dra.daemon")
+
+#: Seconds between two looks, at start-up during a rolling update, for the older instance to be
+#: gone before the claim statuses are written again (:meth:`UpkeepMixin._restore_claim_status`).
+RESTORE_WAIT_POLL_S = 2.0
+
+
+class UpkeepMixin:
+    """The upkeep half of Daemon (it only runs as part of one)."""
+
+    async def _repair_loop(self: Daemon, status: StatusHook | None, tg: TaskGroup) -> None:
+        """Put back the CDI specs of prepared claims that are gone, at start and every
+        ``--health-interval`` (recovery.py, ``repair_specs``): the kubelet will not ask again, and a
+        container it (re)starts needs them. Its own task: a pass that waits on the API server holds
+        back no health check. The claim statuses are restored after the first pass, which decides
+        which claims are whole again (``DeviceState.restorable`` needs their specs)."""
+        assert self.state is not None
+        while True:
+            try:
+                await self.state.repair_specs()
+            except Exception:  # never expected (repair_specs logs its failures); the daemon serves on
+                log.exception("looking for missing CDI specs failed")
+            if status is not None:
+                tg.start_soon(self._restore_claim_status, status)
+                status = None
+            await anyio.sleep(self.settings.health_interval)
+
+    async def _restore_claim_status(self: Daemon, status: StatusHook) -> None:
+        """Write the claim status of the prepared claims again (statushook.StatusHook.restore), once
+        this instance is the only one on the node: during a rolling update the older instance still
+        serves calls the kubelet began with it, and a claim it unprepares after this one read the
+        records would get its entries back from here; a newer one, once started, does this itself.
+        The records are read fresh (shared checkpoint) when the older instance is gone. A failure
+        is logged: the statuses are a courtesy, the daemon serves on."""
+        s = self.settings
+        assert self.state is not None
+        uid = s.rolling_update_id
+        seen = [0.0, True]  # time.monotonic() of the last look at the lock files, what it found
+
+        def alone() -> bool:
+            # At most one look a second: each takes, for an instant, the lock of any dead instance it
+            # finds, and another instance's start-up clean-up then takes that one for alive.
+            if uid is None:
+                return True
+            if time.monotonic() - seen[0] >= 1.0:
+                seen[:] = [time.monotonic(), not other_live_instances(s.plugin_dir, uid)]
+            return bool(seen[1])
+
+        try:
+            # Polled (ASYNC110): the other instances are processes; nothing here could set an Event for them
+            while not await anyio.to_thread.run_sync(alone):  # noqa: ASYNC110
+                await anyio.sleep(RESTORE_WAIT_POLL_S)
+            async with self.state.store.exclusive():
+                uids = list(self.state.prepared_claims)
+            if uids and (restored := await status.restore(uids, alone=alone)):
+                log.info("writing the claim status of the prepared claims again", extra={"claims": restored})
+        except (OSError, CheckpointCorrupt) as exc:
+            log.warning("writing the claim status of the prepared claims again failed",
+                        extra={"error": f"{type(exc).__name__}: {exc}"})
+        except Exception:  # a bug here must not stop a daemon that serves the kubelet
+            log.exception("writing the claim status of the prepared claims again raised")
