@@ -75,6 +75,8 @@ def max_shares(options: Mapping[str, str], profile: str) -> int:
     capacity), default :data:`MAX_CONTAINERS`; HAMi's Ascend device plugin caps a chip at its
     ``VDeviceCount`` (7 on a 310P3 by default). Checked by :meth:`VnpuCoreHost.from_options`."""
     return int(options.get(f"{profile}.maxShares", MAX_CONTAINERS))
+
+
 #: The declarations checked before start-up (:mod:`ascend_dra.profiles.options`).
 OPTIONS: Mapping[str, ProfileOption] = {
     "hostRoot": ProfileOption("prefix of every default path (a lab's fake host root)", check=absolute_path),
