@@ -347,6 +347,16 @@ def test_common_910a_with_mcu() -> None:
     assert common.mcu == McuCommon(temperature_c=48, power_w=45.2)
 
 
+def test_common_without_a_blank_line_before_chip_id() -> None:
+    """Huawei's fault-diagnosis document prints the head and the chip as one block; it was refused
+    ("says 1 chips but 0 are printed") and the chip's AI core count was lost."""
+    common = readings.parse_common(fixture("910A_info_-t_common_-i_0_no-blank-line.txt"))
+    assert (common.npu_id, common.chip_count, common.mcu) == (0, 1, None)
+    assert common.chips == (ChipCommon(chip_id=0, memory_usage_percent=6, hbm_usage_percent=0,
+                                       aicore_usage_percent=0, aicore_freq_mhz=900, aicore_cur_freq_mhz=900,
+                                       aicore_count=30, temperature_c=41, power_w=71.7),)
+
+
 def test_common_910b1_indented() -> None:
     common = readings.parse_common(fixture("910B1_info_-t_common_-i_1.txt"))
     assert (common.npu_id, common.chip_count) == (1, 1)

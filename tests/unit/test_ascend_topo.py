@@ -25,6 +25,14 @@ def test_a3_phy_id_labels_are_physical_ids() -> None:
     assert topo.cpu_affinity == ("0-39", "0-39", "40-79", "40-79")
 
 
+def test_950_ub_links_are_read() -> None:
+    """The 950's legend adds ``UB`` ("Connection traversing UB"); the matrix was refused."""
+    topo = parse_topo(fixture("950_info_-t_topo_UB_dual-card.txt"))
+    assert (topo.label_kind, topo.ids) == (LABEL_NPU, tuple(range(8)))
+    assert (topo.link(0, 1), topo.link(1, 0), topo.link(0, 2), topo.link(6, 7)) == ("UB", "UB", "SYS", "UB")
+    assert topo.cpu_affinity[3:5] == ("0-63,128-191", "64-127,192-255")
+
+
 def test_nic_rows_are_accepted() -> None:
     text = ("   NPU0   NPU1   NIC0   CPU Affinity\nNPU0   X   HCCS   PIX   0-3\nNPU1   HCCS   X   SYS   4-7\n"
             "NIC0   PIX   SYS   X\n")

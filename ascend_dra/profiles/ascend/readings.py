@@ -230,12 +230,17 @@ def parse_common(text: str, *, command: str = "npu-smi info -t common -i <N>") -
 
     Samples: ``910A_info_-t_common_-i_0_with_mcu.txt`` (Aicore Count 32), ``910B1_info_-t_common_-i_1.txt``
     (Aicore Count 24), ``310P-duo_info_-t_common_-i_1_2chips.txt`` (two chips, no Aicore Count),
-    ``950_info_-t_common_-i_0.txt`` (one block, Aicore Count 32).
+    ``950_info_-t_common_-i_0.txt`` (one block, Aicore Count 32), ``910A_info_-t_common_-i_0_no-blank-line.txt``
+    (the head and the chip in one block).
 
     :raises NpuSmiParseError: on a layout error, an unknown block, or a ``Chip Count`` mismatch.
     """
     blocks = parse_key_values(text, command=command)
     head, body = blocks[0], blocks[1:]
+    keys = [k for k, *_ in head.entries]
+    if "Chip ID" in keys[1:]:  # no blank line before the first chip block (a document's rendering dropped it)
+        at = keys.index("Chip ID")
+        head, body = KeyValueBlock(head.entries[:at]), [KeyValueBlock(head.entries[at:]), *body]
     npu_id = head.required_integer(command, "NPU ID")
     chip_count = head.integer(command, "Chip Count")
     chips: list[ChipCommon] = []

@@ -28,8 +28,9 @@ from ascend_dra.profiles.ascend.errors import NpuSmiParseError
 
 __all__ = ("LABEL_NPU", "LABEL_PHYSICAL", "LINK_KINDS", "Topology", "parse_topo")
 
-#: Link kinds printed by ``-t topo`` (its legend, and the npu-smi source; docs/ascend-hardware.md#npu-smi-commands).
-LINK_KINDS = frozenset({"X", "HCCS", "HCCS_SW", "SIO", "PIX", "PXB", "PHB", "SYS", "NA"})
+#: Link kinds printed by ``-t topo`` (its legend, and the npu-smi source; docs/ascend-hardware.md#npu-smi-commands);
+#: ``UB`` is the 950's ("Connection traversing UB").
+LINK_KINDS = frozenset({"X", "HCCS", "HCCS_SW", "SIO", "UB", "PIX", "PXB", "PHB", "SYS", "NA"})
 #: ``Topology.label_kind``: labels are NPU (card) IDs (``NPU<k>``) ...
 LABEL_NPU = "npu"
 #: ... or physical IDs (``Phy-ID<k>``, A3).
