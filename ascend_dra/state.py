@@ -42,7 +42,7 @@ from ascend_dra.cdi import naming
 from ascend_dra.cdi.spec import Spec
 from ascend_dra.cdi.store import CdiStore
 from ascend_dra.checkpoint import ClaimRecord
-from ascend_dra.claims import ClaimError, ClaimSource, PrepareError, check_claim_ref, unique_refs
+from ascend_dra.claims import ClaimError, ClaimSource, ClaimUnreadable, PrepareError, check_claim_ref, unique_refs
 from ascend_dra.faults import crash_point
 from ascend_dra.journal import Journal
 from ascend_dra.model import ClaimAllocation, Inventory, PreparedDevice
@@ -198,14 +198,17 @@ class DeviceState(RecoveryMixin, UnprepareMixin):
         refs = unique_refs(refs)
         results: dict[str, list[PreparedDevice] | Exception] = {}
         fetched: dict[str, ClaimAllocation] = {}
+        unread: dict[str, ClaimUnreadable] = {}  # completed claims the API server could not give now
 
         async def fetch(ref: ClaimRef) -> None:
+            # A recorded uid was accepted when it was prepared (see unprepare.py). A completed
+            # claim is read too: its allocation must still be the one recorded (_replay).
+            recorded = ref.uid in self._records and self._records[ref.uid].state == ckpt.PREPARE_COMPLETED
             try:
-                # A recorded uid was accepted when it was prepared (see unprepare.py). A completed
-                # claim is read too: its allocation must still be the one recorded (_replay).
-                recorded = ref.uid in self._records and self._records[ref.uid].state == ckpt.PREPARE_COMPLETED
                 fetched[ref.uid] = await self.claim_source.get(ref.namespace, ref.name, ref.uid,
                                                                uid_recorded=recorded)
+            except ClaimUnreadable as exc:
+                (unread if recorded else results)[ref.uid] = exc  # a replay may still answer (_replay)
             except (ClaimError, PrepareError) as exc:
                 results[ref.uid] = exc
             except Exception as exc:  # an API server hiccup fails this claim only
@@ -234,7 +237,10 @@ class DeviceState(RecoveryMixin, UnprepareMixin):
                     results[ref.uid] = foreign
                     continue
                 if record is not None and record.state == ckpt.PREPARE_COMPLETED:
-                    results[ref.uid] = await self._replay(record, fetched[ref.uid])
+                    results[ref.uid] = await self._replay(record, fetched.get(ref.uid) or unread[ref.uid])
+                    continue
+                if ref.uid in unread:  # unprepared meanwhile: a new Prepare needs the claim
+                    results[ref.uid] = unread[ref.uid]
                     continue
                 try:  # read as a recorded uid, unprepared since: a new Prepare takes today's rule
                     check_claim_ref(ref.namespace, ref.name, ref.uid)
@@ -408,11 +414,15 @@ class DeviceState(RecoveryMixin, UnprepareMixin):
                                 "claim or run the release that wrote it")
         return None
 
-    async def _replay(self, record: ClaimRecord, claim: ClaimAllocation) -> list[PreparedDevice] | Exception:
+    async def _replay(self, record: ClaimRecord,
+                      claim: ClaimAllocation | ClaimUnreadable) -> list[PreparedDevice] | Exception:
         """Answer a Prepare for a completed claim again, only if the answer is still true.
 
         ``claim`` is the claim as read now: allocated other devices than the record holds (it was
-        deallocated and allocated again without an Unprepare), it fails, naming both. The claim's
+        deallocated and allocated again without an Unprepare), it fails, naming both. When the API
+        server could not give it (``ClaimUnreadable``: an outage), the record answers, as it did when
+        it was written: a kubelet restarted during an outage finds its running pods' claims
+        prepared; only a spec that must be re-created from the claim then fails. The claim's
         spec is re-created (with side effects, after a reboot) when it is gone; the CDI dir and the
         common spec when they are gone; a record that cannot give the same answer (no CDI ids: an
         incompatible release wrote it) or whose device nodes vanished fails loudly.
@@ -422,13 +432,15 @@ class DeviceState(RecoveryMixin, UnprepareMixin):
             return PrepareError(f"{where}: its checkpoint record names no CDI device ids or spec files (written by "
                                 "an incompatible release), so the answer cannot be given again; unprepare the "
                                 "claim (delete its pod) and prepare it again")
-        reallocated = reallocation(record, claim)
+        reallocated = None if isinstance(claim, ClaimUnreadable) else reallocation(record, claim)
         if reallocated is not None:
             return PrepareError(f"{where}: {reallocated}")
         rebooted = record.boot_id != self.boot_id
         try:
             missing = self._missing_spec_files(record)
             if rebooted or any(f in record.cdi_specs for f in missing):
+                if isinstance(claim, ClaimUnreadable):
+                    return claim  # its spec must be made from the claim
                 plan = self.planner.plan(claim, self._holds, exclude=record.uid)
                 side_effects = await self._run_side_effects(plan) if rebooted else record.side_effects
                 self._write_specs(plan.specs)
@@ -450,6 +462,9 @@ class DeviceState(RecoveryMixin, UnprepareMixin):
             return exc
         except Exception as exc:
             return PrepareError(f"{where}: re-creating its CDI spec: {describe_error(exc)}")
+        if isinstance(claim, ClaimUnreadable):
+            log.info("a prepared claim is answered from its record; the claim could not be read to check its "
+                     "allocation", extra={"claim_uid": record.uid, "error": str(claim)})
         return self._prepared_devices(self._records[record.uid])
 
     def _kinds_of(self, record: ClaimRecord) -> set[str]:

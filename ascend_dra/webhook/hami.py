@@ -263,6 +263,11 @@ def _limit_path(path: str, section: str, key: str) -> str:
     return f'{path}.resources.{section}["{key}"]'
 
 
+#: A claim holds at most this many devices (resource.k8s.io/v1 ``AllocationResultsMaxSize``, 32 in
+#: 1.35-1.37): a larger HAMi count could never be allocated.
+MAX_CHIPS = 32
+
+
 @attrs.frozen
 class _Chip:
     common_word: str
@@ -295,6 +300,9 @@ def _chips(container: Mapping[str, Any], path: str, problems: list[tuple[str, st
             number = _quantity(limits[key])
             if number != number.to_integral_value() or number < 0:
                 raise ValueError(f"{limits[key]!r} must be a whole number of chips (0 for none)")
+            if number > MAX_CHIPS:
+                raise ValueError(f"{limits[key]!r} is more chips than one claim can hold (at most {MAX_CHIPS}, "
+                                 "the API's AllocationResultsMaxSize)")
             count = int(number)
         except ValueError as exc:
             problems.append((_limit_path(path, "limits", key), str(exc)))

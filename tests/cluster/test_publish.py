@@ -255,7 +255,8 @@ def test_prepared_claims_are_served_while_the_api_server_is_down(cp, start_daemo
         assert first.claims[prepared["metadata"]["uid"]].error == ""
         cp.stop_apiserver()
         try:
-            # The kubelet restarted and prepares again: answered from the checkpoint, no API call.
+            # The kubelet restarted and prepares again: the claim cannot be read to check its
+            # allocation, so the record answers, as it did when written.
             assert k.prepare(prepared) == first
             # A claim the daemon never saw needs the API server: that claim fails, with the reason.
             error = k.prepare(waiting).claims[waiting["metadata"]["uid"]].error

@@ -847,3 +847,28 @@ def test_reallocation_compares_every_share_and_tells_exclusive_from_shared():
     assert reallocation(two_shares, claim(("npu-0-0", "s2"), ("npu-0-0", "s1"))) is None
     assert "now allocated npu: node-1/npu-0-0 (share s1)" in reallocation(two_shares, claim(("npu-0-0", "s1")))
     assert reallocation(record(("npu-0-0", None)), claim(("npu-0-0", "s9"))) is not None  # exclusive, now shared
+
+
+async def test_a_replay_during_an_api_outage_is_answered_from_the_record_unless_its_spec_must_be_made(tmp_path):
+    """A kubelet restarted while the API server is down prepares its running pods' claims again: they
+    were answered from the checkpoint, and reading the claim first must not turn that into errors."""
+    from ascend_dra.claims import ClaimUnreadable
+
+    state = await make_state(tmp_path, {"fake": FakeProfile()})
+    obj = write_claim(tmp_path, claim_object("c", results=[("npu", "npu-0-0")]))
+    uid = obj["metadata"]["uid"]
+    first = (await state.prepare([ref(obj)]))[uid]
+    real_get = state.claim_source.get
+
+    async def down(namespace, name, uid, **_):
+        raise ClaimUnreadable(f"ResourceClaim {namespace}/{name}: reading it from the API server failed: refused")
+
+    state.claim_source.get = down
+    assert (await state.prepare([ref(obj)]))[uid] == first
+    (tmp_path / "cdi" / naming.claim_spec_file(FAKE_KIND, uid)).unlink()
+    missing = (await state.prepare([ref(obj)]))[uid]  # a spec is made from the claim: not now
+    assert isinstance(missing, ClaimUnreadable) and "reading it from the API server failed" in str(missing)
+    other = write_claim(tmp_path, claim_object("new", results=[("npu", "npu-1-0")]))
+    assert isinstance((await state.prepare([ref(other)]))[other["metadata"]["uid"]], ClaimUnreadable)
+    state.claim_source.get = real_get
+    assert (await state.prepare([ref(obj)]))[uid] == first

@@ -319,3 +319,16 @@ def test_a_count_of_0_asks_for_no_chip_its_entries_leave_and_no_claim_is_made():
     assert [c.common_word for c in both.claims] == ["Ascend910B3"]
     with pytest.raises(ConversionError, match="must be a whole number of chips"):
         convert_pod(pod_with({"huawei.com/Ascend310P": "-1"}), "ns")
+
+
+def test_a_count_above_what_a_claim_can_hold_is_refused():
+    """``100E`` chips (found by the fuzz test) reached the template's name hash as an integer orjson
+    cannot encode, and the review failed with a TypeError instead of naming the field."""
+    assert [c.spec["devices"]["requests"][0]["exactly"]["count"]
+            for c in convert_pod(pod_with({"huawei.com/Ascend910B3": "32"}), "ns").claims] == [32]
+    for count in ("33", "100E"):
+        with pytest.raises(ConversionError) as caught:
+            convert_pod(pod_with({"huawei.com/Ascend910B3": count}), "ns")
+        assert caught.value.problems == (('spec.containers[0].resources.limits["huawei.com/Ascend910B3"]',
+                                          f"{count!r} is more chips than one claim can hold (at most 32, the API's "
+                                          "AllocationResultsMaxSize)"),)
