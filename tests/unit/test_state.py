@@ -720,13 +720,20 @@ async def test_repair_specs_puts_back_the_specs_of_claims_prepared_in_this_boot_
     assert not specs[2].exists()
 
 
-async def test_repair_specs_never_prepares_back_a_claim_unprepared_meanwhile(tmp_path):
+async def prepared_without_spec(tmp_path: Path) -> tuple[DeviceState, dict, str, Path]:
+    """A state with claim ``c`` prepared on npu-0-0 whose CDI spec is then removed:
+    (state, claim object, uid, the spec's path)."""
     state = await make_state(tmp_path, {"fake": FakeProfile()})
     obj = write_claim(tmp_path, claim_object("c", results=[("npu", "npu-0-0")]))
     uid = obj["metadata"]["uid"]
     await state.prepare([ref(obj)])
     spec = tmp_path / "cdi" / naming.claim_spec_file(FAKE_KIND, uid)
     spec.unlink()
+    return state, obj, uid, spec
+
+
+async def test_repair_specs_never_prepares_back_a_claim_unprepared_meanwhile(tmp_path):
+    state, obj, uid, spec = await prepared_without_spec(tmp_path)
     real_get = state.claim_source.get
 
     async def get_then_unprepare(*args, **kwargs):  # the kubelet's Unprepare lands while the claim is read
@@ -751,12 +758,7 @@ async def test_a_claim_whose_spec_cannot_be_repaired_is_tried_again_later_and_lo
 
     clock = [1000.0]
     monkeypatch.setattr(recovery, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
-    state = await make_state(tmp_path, {"fake": FakeProfile()})
-    obj = write_claim(tmp_path, claim_object("c", results=[("npu", "npu-0-0")]))
-    uid = obj["metadata"]["uid"]
-    await state.prepare([ref(obj)])
-    spec = tmp_path / "cdi" / naming.claim_spec_file(FAKE_KIND, uid)
-    spec.unlink()
+    state, obj, uid, spec = await prepared_without_spec(tmp_path)
     reads = []
 
     async def unreachable(namespace, name, uid, **_):
