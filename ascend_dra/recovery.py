@@ -149,9 +149,9 @@ class RecoveryMixin:
             async with self.store.exclusive():  # shared: another instance's specs are live, not orphans
                 await self._remove_orphan_specs()
 
-    async def repair_specs(self: DeviceState) -> int:
+    async def repair_specs(self: DeviceState) -> list[str]:
         """Re-create the CDI specs of claims prepared in this boot whose spec files are gone (a
-        restart of the daemon, a removal by hand); return how many claims were repaired.
+        restart of the daemon, a removal by hand); return the uids of the claims repaired.
 
         The kubelet asks again only after its own restart or a reboot: while it runs, a claim it
         prepared is prepared for it, and every container it starts (again) for that claim needs the
@@ -170,15 +170,15 @@ class RecoveryMixin:
         now = time.monotonic()
         due = [r for r in candidates if self._repair_waits.get(r.uid, ("", 0.0, 0.0))[1] <= now]
         if not due:
-            return 0
+            return []
         try:
             missing = await anyio.to_thread.run_sync(lambda: [r for r in due if self._missing_spec_files(r)])
         except OSError as exc:  # the CDI dir unreadable: the next look tries again
             log.warning("cannot look for missing CDI specs of prepared claims", extra={"error": describe_error(exc)})
-            return 0
+            return []
         for uid in {r.uid for r in due} - {r.uid for r in missing}:
             self._repair_waits.pop(uid, None)  # whole again (a replay re-created its spec)
-        repaired = 0
+        repaired: list[str] = []
         for seen in missing:
             try:
                 claim = await self.claim_source.get(seen.namespace, seen.name, seen.uid, uid_recorded=True)
@@ -195,7 +195,7 @@ class RecoveryMixin:
                 self._repair_failed(seen, result)
             else:
                 self._repair_waits.pop(seen.uid, None)
-                repaired += 1
+                repaired.append(seen.uid)
         return repaired
 
     def _repair_failed(self: DeviceState, record: ClaimRecord, error: Exception) -> None:

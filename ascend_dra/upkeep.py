@@ -36,20 +36,24 @@ class UpkeepMixin:
         ``--health-interval`` (recovery.py, ``repair_specs``): the kubelet will not ask again, and a
         container it (re)starts needs them. Its own task: a pass that waits on the API server holds
         back no health check. The claim statuses are restored after the first pass, which decides
-        which claims are whole again (``DeviceState.restorable`` needs their specs)."""
+        which claims are whole again (``DeviceState.restorable`` needs their specs); a claim repaired
+        only in a later pass (the API server was down at start) gets its status restored then."""
         assert self.state is not None
+        first = True
         while True:
+            repaired: list[str] = []
             try:
-                await self.state.repair_specs()
+                repaired = await self.state.repair_specs()
             except Exception:  # never expected (repair_specs logs its failures); the daemon serves on
                 log.exception("looking for missing CDI specs failed")
-            if status is not None:
-                tg.start_soon(self._restore_claim_status, status)
-                status = None
+            if status is not None and (first or repaired):
+                tg.start_soon(self._restore_claim_status, status, None if first else repaired)
+            first = False
             await anyio.sleep(self.settings.health_interval)
 
-    async def _restore_claim_status(self: Daemon, status: StatusHook) -> None:
-        """Write the claim status of the prepared claims again (statushook.StatusHook.restore), once
+    async def _restore_claim_status(self: Daemon, status: StatusHook, only: list[str] | None = None) -> None:
+        """Write the claim status of the prepared claims (or of the claims ``only``) again
+        (statushook.StatusHook.restore), once
         this instance is the only one on the node: during a rolling update the older instance still
         serves calls the kubelet began with it, and a claim it unprepares after this one read the
         records would get its entries back from here; a newer one, once started, does this itself.
@@ -74,7 +78,7 @@ class UpkeepMixin:
             while not await anyio.to_thread.run_sync(alone):  # noqa: ASYNC110
                 await anyio.sleep(RESTORE_WAIT_POLL_S)
             async with self.state.store.exclusive():
-                uids = list(self.state.prepared_claims)
+                uids = list(self.state.prepared_claims) if only is None else only
             if uids and (restored := await status.restore(uids, alone=alone)):
                 log.info("writing the claim status of the prepared claims again", extra={"claims": restored})
         except (OSError, CheckpointCorrupt) as exc:

@@ -195,3 +195,50 @@ async def test_a_restored_status_is_checked_again_before_each_retry(tmp_path):
                                                                      alone=lambda: not others) == 1
     await written(writer)
     assert api.written == ["a"] and writer.deferrals == 0  # one request, then dropped
+
+
+@pytest.mark.anyio
+async def test_a_claim_repaired_only_in_a_later_pass_gets_its_status_restored_then(tmp_path, monkeypatch):
+    """The API server was down at start: the first pass could not re-create claim b's spec, so the
+    restore after it skipped b (a claim without its spec is not restorable). The statuses were
+    restored after the first pass only, and b's was never written again."""
+    import types
+
+    from ascend_dra import recovery
+    from ascend_dra.claims import ClaimUnreadable
+    from ascend_dra.upkeep import UpkeepMixin
+
+    monkeypatch.setattr(recovery, "REPAIR_RETRY_FIRST_S", 0.0)
+    state, (_, b) = await prepared_state(tmp_path, ["a", "b"])
+    (tmp_path / "cdi" / state.prepared_claims[b["metadata"]["uid"]].cdi_specs[0]).unlink()
+    outage = [True]
+    real_get = state.claim_source.get
+
+    async def get(*args: Any, **kwargs: Any) -> Any:
+        if outage[0]:
+            raise ClaimUnreadable("ResourceClaim default/b: reading it from the API server failed: timeout")
+        return await real_get(*args, **kwargs)
+
+    state.claim_source.get = get
+    api = CountingApi()
+    writer = ClaimStatusWriter(api, DRIVER, pool="node-1", quiet_s=0.001)
+
+    class Upkept(UpkeepMixin):
+        def __init__(self) -> None:
+            self.state = state
+            self.settings = types.SimpleNamespace(health_interval=0.05, rolling_update_id=None, plugin_dir=tmp_path)
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(writer.run)
+        tg.start_soon(Upkept()._repair_loop, StatusHook(writer, state, tmp_path / "cdi"), tg)
+        with anyio.fail_after(10):
+            while api.written != ["a"]:  # noqa: ASYNC110 (polls what the API server got)
+                await anyio.sleep(0.01)
+            await anyio.sleep(0.2)  # several passes while b cannot be read: nothing more written
+            assert api.written == ["a"]
+            outage[0] = False
+            while api.written != ["a", "b"]:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+            await anyio.sleep(0.2)  # and written once, not again at each pass
+        tg.cancel_scope.cancel()
+    assert api.written == ["a", "b"]

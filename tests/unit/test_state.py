@@ -701,13 +701,13 @@ async def test_repair_specs_puts_back_the_specs_of_claims_prepared_in_this_boot_
         assert isinstance((await state.prepare([ref(obj)]))[obj["metadata"]["uid"]], list)
     specs = [tmp_path / "cdi" / naming.claim_spec_file(FAKE_KIND, o["metadata"]["uid"]) for o in objs]
     written = [p.read_bytes() for p in specs]
-    assert await state.repair_specs() == 0  # nothing missing: nothing read, nothing written
+    assert await state.repair_specs() == []  # nothing missing: nothing read, nothing written
 
     specs[0].unlink()
     specs[1].unlink()
     write_claim(tmp_path, claim_object("c1", uid=objs[1]["metadata"]["uid"], results=[("npu", "npu-3-0")]))
     restarted = await make_state(tmp_path, {"fake": FakeProfile()})
-    assert await restarted.repair_specs() == 1
+    assert await restarted.repair_specs() == [objs[0]["metadata"]["uid"]]
     assert specs[0].read_bytes() == written[0]
     assert not specs[1].exists()  # allocated again meanwhile: refused, named in a WARNING, record kept
     [warning] = [r for r in caplog.records if r.levelname == "WARNING" and "re-creating it failed" in r.message]
@@ -716,7 +716,7 @@ async def test_repair_specs_puts_back_the_specs_of_claims_prepared_in_this_boot_
 
     specs[2].unlink()  # a claim of an earlier boot waits for the kubelet's Prepare (side effects first)
     rebooted = await make_state(tmp_path, {"fake": FakeProfile()}, boot_id="boot-2")
-    assert await rebooted.repair_specs() == 0
+    assert await rebooted.repair_specs() == []
     assert not specs[2].exists()
 
 
@@ -742,7 +742,7 @@ async def test_repair_specs_never_prepares_back_a_claim_unprepared_meanwhile(tmp
         return claim
 
     state.claim_source.get = get_then_unprepare
-    assert await state.repair_specs() == 0
+    assert await state.repair_specs() == []
     assert not spec.exists() and on_disk(tmp_path).claims == {}
 
 
@@ -773,29 +773,29 @@ async def test_a_claim_whose_spec_cannot_be_repaired_is_tried_again_later_and_lo
         return [r.levelname for r in caplog.records if "a prepared claim's CDI spec" in r.message]
 
     first = recovery.REPAIR_RETRY_FIRST_S
-    assert await state.repair_specs() == 0
+    assert await state.repair_specs() == []
     clock[0] += first - 1
-    assert await state.repair_specs() == 0  # not due yet: no second read
+    assert await state.repair_specs() == []  # not due yet: no second read
     assert len(reads) == 1 and logged() == ["WARNING"]
     clock[0] += 1
-    assert await state.repair_specs() == 0
+    assert await state.repair_specs() == []
     assert len(reads) == 2 and logged() == ["WARNING", "DEBUG"]  # the same reason: quiet
     clock[0] += 2 * first - 1
-    assert await state.repair_specs() == 0 and len(reads) == 2  # and waits twice as long
+    assert await state.repair_specs() == [] and len(reads) == 2  # and waits twice as long
 
     state.claim_source.get = real_get  # the API server is back; the kubelet's replay repairs it first
     assert isinstance((await state.prepare([ref(obj)]))[uid], list) and spec.is_file()
     clock[0] += 1
-    assert await state.repair_specs() == 0
+    assert await state.repair_specs() == []
     assert uid not in state._repair_waits  # whole again: forgotten
     spec.unlink()  # lost again in another outage: named again, at once
     state.claim_source.get = unreachable
-    assert await state.repair_specs() == 0
+    assert await state.repair_specs() == []
     assert len(reads) == 3 and logged() == ["WARNING", "DEBUG", "WARNING"]
 
     state.claim_source.get = real_get
     clock[0] += first
-    assert await state.repair_specs() == 1 and spec.is_file() and uid not in state._repair_waits
+    assert await state.repair_specs() == [uid] and spec.is_file() and uid not in state._repair_waits
 
 
 async def test_repair_logs_a_gone_claim_at_info_and_a_broken_claim_file_as_a_warning(tmp_path, caplog):
@@ -810,7 +810,7 @@ async def test_repair_logs_a_gone_claim_at_info_and_a_broken_claim_file_as_a_war
     (tmp_path / "claims" / "default" / "gone.yaml").unlink()
     (tmp_path / "claims" / "default" / "broken.yaml").write_text("metadata: [\n")
     caplog.set_level(logging.INFO, logger="ascend_dra.state")
-    assert await state.repair_specs() == 0
+    assert await state.repair_specs() == []
     levels = {r.claim_uid: r.levelname for r in caplog.records if "CDI spec" in r.message}
     assert levels == {gone["metadata"]["uid"]: "INFO", broken["metadata"]["uid"]: "WARNING"}
 
