@@ -236,8 +236,9 @@ def build_parser() -> argparse.ArgumentParser:
           "file holding the node's boot id", type=Path)
     _flag(run, "--discovery-timeout", "DISCOVERY_TIMEOUT", 30.0, "seconds one profile's discovery may take",
           type=float)
-    _flag(run, "--rediscover-interval", "REDISCOVER_INTERVAL", 60.0, "seconds between periodic rediscoveries",
-          type=float)
+    _flag(run, "--rediscover-interval", "REDISCOVER_INTERVAL", 60.0,
+          "seconds between periodic rediscoveries (and, while the API server drops the ResourceSlice fields "
+          "of a feature gate, between two dry-run asks whether it keeps them again)", type=float)
     _flag(run, "--health-interval", "HEALTH_INTERVAL", 10.0,
           "seconds between device health checks (and the look for missing CDI specs of prepared claims); the "
           "health stream is re-sent at least every 10 s whatever this is (the kubelet calls a device unknown "

@@ -360,6 +360,7 @@ class Daemon(UpkeepMixin):
                 tg.start_soon(self._repair_loop, status, tg)
                 tg.start_soon(self._rediscover_loop)
                 tg.start_soon(self._health_loop)
+                tg.start_soon(self._gate_probe_loop)
                 tg.start_soon(watch_device_nodes, s.dev_root, self.request_rediscovery)
                 await anyio.sleep_forever()
 

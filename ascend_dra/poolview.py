@@ -80,7 +80,7 @@ class PoolView:
     :ivar withdrawn: devices left out because their profile reports them unhealthy.
     :ivar taints_dropped: the API server dropped our taints (DRADeviceTaints off): ``taint`` withdraws.
     :ivar counters_dropped: the API server dropped our counters (DRAPartitionableDevices off): whole
-        chips only, until the daemon restarts.
+        chips only, until a dry-run create finds them kept again (gateprobe.py).
     """
 
     def __init__(self, driver_name: str, unhealthy_devices: str) -> None:
@@ -138,9 +138,36 @@ class PoolView:
         if "DRAPartitionableDevices" in gates and not self.counters_dropped:
             self.counters_dropped = True
             log.warning("the API server drops shared counters (feature gate DRAPartitionableDevices off): only "
-                        "whole chips are published, no vNPU templates, until the daemon restarts with the gate on")
+                        "whole chips are published, no vNPU templates, until the API server keeps them (asked every "
+                        "--rediscover-interval with a dry-run create)")
             changed = True
         return changed
+
+    @property
+    def dropped_gates(self) -> list[str]:
+        """The feature gates whose fields the API server dropped, whose fallback is on."""
+        return [g for g, on in (("DRADeviceTaints", self.taints_dropped),
+                                ("DRAPartitionableDevices", self.counters_dropped)) if on]
+
+    def on_kept(self, gates: Collection[str]) -> bool:
+        """The API server keeps the fields of these ``gates`` again (gateprobe.py); return whether
+        the slices must be written again (their fallback ends now)."""
+        changed = False
+        if "DRADeviceTaints" in gates and self.taints_dropped:
+            self.taints_dropped = False
+            log.warning("the API server keeps device taints again (feature gate DRADeviceTaints on): unhealthy "
+                        "devices are tainted again, as --unhealthy-devices says")
+            changed = self.mark_unhealthy(self._health)
+        if "DRAPartitionableDevices" in gates and self.counters_dropped:
+            self.counters_dropped = False
+            log.warning("the API server keeps shared counters again (feature gate DRAPartitionableDevices on): "
+                        "vNPU templates are published again")
+            changed = True
+        return changed
+
+    def full(self, inventories: Mapping[str, Inventory]) -> Inventory:
+        """The pool as it would be published were every gate on (what gateprobe.py asks about)."""
+        return merged(inventories, self.taints, self.withdrawn)
 
     def desired(self, inventories: Mapping[str, Inventory]) -> Inventory:
         """The pool to publish from every profile's inventory."""

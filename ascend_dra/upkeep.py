@@ -1,6 +1,8 @@
 """The daemon's upkeep after it serves the kubelet: CDI specs of prepared claims put back when they
-are gone (recovery.py, ``repair_specs``), and the claim statuses of prepared claims written again once
-after start-up (statushook.py). :class:`UpkeepMixin` is part of :class:`~ascend_dra.daemon.Daemon`.
+are gone (recovery.py, ``repair_specs``), the claim statuses of prepared claims written again once
+after start-up (statushook.py), and, while a feature gate's fields are dropped, asking now and then
+whether the API server keeps them again (gateprobe.py). :class:`UpkeepMixin` is part of
+:class:`~ascend_dra.daemon.Daemon`.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from typing import TYPE_CHECKING
 import anyio
 from anyio.abc import TaskGroup
 
+from ascend_dra.apiclient import ApiError
 from ascend_dra.checkpoint import CheckpointCorrupt
+from ascend_dra.gateprobe import gates_still_dropped
 from ascend_dra.instancelock import other_live_instances
 from ascend_dra.statushook import StatusHook
 
@@ -50,6 +54,34 @@ class UpkeepMixin:
                 tg.start_soon(self._restore_claim_status, status, None if first else repaired)
             first = False
             await anyio.sleep(self.settings.health_interval)
+
+    async def _gate_probe_loop(self: Daemon) -> None:
+        """Every ``--rediscover-interval``, :meth:`probe_gates` (nothing while no fallback is on):
+        a gate turned on is a change of the node's surroundings, looked for as often as new devices."""
+        while True:
+            await anyio.sleep(self.settings.rediscover_interval)
+            await self.probe_gates()
+
+    async def probe_gates(self: Daemon) -> list[str]:
+        """Ask the API server, with dry-run creates, whether it keeps the fields of the gates whose
+        fallback is on (poolview.PoolView.dropped_gates); end the fallback of each it keeps again and
+        republish. Returns the gates whose fallback ended. Never raises: an API server that does not
+        answer is asked again next time. Not while a newer instance publishes (a rolling update)."""
+        assert self.state is not None
+        gates = self.pool.dropped_gates
+        if not gates or self.api is None or getattr(self.publisher, "standing_by_for", None):
+            return []
+        try:
+            still = await gates_still_dropped(self.api, self.pool.full(self.state.inventories), gates,
+                                              driver_name=self.settings.driver_name, node_name=self.settings.node_name)
+        except ApiError as exc:
+            log.debug("asking whether the API server keeps the dropped ResourceSlice fields again failed",
+                      extra={"gates": ",".join(gates), "error": str(exc)})
+            return []
+        kept = [g for g in gates if g not in still]
+        if kept and self.pool.on_kept(kept) and self.publisher is not None:
+            self.publisher.update(self._desired())
+        return kept
 
     async def _restore_claim_status(self: Daemon, status: StatusHook, only: list[str] | None = None) -> None:
         """Write the claim status of the prepared claims (or of the claims ``only``) again

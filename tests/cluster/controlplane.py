@@ -723,6 +723,19 @@ class ControlPlane:
         if (self.workdir / STATE_FILE).exists():
             self._write_state()
 
+    def set_feature_gates(self, gates: dict[str, bool]) -> None:
+        """Restart kube-apiserver, kube-controller-manager and kube-scheduler with ``gates`` (etcd,
+        and what it stores, stay): an operator turning a gate on. Returns when they are ready."""
+        running = self.procs
+        for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver"):
+            running[name].stop(grace=15)
+        self.feature_gates = dict(gates)
+        self._define_procs()  # the new command lines; the etcd process stays the one that runs
+        fresh, self.procs = self.procs, running
+        for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):
+            running[name].argv = fresh[name].argv
+        self.start_apiserver()
+
     def stop(self, grace: float = 5.0) -> None:
         """Terminate every component (reverse start order): SIGTERM, SIGKILL after ``grace`` seconds."""
         errors = []

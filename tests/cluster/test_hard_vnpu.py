@@ -9,6 +9,7 @@ cores (docs/ascend-hardware.md#910b-and-a3-templates). The test plays the kubele
 
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -209,14 +210,16 @@ def test_without_partitionable_devices_only_whole_chips_are_published(short_tmp)
     """An API server with DRAPartitionableDevices off drops the counters: the scheduler then saw the
     chip and each vNPU template as independent devices, and gave a chip whole and cut at once (only
     the Prepares that fit succeeded; the other pods waited for good). Now only the whole chip is
-    published, without counters; a pod for it runs, a pod for a vNPU stays unschedulable."""
+    published, without counters; a pod for it runs, a pod for a vNPU stays unschedulable. Once the
+    operator turns the gate on (kube-apiserver restarted, not the daemon), the templates come back:
+    the fallback lasted until the daemon restarted."""
     cp = ControlPlane(short_tmp / "cp", default_bin_dir(), feature_gates={**DEFAULT_FEATURE_GATES,
                                                                           "DRAPartitionableDevices": False})
     cp.start()
     root = short_tmp / "node"
     host = SimHost(root, chips=((4, 0, 0, 0, "910B4"),))
     d = DaemonProcess(root, node=cp.node_name, kubeconfig=cp.kubeconfig, profiles="hard-vNPU", env=host.env,
-                      extra_args=daemon_args(host)).start()
+                      extra_args=[*daemon_args(host), "--rediscover-interval", "1"]).start()
     pods: list[str] = []
     try:
         for doc in yaml.safe_load_all((EXAMPLES / "deviceclasses" / "hard-vnpu.yaml").read_text()):
@@ -232,6 +235,14 @@ def test_without_partitionable_devices_only_whole_chips_are_published(short_tmp)
         chip = create(cp, pods, CHIP_CLASS)
         assert prepare(Kubelet(d), allocated(cp, chip)) == "npu-0-0"
         assert_pending(cp, vnpu)
+        time.sleep(2)  # the daemon asks every --rediscover-interval (1 s): the answer is still no
+        assert [dev["name"] for dev in published()] == ["npu-0-0"]
+
+        cp.set_feature_gates(DEFAULT_FEATURE_GATES)
+        wait_until(lambda: any(s["spec"].get("sharedCounters") for s in our_slices(cp, cp.node_name))
+                   and len(published()) > 1, "vNPU templates published again", within=60)
+        assert "the API server keeps shared counters again" in d.log_text()
+        assert {dev["name"] for dev in published() if dev.get("consumesCounters")} >= {"npu-0-0"}
     finally:
         for p in pods:
             delete(cp, p)

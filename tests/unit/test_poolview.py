@@ -62,6 +62,25 @@ def test_counters_and_taints_dropped_together_leave_healthy_whole_chips():
     assert names(pool) == ["npu-0-0"] and pool.counter_sets == ()
 
 
+def test_a_gate_kept_again_ends_its_fallback():
+    """The fallbacks lasted until the daemon restarted; an operator turns a gate on by restarting
+    kube-apiserver, not our DaemonSet (gateprobe.py asks, on_kept ends the fallback)."""
+    view = PoolView("d.example.com", "taint")
+    inventories = {"p": Inventory(devices=(CHIP, VNPU, PLAIN), counter_sets=(CHIP_SET,))}
+    view.mark_unhealthy({"npu-1-0": False})
+    assert view.on_dropped(["DRAPartitionableDevices", "DRADeviceTaints"])
+    assert view.dropped_gates == ["DRADeviceTaints", "DRAPartitionableDevices"]
+    assert names(view.full(inventories)) == ["npu-0-0", "vnpu-0-0-vir05-0"]  # what is asked about
+    assert not view.on_kept([])
+    assert view.on_kept(["DRAPartitionableDevices"])
+    pool = view.desired(inventories)
+    assert names(pool) == ["npu-0-0", "vnpu-0-0-vir05-0"] and pool.counter_sets == (CHIP_SET,)
+    assert view.on_kept(["DRADeviceTaints"])  # the withdrawn device comes back, tainted
+    assert [(d.name, [t.key for t in d.taints]) for d in view.desired(inventories).devices] == [
+        ("npu-0-0", []), ("vnpu-0-0-vir05-0", []), ("npu-1-0", ["d.example.com/unhealthy"])]
+    assert view.dropped_gates == [] and not view.on_kept(["DRADeviceTaints", "DRAPartitionableDevices"])
+
+
 @pytest.mark.parametrize(("mode", "expected"), [("withdraw", ["npu-1-0"]), ("publish", ["npu-0-0", "npu-1-0"])])
 def test_withdraw_and_publish_never_taint(mode, expected):
     view = PoolView("d.example.com", mode)
