@@ -447,7 +447,9 @@ class ClaimStatusWriter:
         query = [("fieldManager", self.field_manager), ("force", "true")]
         delay = 0.5
         apply = True
-        for attempt in range(1, self.attempts + 1):
+        attempt = 0
+        while attempt < self.attempts:
+            attempt += 1
             if job.only_if is not None and not job.only_if():
                 log.debug("restored claim status no longer due; not written", extra={"claim_uid": job.uid})
                 return
@@ -469,7 +471,8 @@ class ClaimStatusWriter:
                     log.debug("claim status skipped", extra={"claim_uid": job.uid, "error": str(exc)})
                     return
                 if exc.status == 422 and apply and "status.allocation" in str(exc):
-                    apply = False  # see _merge: retry at once with a merge patch
+                    apply = False  # see _merge: retry at once with a merge patch,
+                    attempt -= 1  # which is not a failed attempt (with attempts=1 it was never sent)
                     continue
                 if exc.status in (400, 422):  # invalid stays invalid
                     self._count("failed")
@@ -518,7 +521,11 @@ class ClaimStatusWriter:
         creator wrote them sorted and compact (kubectl does; a Go struct or a Python dict in its own
         key order does not); a JSON merge patch keeps the key order and fails only when the creator
         wrote whitespace. So: other drivers' entries are kept as read, ours replaced, and
-        ``resourceVersion`` guards against a concurrent writer (409 -> the loop retries).
+        ``resourceVersion`` guards against a concurrent writer (409 -> the loop retries). What others
+        wrote into an entry of our device (``conditions`` of a binding-conditions controller,
+        ``networkData``) is kept: only ``data`` is ours, as with server-side apply (a merge patch
+        replaces the whole list, and this dropped them; kubernetes-sigs/dra-example-driver#266).
+        Unprepare removes our entries whole: the device is no longer the claim's on this node.
         """
         claim = await api.call("GET", path.removesuffix("/status"))
         if claim.get("metadata", {}).get("uid") != job.uid:
@@ -527,7 +534,14 @@ class ClaimStatusWriter:
         others = [d for d in devices if not self._mine(d)]
         if not entries and len(others) == len(devices):
             return  # nothing of ours to remove
+        before = {_entry_key(d): d for d in devices if self._mine(d)}
+        entries = [{**{k: v for k, v in before.get(_entry_key(e), {}).items() if k != "data"}, **e} for e in entries]
         await api.call("PATCH", path, query=[("fieldManager", self.field_manager)],
                        content_type="application/merge-patch+json",
                        body={"metadata": {"resourceVersion": claim["metadata"]["resourceVersion"]},
                              "status": {"devices": [*others, *entries]}})
+
+
+def _entry_key(entry: Mapping[str, Any]) -> tuple[Any, Any, Any, Any]:
+    """What identifies a ``status.devices`` entry (the list's map keys): driver, pool, device, shareID."""
+    return entry.get("driver"), entry.get("pool"), entry.get("device"), entry.get("shareID")

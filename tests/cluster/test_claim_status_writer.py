@@ -166,6 +166,36 @@ async def test_entries_a_merge_patch_wrote_are_removed_too(cp, start_daemon, api
         delete_claim_and_pod(cp, name)
 
 
+async def test_a_merge_patch_keeps_what_others_wrote_into_our_entries(cp, start_daemon, api):
+    """The merge fallback replaced the whole list with our bare entries: the conditions a
+    binding-conditions controller (KEP-5007) writes on our device's entry before the pod is bound,
+    so before the Prepare, were wiped by our write (kubernetes-sigs/dra-example-driver#266)."""
+    [claim] = allocated_claims(cp, start_daemon, 1, creator="go")
+    name = claim["metadata"]["name"]
+    [result] = claim["status"]["allocation"]["devices"]["results"]
+    writer = ClaimStatusWriter(api, DRIVER)
+    condition = {"type": "Ready", "status": "True", "reason": "Attached", "message": "by another controller",
+                 "lastTransitionTime": "2026-12-03T00:00:00Z"}
+    try:
+        status, reply = cp.api("PATCH", f"{RES}/namespaces/default/resourceclaims/{name}/status?fieldManager=other",
+                               {"status": {"devices": [{"driver": DRIVER, "pool": result["pool"],
+                                                        "device": result["device"], "conditions": [condition],
+                                                        "networkData": {"interfaceName": "eth1"}}]}},
+                               content_type="application/merge-patch+json")
+        assert status == 200, reply
+        writer.prepared(prepared(claim))
+        await run_until_idle(writer, 1)
+        assert [m for m, _ in api.calls][-2:] == ["GET", "PATCH"]  # the merge fallback wrote it
+        [entry] = our_status(claim_of(cp, "default", name))
+        assert entry["conditions"] == [condition] and entry["networkData"] == {"interfaceName": "eth1"}
+        assert entry["data"] and writer.failed == 0
+        writer.unprepared("default", name, claim["metadata"]["uid"])
+        await run_until_idle(writer, 2)
+        assert our_status(claim_of(cp, "default", name)) == []
+    finally:
+        delete_claim_and_pod(cp, name)
+
+
 async def test_each_claim_ends_in_its_last_state_whatever_the_interleaving(cp, start_daemon, api):
     claims = allocated_claims(cp, start_daemon, 6)
     writer = ClaimStatusWriter(api, DRIVER, workers=4, quiet_s=0, max_delay_s=0)  # no lull: writes overlap

@@ -242,3 +242,29 @@ async def test_a_claim_repaired_only_in_a_later_pass_gets_its_status_restored_th
             await anyio.sleep(0.2)  # and written once, not again at each pass
         tg.cancel_scope.cancel()
     assert api.written == ["a", "b"]
+
+
+@pytest.mark.anyio
+async def test_the_switch_to_a_merge_patch_is_not_a_failed_attempt(tmp_path):
+    """The apply's 422 (a claim server-side apply cannot patch, _merge) used up an attempt: with
+    attempts=1 the merge patch was never sent, and the write ended neither counted nor logged."""
+    from ascend_dra.apiclient import ApiError
+
+    state, (a,) = await prepared_state(tmp_path, ["a"])
+    meta = a["metadata"]
+
+    class ApplyRefused(CountingApi):
+        async def call(self, method: str, path: str, **kwargs: Any) -> dict:
+            await super().call(method, path, **kwargs)
+            if kwargs.get("content_type") == "application/apply-patch+yaml":
+                raise ApiError(422, "ResourceClaim.resource.k8s.io is invalid: status.allocation: field is immutable")
+            if method == "GET":
+                return {"metadata": {**meta, "resourceVersion": "7"}, "status": {}}
+            return {}
+
+    api = ApplyRefused()
+    writer = ClaimStatusWriter(api, DRIVER, pool="node-1", quiet_s=0.001, attempts=1)
+    StatusHook(writer, state, tmp_path / "cdi").after_prepare(meta["namespace"], meta["name"], meta["uid"],
+                                                             state.restorable(meta["uid"])[1])
+    await written(writer)
+    assert len(api.written) == 3 and writer.applied == 1 and writer.failed == 0  # apply, GET, merge patch
