@@ -193,9 +193,11 @@ class Daemon(UpkeepMixin):
         # worker threads (anyio's default: 40). 64 Unprepares in flight had started 40, each with
         # its own malloc arena; the journal is written by one at a time anyway.
         anyio.to_thread.current_default_thread_limiter().total_tokens = WORKER_THREADS
-        for directory in (s.plugin_dir, s.registrar_dir):  # sockets and checkpoint: root only
-            directory.mkdir(mode=0o750, parents=True, exist_ok=True)
-            directory.chmod(0o750)
+        s.plugin_dir.mkdir(mode=0o750, parents=True, exist_ok=True)  # our socket and checkpoint: root only
+        s.plugin_dir.chmod(0o750)
+        # The kubelet's plugins_registry, shared by every CSI and DRA plugin of the node: made as the
+        # kubelet's plugin watcher makes it (0755) if missing, its mode never narrowed (our socket is 0600).
+        s.registrar_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
         async with hold_instance_lock(s.plugin_dir, rolling_update_id=s.rolling_update_id,
                                       sockets_of=s.rolling_update_sockets):
             await self._run_locked(task_status=task_status)

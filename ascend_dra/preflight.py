@@ -137,7 +137,7 @@ def check_paths(settings: Settings) -> None:
             raise PreflightError(f"{flag}: {socket} exists and is not a socket; the daemon replaces only a socket "
                                  "there, so move it away")
     _make_dir(settings.plugin_dir, 0o750, flag_plugins, standalone)
-    _make_dir(settings.registrar_dir, 0o750, flag_registrar, standalone)
+    _make_dir(settings.registrar_dir, 0o755, flag_registrar, standalone)  # shared: the kubelet's mode
     # An existing read-only CDI dir is not refused: the daemon serves and reports each spec it cannot
     # write or remove on its claim (docs/durable-state.md), so only its creation is checked here.
     _make_dir(settings.cdi_root, 0o755, "--standalone" if standalone else "--cdi-root", standalone, writable=False)

@@ -55,12 +55,26 @@ def test_registration_answers_like_the_go_helper_and_keeps_the_status(daemon, ku
     assert "the kubelet refused the registration" in daemon.log_text()
 
 
-def test_sockets_are_owner_only_and_their_directories_0750(daemon):
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_sockets_are_owner_only_and_only_our_own_directory_is_narrowed(daemon):
+    """The registration socket's directory is the kubelet's plugins_registry, shared by every CSI
+    and DRA plugin of the node: it was chmodded to 0750 at each start, shutting out whatever reaches
+    it through "other". It is made as the kubelet makes it (0755) and never narrowed."""
     for sock in (daemon.registration_socket, daemon.dra_socket):
         mode = sock.stat().st_mode
         assert stat.S_ISSOCK(mode)
         assert stat.S_IMODE(mode) == 0o600
-        assert stat.S_IMODE(sock.parent.stat().st_mode) == 0o750
+    assert stat.S_IMODE(daemon.dra_socket.parent.stat().st_mode) == 0o750
+    assert stat.S_IMODE(daemon.registration_socket.parent.stat().st_mode) == 0o755 & ~_umask()
+    daemon.registration_socket.parent.chmod(0o775)  # as another plugin's installer may have left it
+    daemon.stop()
+    daemon.start()
+    assert stat.S_IMODE(daemon.registration_socket.parent.stat().st_mode) == 0o775
 
 
 @pytest.mark.parametrize("api", ["v1", "v1beta1"])
