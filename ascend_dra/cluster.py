@@ -221,6 +221,7 @@ class ApiPublisher:
         self._own_versions: set[tuple[str, str]] = set()
         self._syncing = False
         self._held_events: list[tuple[str, str | None, str | None]] = []  # (type, name, resourceVersion)
+        self._watch_version: str | None = None  # the last resourceVersion the watch saw (where the next begins)
         # ((inventory, generation, node uid), slices, their sorted contents) of the last build.
         self._built: tuple[tuple[Any, int, str], list[dict[str, Any]], list[bytes]] | None = None
 
@@ -445,20 +446,28 @@ class ApiPublisher:
         built an ``ApiClient`` of its own each time the watch began (loading the system CA bundle on
         the loop: 55 ms) and turned every event, our own writes included, into model objects.
         A watch that fails or ends at once is begun again after a pause that doubles up to
-        :data:`WATCH_BACKOFF_MAX_S`; a refusal (4xx) is logged as a warning.
+        :data:`WATCH_BACKOFF_MAX_S`; a refusal (4xx) is logged as a warning. The next watch begins at
+        the last resourceVersion seen (events and bookmarks), as an informer does: begun at "now",
+        a deletion between two watches (after the reconcile that the end of the first one woke had
+        listed the slices, or during a back-off) went unseen until the next resync. A version the
+        server no longer has (410 Gone) starts over at "now", after a reconcile.
         """
         assert self._api is not None
         selector = f"spec.driver={self.driver_name},spec.nodeName={self.node_name}"
-        query = [("fieldSelector", selector), ("watch", "true"), ("timeoutSeconds", str(WATCH_S))]
+        query = [("fieldSelector", selector), ("watch", "true"), ("allowWatchBookmarks", "true"),
+                 ("timeoutSeconds", str(WATCH_S))]
         # The server ends the watch after WATCH_S; a connection silent for longer is dead.
         limits = aiohttp.ClientTimeout(sock_connect=30, sock_read=WATCH_S + 30)
         pause = 1.0
         while True:
             began = time.monotonic()
+            since = [("resourceVersion", self._watch_version)] if self._watch_version else []
             try:
-                await self._watch_once(query, limits)
+                await self._watch_once(query + since, limits)
                 self._wake.set()  # the watch ended (its timeout): look once, events may be missed
             except Exception as exc:  # the API server went away or refused: back off, then watch again
+                if isinstance(exc, ApiError) and exc.status == 410:
+                    self._watch_version = None  # expired: the reconcile woken below lists afresh
                 refused = isinstance(exc, ApiError) and 400 <= exc.status < 500 and exc.status != 410  # 410: expired
                 (log.warning if refused else log.debug)("the watch of our ResourceSlices failed", extra={
                     "error": str(exc)})
@@ -479,9 +488,11 @@ class ApiPublisher:
                 if kind == "ERROR":  # e.g. the watch expired: a Status object; watch again
                     raise ApiError(int((event.get("object") or {}).get("code") or 0),
                                    str((event.get("object") or {}).get("message")))
-                if kind not in ("DELETED", "MODIFIED", "ADDED"):
-                    continue
                 meta = (event.get("object") or {}).get("metadata") or {}
+                if meta.get("resourceVersion"):
+                    self._watch_version = meta["resourceVersion"]
+                if kind not in ("DELETED", "MODIFIED", "ADDED"):
+                    continue  # BOOKMARK: only its version
                 key = (kind, meta.get("name"), meta.get("resourceVersion"))
                 if self._is_own_write(*key):
                     continue

@@ -100,6 +100,47 @@ async def test_our_own_writes_cause_no_further_reconcile_and_a_foreign_change_do
         await close_api(api)
 
 
+async def test_a_deletion_between_two_watches_is_seen_before_the_next_resync(cp):
+    """Each watch began at "now": slices deleted after the reconcile that the end of a watch woke
+    had listed them, and before the next watch began (or during a back-off), stayed deleted until
+    the next resync (60 s by default; the kubelet deletes a node's slices when it starts). The next
+    watch now begins at the last resourceVersion seen, and replays the deletion."""
+    from ascend_dra.model import Device, Inventory
+
+    api = await apiclient.connect_api(str(cp.kubeconfig))
+    publisher = cluster.ApiPublisher(str(cp.kubeconfig), driver_name=DRIVER, node_name=cp.node_name, api=api,
+                                     resync_interval=3600)
+    real_watch_once = publisher._watch_once
+    watches: list[int] = []
+    deleted = anyio.Event()
+
+    async def watch_once(query, limits):
+        watches.append(len(watches))
+        if len(watches) == 2:  # the first watch ended; its reconcile has run: delete, then watch again
+            await anyio.sleep(1)
+            await anyio.to_thread.run_sync(delete_our_slices, cp, cp.node_name)
+            deleted.set()
+        # The first watch ends at once; the second outlasts the test (its end would wake a reconcile).
+        seconds = "1" if len(watches) == 1 else "60"
+        await real_watch_once([(k, seconds if k == "timeoutSeconds" else v) for k, v in query], limits)
+
+    publisher._watch_once = watch_once
+    inventory = Inventory(devices=tuple(Device(f"npu-{i}") for i in range(2)), source="test")
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(publisher.run, inventory)
+            with anyio.fail_after(30):
+                await deleted.wait()
+                # put back by the replayed DELETED event, not a resync
+                while not await anyio.to_thread.run_sync(our_slices, cp, cp.node_name):  # noqa: ASYNC110 (polls)
+                    await anyio.sleep(0.1)
+            assert len(watches) == 2  # during the second watch
+            tg.cancel_scope.cancel()
+    finally:
+        await close_api(api)
+        delete_our_slices(cp, cp.node_name)
+
+
 class _Chunks:
     def __init__(self, chunks: list[bytes]) -> None:
         self.chunks = chunks
