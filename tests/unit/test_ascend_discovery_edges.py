@@ -13,7 +13,7 @@ from ascend_dra.commands.discover import run
 from ascend_dra.model import Capacity
 from ascend_dra.profiles.ascend.npu310p import Npu310PProfile
 from ascend_dra.profiles.ascend.npu910 import Npu910Profile
-from tests.unit.test_ascend_discovery import ANSWERS_910A, SHARED, tree_910a
+from tests.unit.test_ascend_discovery import ANSWERS_910A, SHARED, run_chain, tree_910a
 from tests.unit.test_ascend_profiles import context
 from tests.unit.test_ascend_support import dev_tree, fake_npu_smi, fixture, sys_tree
 
@@ -101,6 +101,65 @@ async def test_a_running_daemon_keeps_names_when_npu_smi_stops_answering(tmp_pat
     assert {d.name: d.attributes["physicalID"] for d in after.devices} == {
         d.name: d.attributes["physicalID"] for d in before.devices}
     assert "devfs tier: logic, chip and NPU IDs kept from the last npu-smi answer" in profile.discovery_notes()
+
+
+# -- a chip whose health npu-smi cannot print --------------------------------------------------------
+
+BUSES_910B3 = ["0000:c1:00.0", "0000:c2:00.0", "0000:81:00.0", "0000:82:00.0", "0000:01:00.0", "0000:02:00.0",
+               "0000:41:00.0", "0000:42:00.0"]
+
+
+async def test_a_chip_printed_without_its_first_row_is_not_published_and_the_others_are(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """npu-smi prints only the second row of a chip whose health it cannot turn into text
+    (``print_card_total_info_with_HBM_first``, npu_info_print.c; the table is ``910B3_info.txt`` without
+    NPU 2's first row, constructed from that function, not a capture). That failed the npu-smi tier, and
+    the devfs tier then published all eight chips, this one as healthy. Now the other seven are read, and
+    this one (no NPU ID, name or health) is left out with a warning naming its Bus-Id and davinci node."""
+    lines = fixture("910B3_info.txt").splitlines(keepends=True)
+    assert lines[12].startswith("| 2     910B3")
+    exe = fake_npu_smi(tmp_path, {"info": written(tmp_path, "info.txt", "".join(lines[:12] + lines[13:]))})
+    dev = dev_tree(tmp_path, [f"davinci{i}" for i in range(8)] + SHARED)
+    sys_root = sys_tree(tmp_path, {bus: ("0x19e5", "0xd802", 0) for bus in BUSES_910B3}, dict(enumerate(BUSES_910B3)))
+    profile = Npu910Profile()
+    with caplog.at_level(logging.WARNING):
+        inventory = await profile.discover(context(tmp_path, exe, dev, sys_root))
+    assert inventory.source == "npu-smi"
+    # Logic IDs by the devfs rule (rank among all eight davinci nodes), so the names stay those of the devfs tier.
+    assert [(d.name, d.attributes["physicalID"], d.attributes["npuID"]) for d in inventory.devices] == [
+        ("npu-0-0", 0, 0), ("npu-1-0", 1, 1), ("npu-3-0", 3, 3), ("npu-4-0", 4, 4), ("npu-5-0", 5, 5),
+        ("npu-6-0", 6, 6), ("npu-7-0", 7, 7)]
+    reason = ("npu-smi info printed only its second row (line 13: chip 0, Bus-Id 0000:81:00.0): "
+              "npu-smi could not print its health, and its NPU ID and name are missing")
+    assert [(r.physical_id, r.npu_id, r.chip_id, r.reason) for r in dropped_records(caplog)] == [  # type: ignore[attr-defined]
+        (2, None, 0, reason)]
+    assert f"  not published: physical ID 2 (chip 0): {reason}" in profile.discovery_notes()
+
+
+# -- the 950's phyid-remap names the logic ID NPU ID ----------------------------------------------
+
+
+async def test_950_logic_ids_come_from_its_phyid_remap_npu_id(tmp_path: Path) -> None:
+    """The 950 prints no logic ID in ``npu-smi info`` or ``-m``, so ``phyid-remap`` is asked; its answer
+    (``NPU ID`` = the DCMI device ID, no ``Chip Logic ID``) was refused, and the logic IDs came from the
+    devfs rule, which here differs. ``-p 0`` is the 950 manual's example; ``-p 1``/``-p 2`` are constructed
+    from the format strings of ``show_ascend_chip_phyid_remap_info`` (npu_chip_info.c), not captures."""
+    def remap(physical: int, npu: int) -> str:
+        return written(tmp_path, f"remap{physical}.txt", "".join(
+            f"\t{key:<30}:{value}\n" for key, value in (("Chip Phy-ID", physical), ("NPU ID", npu), ("Slot ID", npu),
+                                                         ("Chip ID", 0))))
+
+    exe = fake_npu_smi(tmp_path, {"info": "950PR_info_Alarm_processes_drv25.7.rc1.txt",
+                                  "info -t phyid-remap -p 0": "950_info_-t_phyid-remap_-p_0.txt",
+                                  "info -t phyid-remap -p 1": remap(1, 2), "info -t phyid-remap -p 2": remap(2, 1)})
+    dev = dev_tree(tmp_path, ["davinci0", "davinci1", "davinci2", *SHARED])
+    davinci = {0: "0000:71:00.0", 1: "0000:81:00.0", 2: "0000:61:00.0"}  # NPU 0, 2, 1 of the table
+    sys_root = sys_tree(tmp_path, {bus: ("0x19e5", "0xd806", 0) for bus in davinci.values()}, davinci)
+    found = await run_chain(tmp_path, exe, dev, sys_root)
+    assert found.source == "npu-smi"
+    assert [(c.logic_id, c.physical_id, c.npu_id, c.chip_id) for c in found.chips] == [
+        (0, 0, 0, 0), (1, 2, 1, 0), (2, 1, 2, 0)]
+    assert "phyid-remap used (no logic ID for NPU 0 chip 0): answered for 3 of 3 davinci nodes" in found.notes
 
 
 # -- a chip whose device node is absent is not published ------------------------------------------

@@ -3,7 +3,8 @@
 The IDs are kept apart as in :mod:`.chip` (docs/ascend-hardware.md#the-ids). Sources, best first:
 
 * ``npu-smi info -t phyid-remap -p <physical ID>`` maps a ``davinci<N>`` number to the chip's
-  logic ID, NPU ID and chip ID on every chip type (docs/ascend-hardware.md#the-ids). It is asked only when
+  logic ID, NPU ID and chip ID on every chip type (docs/ascend-hardware.md#the-ids; on the 950, whose
+  ``npu-smi info`` and ``-m`` print no logic ID, its ``NPU ID`` is the logic ID, :mod:`.remap`). It is asked only when
   the other sources are missing or disagree (:func:`remap_reason`), once per ``/dev/davinci<N>``;
   when it answers, it wins, and each value it corrects is logged.
 * logic ID: ``Chip Logic ID`` of ``npu-smi info -m``, else the ``Device`` column of the 310/310P

@@ -17,7 +17,8 @@ Steps 2-5 are enrichments: when one fails, a WARNING names the call and its fiel
 omitted; what was inferred or lost is also returned as notes (``ascend-dra discover`` shows them).
 How logic and physical IDs are chosen is in :mod:`.ids`. A chip without a physical ID, or two chips
 sharing one, fails the tier: a device we cannot inject must not be published. A chip whose
-``/dev/davinci<physicalID>`` is absent is dropped, with the reason.
+``/dev/davinci<physicalID>`` is absent is dropped, with the reason, and so is a chip that ``npu-smi
+info`` prints without its first row (its health unknown, :class:`.tables.IncompleteChip`).
 """
 
 from __future__ import annotations
@@ -155,6 +156,7 @@ async def discover_npu_smi(npu_smi: NpuSmi, *, dev_root: Path, sys_root: Path,
     partial = [_assemble(info, c, mapping, boards.get(c.npu_id), commons.get(c.npu_id),
                          chip_boards.get((c.npu_id, c.chip_id))) for c in info.chips]
     numbers, by_address = await anyio.to_thread.run_sync(_davinci_nodes, dev_root, sys_root)
+    incomplete = _incomplete(info, partial, by_address)
     reason = remap_reason(partial, numbers, by_address)
     remaps: dict[int, PhyIdRemap] = {}
     if reason is not None:
@@ -196,8 +198,8 @@ async def discover_npu_smi(npu_smi: NpuSmi, *, dev_root: Path, sys_root: Path,
         notes.append(describe_carried(carried, "npu-smi calls failed"))
         logger.info("attributes kept from the last npu-smi answer for the calls that failed",
                     extra={"carried": carried, "tier": "npu-smi"})
-    return NpuSmiAnswer(chips=tuple(sorted(chips, key=lambda c: c.logic_id)), dropped=resolved.dropped,
-                        notes=tuple(notes))
+    return NpuSmiAnswer(chips=tuple(sorted(chips, key=lambda c: c.logic_id)),
+                        dropped=(*incomplete, *resolved.dropped), notes=tuple(notes))
 
 
 async def _remaps(npu_smi: NpuSmi, numbers: list[int], budget: _Budget, reason: str) -> dict[int, PhyIdRemap]:
@@ -222,6 +224,24 @@ async def _remaps(npu_smi: NpuSmi, numbers: list[int], budget: _Budget, reason: 
     async with anyio.create_task_group() as tg:
         for number in rest:
             tg.start_soon(one, number)
+    return out
+
+
+def _incomplete(info: InfoTable, partial: list[PartialChip], by_address: Mapping[str, int]) -> list[DroppedChip]:
+    """The chips ``npu-smi info`` printed without their first row (:class:`.tables.IncompleteChip`), as
+    chips not published. Their health is unknown and their NPU ID and name are not printed, so npu-smi
+    cannot be asked about them, and published such a chip would count as healthy
+    (docs/ascend-hardware.md#npu-smi-commands). The physical ID is the ``Phy-ID`` column (910_93) or the
+    davinci node sysfs names for the Bus-Id (not one another chip prints too), the logic ID the ``Device``
+    column (310/310P): for the record only."""
+    printed = {p.pci_address for p in partial}
+    out = []
+    for row in info.incomplete:
+        address = (row.bus_id or "").lower() or None
+        physical = row.phy_id
+        if physical is None and address is not None and address not in printed:
+            physical = by_address.get(address)
+        out.append(DroppedChip(reason=row.reason, physical_id=physical, logic_id=row.device, chip_id=row.chip_id))
     return out
 
 

@@ -13,6 +13,7 @@ docs/ascend-discovery.md#npu-smi-per-chip-readings): the 310/310B print their me
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 import attrs
@@ -22,6 +23,7 @@ from ascend_dra.profiles.ascend.errors import NpuSmiParseError
 from ascend_dra.profiles.ascend.keyvalue import KeyValueBlock, parse_key_values
 
 __all__ = (
+    "BoardCpuCommon",
     "ChipCommon",
     "ChipMemory",
     "ChipUsages",
@@ -42,6 +44,9 @@ __all__ = (
 _DDR_CAPACITY = ("DDR Capacity(MB)", "Capacity(MB)")
 _DDR_CLOCK = ("DDR Clock Speed(MHz)", "Clock Speed(MHz)")
 _USAGES_DDR_CAPACITY = ("DDR Capacity(MB)", "Memory Capacity(MB)")
+#: Power of the mcu and 3559 blocks of ``-t common``: ``NPU Real-time Power(W)`` (mcu, 310P and
+#: samples of other generations), ``Power Dissipation(W)`` (mcu on 310/310B, and the 3559).
+_BOARD_POWER = ("NPU Real-time Power(W)", "Power Dissipation(W)")
 #: ``-t usages`` lines read into ``rates`` under another name than ``<name> Usage Rate(%)``.
 _OTHER_RATES = {"NPU Utilization(%)": "NPU Utilization"}
 
@@ -207,7 +212,23 @@ class ChipCommon:
 
 @attrs.frozen
 class McuCommon:
-    """The trailing ``Chip Name : mcu`` block of ``-t common``."""
+    """The ``Chip Name : mcu`` block of ``-t common`` (``MCU`` on 310/310B; ``print_mcu_common_info``).
+
+    :ivar power_w: ``NPU Real-time Power(W)``; on 310/310B ``Power Dissipation(W)``.
+    """
+
+    temperature_c: int | None
+    power_w: float | None
+
+
+@attrs.frozen
+class BoardCpuCommon:
+    """The ``Chip Name : 3559`` block of ``-t common``: the board's HiSilicon 3559 CPU, which some
+    cards carry beside their NPU chips (``print_cpu_common_info``, printed after the mcu block when
+    DCMI's ``dcmi_get_device_id_in_card`` names a CPU). It is no NPU chip.
+
+    :ivar power_w: ``Power Dissipation(W)``.
+    """
 
     temperature_c: int | None
     power_w: float | None
@@ -215,25 +236,33 @@ class McuCommon:
 
 @attrs.frozen
 class CommonInfo:
-    """``npu-smi info -t common -i N``."""
+    """``npu-smi info -t common -i N``.
+
+    :ivar cpu: the board CPU's block (:class:`BoardCpuCommon`), None when not printed.
+    """
 
     npu_id: int
     chip_count: int | None
     chips: tuple[ChipCommon, ...]
     mcu: McuCommon | None
+    cpu: BoardCpuCommon | None = None
 
 
 def parse_common(text: str, *, command: str = "npu-smi info -t common -i <N>") -> CommonInfo:
     """Parse ``npu-smi info -t common -i N``: a head block (``NPU ID``, ``Chip Count``), then blocks
-    that start with ``Chip ID``; ``Chip Name : mcu`` ends it. The 950 prints one block, ``NPU ID`` and
-    the readings of its one chip (``chip_id`` None), as in ``-t usages``.
+    that start with ``Chip ID``, then the board's ``Chip Name : mcu`` block and ``Chip Name : 3559``
+    block, each only when the card has one (``print_common_info``, ``print_mcu_common_info``,
+    ``print_cpu_common_info`` in npu_info_print.c). The 950 prints one block, ``NPU ID`` and the
+    readings of its one chip (``chip_id`` None), as in ``-t usages``.
 
     Samples: ``910A_info_-t_common_-i_0_with_mcu.txt`` (Aicore Count 32), ``910B1_info_-t_common_-i_1.txt``
     (Aicore Count 24), ``310P-duo_info_-t_common_-i_1_2chips.txt`` (two chips, no Aicore Count),
     ``950_info_-t_common_-i_0.txt`` (one block, Aicore Count 32), ``910A_info_-t_common_-i_0_no-blank-line.txt``
-    (the head and the chip in one block).
+    (the head and the chip in one block). The ``3559`` block is known from the source only
+    (``tests/unit/test_ascend_readings.py``).
 
-    :raises NpuSmiParseError: on a layout error, an unknown block, or a ``Chip Count`` mismatch.
+    :raises NpuSmiParseError: on a layout error, a block that starts otherwise (another ``Chip Name``),
+        a second mcu or 3559 block, a value that is not a number, or a ``Chip Count`` mismatch.
     """
     blocks = parse_key_values(text, command=command)
     head, body = blocks[0], blocks[1:]
@@ -244,22 +273,26 @@ def parse_common(text: str, *, command: str = "npu-smi info -t common -i <N>") -
     npu_id = head.required_integer(command, "NPU ID")
     chip_count = head.integer(command, "Chip Count")
     chips: list[ChipCommon] = []
-    mcu: McuCommon | None = None
+    board: dict[str, tuple[int | None, float | None]] = {}  # "mcu" / "3559" -> (temperature, power)
     if not body and chip_count is None and len(head.entries) > 1:
         chips.append(_chip_common(command, head, None))  # the 950: one device, no Chip ID
     for block in body:
-        first = block.entries[0]
-        if first[0] == "Chip Name" and first[1].lower() == "mcu":
-            mcu = McuCommon(
-                temperature_c=block.integer(command, "Temperature(C)"),
-                power_w=block.number(command, "NPU Real-time Power(W)"),
-            )
-        elif first[0] == "Chip ID":
+        key, value, line_no, line = block.entries[0]
+        if key == "Chip ID":
             chips.append(_chip_common(command, block, block.required_integer(command, "Chip ID")))
-        else:
-            raise NpuSmiParseError(command, first[2], first[3], "a block must start with 'Chip ID' or 'Chip Name'")
+            continue
+        name = value.lower()
+        if key != "Chip Name" or name not in ("mcu", "3559"):
+            raise NpuSmiParseError(command, line_no, line,
+                                   "a block must start with 'Chip ID' or 'Chip Name : mcu' or 'Chip Name : 3559'")
+        if name in board:
+            raise NpuSmiParseError(command, line_no, line, f"a second 'Chip Name : {name}' block")
+        board[name] = (block.integer(command, "Temperature(C)"),
+                       block.number(command, block.first_key(*_BOARD_POWER)))
     _check_count(command, head, chip_count, len(chips))
-    return CommonInfo(npu_id=npu_id, chip_count=chip_count, chips=tuple(chips), mcu=mcu)
+    mcu, cpu = board.get("mcu"), board.get("3559")
+    return CommonInfo(npu_id=npu_id, chip_count=chip_count, chips=tuple(chips),
+                      mcu=None if mcu is None else McuCommon(*mcu), cpu=None if cpu is None else BoardCpuCommon(*cpu))
 
 
 def _chip_common(command: str, block: KeyValueBlock, chip_id: int | None) -> ChipCommon:
@@ -282,26 +315,92 @@ def _chip_common(command: str, block: KeyValueBlock, chip_id: int | None) -> Chi
 @attrs.frozen
 class HealthInfo:
     """``npu-smi info -t health``: ``status`` is ``OK``, ``Warning``, ``Alarm`` or ``Critical``
-    (chip values in the npu-smi source ``npu_chip_info.c``); error code/information None when ``NA``."""
+    (chip values in the npu-smi source ``npu_chip_info.c``).
+
+    :ivar error_code: the ``Error Code`` value as printed (every code, space-separated); None when ``NA``.
+    :ivar error_information: the first code's text; None when ``NA``.
+    :ivar error_codes: each code in upper-case hex (``80E18005``), in printed order; empty when ``NA``.
+    :ivar error_informations: each code's text in printed order: the first from the ``Error
+        Information`` line, the others from the lines with no key under it. A code whose text DCMI does
+        not have reads as the code itself (decimal; hex on the 950), one whose lookup failed as npu-smi's
+        sentence ``Failed to get error information for error code : 0x...``, both as printed.
+    """
 
     status: str
     error_code: str | None
     error_information: str | None
+    error_codes: tuple[str, ...] = ()
+    error_informations: tuple[str, ...] = ()
+
+
+#: ``print_diagnosis_info`` (npu_info_print.c; ``print_error_info`` in npu_info_print_ext.c for the
+#: 950): the text of every code after the first is ``"\n\t%-30s : %s\n"`` with the key ``" "``, a
+#: blank line and then a line with no key.
+_NO_KEY = re.compile(r"^\s*:\s(?P<value>.*)$")
+#: A text lookup that fails prints ``"Failed to get error information for error code : 0x%04x\n"``:
+#: for the first code straight after ``"\t%-30s :"`` (``Error Information :Failed ...``, no space),
+#: for the others on a line of its own.
+_LOOKUP_FAILED = re.compile(
+    r"^\s*(?P<key>Error Information\s*:)?(?P<text>Failed to get error information for error code : 0x[0-9A-Fa-f]+)\s*$")
+_HEX = re.compile(r"^[0-9A-Fa-f]+$")
+_INFORMATION = "Error Information"
 
 
 def parse_health(text: str, *, command: str = "npu-smi info -t health -i <N> -c <C>") -> HealthInfo:
     """Parse ``npu-smi info -t health -i N -c C`` (the 950: ``-t health -i N``, whose status line is
-    ``Health``, not ``Health Status``). Samples: ``910A_info_-t_health.txt``, ``950_info_-t_health_-i_0.txt``.
+    ``Health``, not ``Health Status``). Samples: ``910A_info_-t_health.txt``, ``950_info_-t_health_-i_0.txt``;
+    several error codes (``Error Code`` lists them on one line, each further text is on a line with no
+    key) are known from the source only (``print_diagnosis_info``, npu_info_print.c;
+    ``tests/unit/test_ascend_readings.py``).
 
-    :raises NpuSmiParseError: when neither ``Health Status`` nor ``Health`` is printed.
+    :raises NpuSmiParseError: when neither ``Health Status`` nor ``Health`` is printed, a line with no
+        key (or a failed-lookup line) does not follow ``Error Information``, or a code is not hexadecimal.
     """
-    block = KeyValueBlock.merged(parse_key_values(text, command=command))
+    lines = text.splitlines()
+    # (line_no, line, text, keyed): error texts on lines parse_key_values cannot read; blanked for it.
+    texts: list[tuple[int, str, str, bool]] = []
+    for index, line in enumerate(lines):
+        failed = _LOOKUP_FAILED.match(line)
+        if failed is not None:
+            texts.append((index + 1, line, failed.group("text"), failed.group("key") is not None))
+        elif (no_key := _NO_KEY.match(line)) is not None:
+            texts.append((index + 1, line, no_key.group("value").strip(), False))
+        else:
+            continue
+        lines[index] = ""
+    block = KeyValueBlock.merged(parse_key_values("\n".join(lines), command=command))
     key = block.first_key("Health Status", "Health")
     status = block.text(key)
     if status is None:
         raise NpuSmiParseError(command, *block.where(key), "missing 'Health Status' (950: 'Health')")
+    keyed = sorted([(n, line, value) for n, line, value, has_key in texts if has_key]
+                   + [(n, line, v) for k, v, n, line in block.entries if k == _INFORMATION])
+    if len(keyed) > 1:
+        raise NpuSmiParseError(command, keyed[1][0], keyed[1][1], f"a second {_INFORMATION!r} line")
+    first = _text.text_or_none(keyed[0][2]) if keyed else None
+    informations = [] if first is None else [first]
+    for n, line, value, has_key in texts:
+        if not has_key:
+            if first is None or n < keyed[0][0]:  # npu-smi prints them only under a first text
+                raise NpuSmiParseError(command, n, line, f"a line without a key must continue {_INFORMATION!r}")
+            informations.append(value)
     return HealthInfo(
         status=status,
         error_code=block.text("Error Code"),
-        error_information=block.text("Error Information"),
+        error_information=informations[0] if informations else None,
+        error_codes=_error_codes(command, block),
+        error_informations=tuple(informations),
     )
+
+
+def _error_codes(command: str, block: KeyValueBlock) -> tuple[str, ...]:
+    """The codes of ``Error Code`` (``" %04X"`` each, on one line), upper case; () when absent or ``NA``."""
+    value = block.text("Error Code")
+    if value is None:
+        return ()
+    codes = value.split()
+    for code in codes:
+        if not _HEX.match(code):
+            raise NpuSmiParseError(command, *block.where("Error Code"),
+                                   f"Error Code: {code!r} is not a hexadecimal code")
+    return tuple(code.upper() for code in codes)

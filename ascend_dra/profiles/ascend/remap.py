@@ -1,13 +1,20 @@
 """``npu-smi info -t phyid-remap -p <physical ID>``: one chip's logic ID, NPU ID and chip ID, parsed.
 
-The open npu-smi source prints, for the physical ID given with ``-p``, the chip's logic ID, NPU
-ID and chip ID, on every chip type; its lines are ``key:value`` with **no space** after the colon
-(docs/ascend-hardware.md#the-ids, "Further facts from the open Ascend driver and npu-smi source"), so the
-``key : value`` reader of :mod:`.keyvalue` does not apply. The key spellings are not documented;
-the usual variants are accepted (``Chip Logic ID`` / ``Logic ID``, ``NPU ID`` / ``Card ID``,
-``Chip ID``, ``Chip Phy-ID`` / ``Phy ID`` / ``Physical ID``), matched without case, spaces or
-punctuation. Sample: ``910C_A3_info_-t_phyid-remap_-p_0_constructed.txt`` (constructed from the
-documented format).
+Lines are ``key:value`` with **no space** after the colon (``"\\t%-30s:%d\\n"``), so the ``key :
+value`` reader of :mod:`.keyvalue` does not apply. Two layouts, both printed by
+``show_ascend_chip_phyid_remap_info`` (npu_chip_info.c of the open npu-smi source; docs/ascend-hardware.md#the-ids):
+
+* every generation before the 950: ``Chip Physical ID``, ``Chip Logic ID``, ``NPU ID``, ``Chip ID``.
+* the 950 (``NPU_SMI_V2``): ``Chip Phy-ID``, ``NPU ID``, ``Slot ID``, ``Chip ID`` and no logic-ID line.
+  Its ``NPU ID`` **is** the logic ID: the DCMI device ID that ``dcmiv2_get_dev_id_by_chip_phy_id``
+  returns, the same number its ``npu-smi info`` table prints as ``NPU ID`` ("Logical ID of the
+  software" in the Ascend 950 npu-smi manual). A ``Slot ID`` line is what tells this layout apart.
+
+Keys are matched without case, spaces or punctuation, and the usual variants are accepted
+(``Chip Logic ID`` / ``Logic ID``, ``NPU ID`` / ``Card ID``, ``Chip Phy-ID`` / ``Phy ID`` / ``Physical ID``).
+Samples: ``950_info_-t_phyid-remap_-p_0.txt`` (the 950 manual's example),
+``910C_A3_info_-t_phyid-remap_-p_0_constructed.txt`` (constructed; its ``Chip Phy-ID`` key is the 950's
+spelling, where the source prints ``Chip Physical ID`` for the 910C).
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ _LINE = re.compile(r"^\s*(?P<key>[^:]*[^:\s])\s*:\s*(?P<value>.*?)\s*$")
 _KEYS = {
     "chiplogicid": "logic_id", "logicid": "logic_id",
     "npuid": "npu_id", "cardid": "npu_id",
-    "chipid": "chip_id",
+    "chipid": "chip_id", "slotid": "slot_id",
     "chipphyid": "physical_id", "phyid": "physical_id", "physicalid": "physical_id", "chipphysicalid": "physical_id",
 }
 
@@ -37,7 +44,9 @@ class PhyIdRemap:
     """What ``-t phyid-remap -p <physical_id>`` says about one chip.
 
     :ivar physical_id: the ``-p`` argument (the ``davinci<N>`` number), or the value printed for it.
+    :ivar logic_id: ``Chip Logic ID``; on the 950 its ``NPU ID`` (see the module docstring).
     :ivar fields: every line as printed, key -> value.
+    :ivar slot_id: ``Slot ID`` (the 950 only), else None.
     """
 
     physical_id: int
@@ -45,6 +54,7 @@ class PhyIdRemap:
     npu_id: int
     chip_id: int
     fields: Mapping[str, str]
+    slot_id: int | None = None
 
 
 def parse_phyid_remap(text: str, *, physical_id: int,
@@ -53,7 +63,8 @@ def parse_phyid_remap(text: str, *, physical_id: int,
 
     :param physical_id: the physical ID that was asked for; a printed physical ID must equal it.
     :raises NpuSmiParseError: on a line that is not ``key:value``, a non-numeric ID, a missing
-        logic ID, NPU ID or chip ID (naming the field), or a printed physical ID that is not the one asked for.
+        logic ID, NPU ID or chip ID (naming the field), a logic-ID line beside a ``Slot ID`` (neither
+        layout), or a printed physical ID that is not the one asked for.
     """
     values: dict[str, int | None] = {}
     fields: dict[str, str] = {}
@@ -72,7 +83,15 @@ def parse_phyid_remap(text: str, *, physical_id: int,
             where[field] = (line_no, line)
     if not fields:
         raise NpuSmiParseError(command, 0, "", "empty output")
-    for field, label in (("logic_id", "logic ID"), ("npu_id", "NPU ID"), ("chip_id", "chip ID")):
+    required = [("logic_id", "logic ID"), ("npu_id", "NPU ID"), ("chip_id", "chip ID")]
+    if "slot_id" in values:  # the 950's layout: its NPU ID is the logic ID
+        if "logic_id" in values:
+            raise NpuSmiParseError(command, *where["logic_id"],
+                                   "a logic ID and a Slot ID: neither npu-smi's layout (the 950 prints NPU ID as "
+                                   "the logic ID)")
+        values["logic_id"] = values.get("npu_id")
+        required = required[1:]
+    for field, label in required:
         if values.get(field) is None:
             line_no, line = where.get(field, (0, ""))
             raise NpuSmiParseError(command, line_no, line, f"no {label} (keys printed: {', '.join(fields)})")
@@ -81,4 +100,5 @@ def parse_phyid_remap(text: str, *, physical_id: int,
         raise NpuSmiParseError(command, *where["physical_id"],
                                f"physical ID {printed} printed for -p {physical_id}")
     return PhyIdRemap(physical_id=physical_id, logic_id=values["logic_id"],  # type: ignore[arg-type]
-                      npu_id=values["npu_id"], chip_id=values["chip_id"], fields=fields)  # type: ignore[arg-type]
+                      npu_id=values["npu_id"], chip_id=values["chip_id"], fields=fields,  # type: ignore[arg-type]
+                      slot_id=values.get("slot_id"))

@@ -23,6 +23,7 @@ from ascend_dra.profiles.ascend.vnpu_tables import Template, Vnpu, VnpuInfo, par
 
 __all__ = (
     "LINK_KINDS",
+    "IncompleteChip",
     "InfoChip",
     "InfoProcess",
     "InfoTable",
@@ -59,7 +60,8 @@ class InfoChip:
         ``NPU ID`` on the 950.
     :ivar chip_id: ``Chip`` column (chip index inside the NPU); 0 on the 950, whose table has no
         chip column (one chip per NPU ID; ``npu-smi info -m`` prints ``Chip ID`` 0 for each).
-    :ivar device: the ``Device`` column on 310/310P (the logic ID **[U]**, docs/ascend-hardware.md#the-ids), else None.
+    :ivar device: the ``Device`` column on 310/310P, else None: the logic ID (npu-smi prints
+        ``dcmi_get_device_logic_id`` there, ``print_card_total_info_second``; docs/ascend-hardware.md#the-ids).
     :ivar phy_id: the ``Phy-ID`` column on 910_93 (the physical ID), else None.
     :ivar bus_id: PCI address as printed (``0000:C1:00.0``), None when ``NA``.
     :ivar memory_used_mib, memory_total_mib: ``Memory-Usage(MB)`` (DDR).
@@ -101,13 +103,49 @@ class InfoProcess:
 
 
 @attrs.frozen
+class IncompleteChip:
+    """A chip that ``npu-smi info`` printed without its first row (``NPU Name | Health | Power ...``).
+
+    npu-smi prints that row only when it can name the chip's health: ``print_card_total_info_first``
+    and ``print_card_total_info_with_HBM_first`` (npu_info_print.c) return without printing when
+    ``npu_common_get_health_state_str`` refuses the value DCMI gave (one outside ``OK``, ``Warning``,
+    ``Alarm``, ``Critical``, ``UNKNOWN``); the second row is printed as usual. What that row says is
+    kept; the chip's NPU ID, name and health are not printed.
+
+    :ivar line_no, line: the second row, as printed.
+    :ivar chip_id: the ``Chip`` column (0 on the 950, as for its complete chips).
+    :ivar device: the ``Device`` column (310/310P; the logic ID), else None.
+    :ivar phy_id: the ``Phy-ID`` column (910_93; the physical ID), else None.
+    :ivar bus_id: the ``Bus-Id`` column as printed, None when ``NA``.
+    """
+
+    line_no: int
+    line: str
+    chip_id: int | None = None
+    device: int | None = None
+    phy_id: int | None = None
+    bus_id: str | None = None
+
+    @property
+    def reason(self) -> str:
+        """What happened to the chip, naming what the row says of it (for logs and ``ascend-dra discover``)."""
+        known = [f"{label} {value}" for label, value in (
+            ("chip", self.chip_id), ("Device", self.device), ("Phy-ID", self.phy_id), ("Bus-Id", self.bus_id))
+            if value is not None]
+        return (f"npu-smi info printed only its second row (line {self.line_no}: {', '.join(known)}): "
+                "npu-smi could not print its health, and its NPU ID and name are missing")
+
+
+@attrs.frozen
 class InfoTable:
     """``npu-smi info``.
 
     :ivar tool_version: ``npu-smi <version>`` in the title (anonymised ``xxx`` in some samples).
     :ivar driver_version: ``Version: <version>`` in the title (the driver package, e.g. ``25.5.1``).
+    :ivar chips: the chips printed with both rows, in output order.
     :ivar skipped: ``(line_no, line)`` of non-table lines that were ignored (log lines of an
         in-container limiter before the table, an author's ``...`` elision).
+    :ivar incomplete: chips printed without their first row (:class:`IncompleteChip`), not in ``chips``.
     """
 
     tool_version: str | None
@@ -115,6 +153,7 @@ class InfoTable:
     chips: tuple[InfoChip, ...]
     processes: tuple[InfoProcess, ...] = ()
     skipped: tuple[tuple[int, str], ...] = ()
+    incomplete: tuple[IncompleteChip, ...] = ()
 
 
 # Column names of the two header rows -> (field, kind). Kinds: int, float, str, pair.
@@ -154,15 +193,18 @@ def parse_info(text: str, *, command: str = "npu-smi info") -> InfoTable:
     chip column, with ``NPU Util(%)`` and ``NPU ID`` process rows (``950*_info*.txt``), the 80-column
     20.2.0 table without hugepages, ``60156/ 65536``, separator typos, log lines before the table,
     a ``No running processes`` line right under the chips (a publication that cut the process header).
+    A chip block of the second row alone is a chip whose health npu-smi could not print: it goes to
+    ``incomplete`` and the other chips are read (:class:`IncompleteChip`; known from the source only).
 
     :return: chips in output order.
-    :raises NpuSmiParseError: on a title or header we do not know, a chip block that is not two
-        rows, a cell whose value count differs from its header, or a non-numeric value.
+    :raises NpuSmiParseError: on a title or header we do not know, a chip block that is neither two
+        rows nor a second row alone, a cell whose value count differs from its header, or a non-numeric value.
     """
     lines = text.splitlines()
     tool = driver = None
     columns: list[list[list[str]]] = []  # header rows -> cells -> column names
     chips: list[InfoChip] = []
+    incomplete: list[IncompleteChip] = []
     processes: list[InfoProcess] = []
     skipped: list[tuple[int, str]] = []
     state = "title"  # title -> header -> body; "processes" after a process header
@@ -172,7 +214,9 @@ def parse_info(text: str, *, command: str = "npu-smi info") -> InfoTable:
     def flush() -> None:
         if not block:
             return
-        if state == "body":
+        if state == "body" and len(block) == 1:
+            incomplete.append(_second_row_alone(command, columns, *block[0]))
+        elif state == "body":
             chips.append(_info_chip(command, columns, block))
         block.clear()
 
@@ -233,7 +277,7 @@ def parse_info(text: str, *, command: str = "npu-smi info") -> InfoTable:
     if state == "header":
         raise NpuSmiParseError(command, len(lines), lines[-1] if lines else "", "table header without rows")
     return InfoTable(tool_version=tool, driver_version=driver, chips=tuple(chips), processes=tuple(processes),
-                     skipped=tuple(skipped))
+                     skipped=tuple(skipped), incomplete=tuple(incomplete))
 
 
 def _info_chip(command: str, columns: list[list[list[str]]], block: list[tuple[int, str]]) -> InfoChip:
@@ -245,30 +289,7 @@ def _info_chip(command: str, columns: list[list[list[str]]], block: list[tuple[i
         cells = _text.cells(line)
         if len(cells) != len(header):
             raise NpuSmiParseError(command, line_no, line, f"{len(cells)} cells, the header has {len(header)}")
-        for names, cell in zip(header, cells, strict=True):
-            tokens = _tokens(cell)
-            if len(tokens) != len(names):
-                raise NpuSmiParseError(command, line_no, line,
-                                       f"cell {cell!r} has {len(tokens)} values for columns {', '.join(names)}")
-            for name, token in zip(names, tokens, strict=True):
-                if name not in known:
-                    raise NpuSmiParseError(command, line_no, line, f"unknown column {name!r}")
-                field, kind = known[name]
-                if kind == "int":
-                    values[field] = _text.to_int(command, line_no, line, token, name)
-                elif kind == "float":
-                    values[field] = _text.to_float(command, line_no, line, token, name)
-                elif kind == "pair":
-                    used, total = _text.to_pair(command, line_no, line, token, name)
-                    prefix = {"hugepages": "hugepages", "memory": "memory", "hbm": "hbm"}[field]
-                    unit = "" if field == "hugepages" else "_mib"
-                    values[f"{prefix}_used{unit}"], values[f"{prefix}_total{unit}"] = used, total
-                elif field == "health":
-                    # Kept as printed: "NA" or "Unknown" for one chip is that chip's health, unknown
-                    # (CHIP_HEALTH), not a table to refuse for every chip.
-                    values[field] = token.strip()
-                else:
-                    values[field] = _text.text_or_none(token)
+        values.update(_row_values(command, line_no, line, header, cells, known))
     if "chip_id" not in values and columns[0][:1] == [["NPU ID"]]:
         values["chip_id"] = 0  # the 950: one chip per NPU ID, no chip column
     for required in ("npu_id", "chip_id", "name", "health"):
@@ -276,6 +297,56 @@ def _info_chip(command: str, columns: list[list[list[str]]], block: list[tuple[i
             line_no, line = block[0]
             raise NpuSmiParseError(command, line_no, line, f"no value for {required}")
     return InfoChip(**values)  # type: ignore[arg-type]
+
+
+def _row_values(command: str, line_no: int, line: str, header: list[list[str]], cells: list[str],
+                known: dict[str, tuple[str, str]]) -> dict[str, object]:
+    """The :class:`InfoChip` fields of one row: each cell's values under its header cell's column names."""
+    values: dict[str, object] = {}
+    for names, cell in zip(header, cells, strict=True):
+        tokens = _tokens(cell)
+        if len(tokens) != len(names):
+            raise NpuSmiParseError(command, line_no, line,
+                                   f"cell {cell!r} has {len(tokens)} values for columns {', '.join(names)}")
+        for name, token in zip(names, tokens, strict=True):
+            if name not in known:
+                raise NpuSmiParseError(command, line_no, line, f"unknown column {name!r}")
+            field, kind = known[name]
+            if kind == "int":
+                values[field] = _text.to_int(command, line_no, line, token, name)
+            elif kind == "float":
+                values[field] = _text.to_float(command, line_no, line, token, name)
+            elif kind == "pair":
+                used, total = _text.to_pair(command, line_no, line, token, name)
+                prefix = {"hugepages": "hugepages", "memory": "memory", "hbm": "hbm"}[field]
+                unit = "" if field == "hugepages" else "_mib"
+                values[f"{prefix}_used{unit}"], values[f"{prefix}_total{unit}"] = used, total
+            elif field == "health":
+                # Kept as printed: "NA" or "Unknown" for one chip is that chip's health, unknown
+                # (CHIP_HEALTH), not a table to refuse for every chip.
+                values[field] = token.strip()
+            else:
+                values[field] = _text.text_or_none(token)
+    return values
+
+
+def _second_row_alone(command: str, columns: list[list[list[str]]], line_no: int, line: str) -> IncompleteChip:
+    """A one-row chip block, read as the second row of a chip whose first row npu-smi left out
+    (:class:`IncompleteChip`). A row that does not have the second row's cells and values is still an error."""
+    cells = _text.cells(line)
+    header = columns[1]
+    if len(cells) != len(header) or any(len(_tokens(c)) != len(n) for n, c in zip(header, cells, strict=True)):
+        raise NpuSmiParseError(command, line_no, line, "a chip takes two rows between separators")
+    try:
+        values = _row_values(command, line_no, line, header, cells, _ROW2)
+    except NpuSmiParseError as exc:
+        raise NpuSmiParseError(command, line_no, line, "a chip takes two rows between separators "
+                               f"(as a second row alone: {exc.reason})") from exc
+    chip_id = values.get("chip_id")
+    if chip_id is None and columns[0][:1] == [["NPU ID"]]:
+        chip_id = 0  # the 950, as in _info_chip
+    return IncompleteChip(line_no=line_no, line=line, chip_id=chip_id, device=values.get("device"),  # type: ignore[arg-type]
+                          phy_id=values.get("phy_id"), bus_id=values.get("bus_id"))  # type: ignore[arg-type]
 
 
 def _no_processes(cells: list[str]) -> bool:
