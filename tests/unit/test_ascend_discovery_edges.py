@@ -109,16 +109,23 @@ BUSES_910B3 = ["0000:c1:00.0", "0000:c2:00.0", "0000:81:00.0", "0000:82:00.0", "
                "0000:41:00.0", "0000:42:00.0"]
 
 
-async def test_a_chip_printed_without_its_first_row_is_not_published_and_the_others_are(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize(("cut", "reason", "ids"), [
+    (12, "npu-smi info printed only its second row (line 13: chip 0, Bus-Id 0000:81:00.0): "
+         "npu-smi could not print its health, and its NPU ID and name are missing", (2, None, 0)),
+    (13, "npu-smi info printed only its first row (line 13: NPU 2, name 910B3, health OK): npu-smi could not "
+         "read its logic ID, and its chip ID and bus ID are missing", (None, 2, None)),
+], ids=["first row left out", "second row left out"])
+async def test_a_chip_printed_with_one_row_only_is_not_published_and_the_others_are(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, cut: int, reason: str, ids: tuple) -> None:
     """npu-smi prints only the second row of a chip whose health it cannot turn into text
-    (``print_card_total_info_with_HBM_first``, npu_info_print.c; the table is ``910B3_info.txt`` without
-    NPU 2's first row, constructed from that function, not a capture). That failed the npu-smi tier, and
-    the devfs tier then published all eight chips, this one as healthy. Now the other seven are read, and
-    this one (no NPU ID, name or health) is left out with a warning naming its Bus-Id and davinci node."""
+    (``print_card_total_info_with_HBM_first``, npu_info_print.c), only the first of one whose logic ID
+    DCMI cannot give (``print_card_total_info_second``); the table is ``910B3_info.txt`` without one of
+    NPU 2's rows, constructed from those functions, not a capture. That failed the npu-smi tier, and
+    the devfs tier then published all eight chips, this one as healthy. Now the other seven are read,
+    and this one is left out with a warning naming what its row says."""
     lines = fixture("910B3_info.txt").splitlines(keepends=True)
     assert lines[12].startswith("| 2     910B3")
-    exe = fake_npu_smi(tmp_path, {"info": written(tmp_path, "info.txt", "".join(lines[:12] + lines[13:]))})
+    exe = fake_npu_smi(tmp_path, {"info": written(tmp_path, "info.txt", "".join(lines[:cut] + lines[cut + 1:]))})
     dev = dev_tree(tmp_path, [f"davinci{i}" for i in range(8)] + SHARED)
     sys_root = sys_tree(tmp_path, {bus: ("0x19e5", "0xd802", 0) for bus in BUSES_910B3}, dict(enumerate(BUSES_910B3)))
     profile = Npu910Profile()
@@ -129,11 +136,9 @@ async def test_a_chip_printed_without_its_first_row_is_not_published_and_the_oth
     assert [(d.name, d.attributes["physicalID"], d.attributes["npuID"]) for d in inventory.devices] == [
         ("npu-0-0", 0, 0), ("npu-1-0", 1, 1), ("npu-3-0", 3, 3), ("npu-4-0", 4, 4), ("npu-5-0", 5, 5),
         ("npu-6-0", 6, 6), ("npu-7-0", 7, 7)]
-    reason = ("npu-smi info printed only its second row (line 13: chip 0, Bus-Id 0000:81:00.0): "
-              "npu-smi could not print its health, and its NPU ID and name are missing")
     assert [(r.physical_id, r.npu_id, r.chip_id, r.reason) for r in dropped_records(caplog)] == [  # type: ignore[attr-defined]
-        (2, None, 0, reason)]
-    assert f"  not published: physical ID 2 (chip 0): {reason}" in profile.discovery_notes()
+        (*ids, reason)]
+    assert any(line.startswith("  not published: ") and line.endswith(reason) for line in profile.discovery_notes())
 
 
 # -- the 950's phyid-remap names the logic ID NPU ID ----------------------------------------------

@@ -194,8 +194,11 @@ def test_info_950_one_npu_without_processes(name: str, hbm: tuple[int, int]) -> 
     # The header that has it is named, also with no chip under it (it passed as no chips; an audit).
     ("| npu-smi 9.9 Version: 9.9 |\n| NPU Name | Health | Power(W) |\n| Chip | Bus-Id | HBM-Usage(GB) |\n"
      "+====+\n", 3, "unknown column 'HBM-Usage(GB)'"),
+    # One row that is neither a first nor a second row (a first row alone is a chip npu-smi could not
+    # read the logic ID of: tests/unit/test_ascend_tables.py).
     ("| npu-smi 9.9 Version: 9.9 |\n| NPU Name | Health | Power(W) |\n| Chip | Bus-Id | AICore(%) |\n"
-     "+====+\n| 0 910B3 | OK | NA |\n", 5, "a chip takes two rows between separators"),
+     "+====+\n| 0 910B3 OK | NA |\n", 5, "a chip takes two rows between separators (as a second row alone: 2 "
+     "cells against 3; as a first row alone: 2 cells against 3)"),
     ("| npu-smi 9.9 Version: 9.9 |\n| NPU Name | Health | Power(W) |\n| Chip | Bus-Id | AICore(%) |\n"
      "+====+\n| 0 910B3 | OK | not-a-number |\n| 0 | 0000:01:00.0 | 3 |\n", 5,
      "Power(W): 'not-a-number' is not a number or NA"),

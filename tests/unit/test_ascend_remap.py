@@ -85,3 +85,15 @@ async def test_the_runner_passes_the_physical_id(tmp_path: Path) -> None:
     exe = fake_npu_smi(tmp_path, {"info -t phyid-remap -p 0": "910C_A3_info_-t_phyid-remap_-p_0_constructed.txt"})
     remap = await NpuSmi(str(exe)).phyid_remap(0)
     assert remap == PhyIdRemap(physical_id=0, logic_id=0, npu_id=0, chip_id=0, fields=remap.fields)
+
+
+def test_the_lab_node_prints_phyid_remap_as_npu_smi_does_before_the_950():
+    """The lab's npu-smi stand-in printed the 950's ``Chip Phy-ID`` key, unpadded, for a 310P3; npu-smi
+    prints ``"\\t%-30s:%lu\\n"`` with ``Chip Physical ID`` there (npu_chip_info.c)."""
+    from ascend_dra.profiles.ascend.labnode import LabChip, render_phyid_remap
+
+    chip = LabChip(npu_id=6, chip_id=0, logic_id=1, physical_id=4, bus_id="0000:82:00.0", vdie_id="x")
+    text = render_phyid_remap(chip)
+    assert text.splitlines()[0] == "\t" + "Chip Physical ID".ljust(30) + ":4"
+    remap = parse_phyid_remap(text, physical_id=4)
+    assert (remap.logic_id, remap.npu_id, remap.chip_id, remap.slot_id) == (1, 6, 0, None)

@@ -1,12 +1,12 @@
-"""``npu-smi info`` when npu-smi cannot print a chip's health: the chip's first row is missing.
+"""``npu-smi info`` when npu-smi prints one of a chip's two rows only.
 
 ``print_card_total_info_first`` and ``print_card_total_info_with_HBM_first`` (npu_info_print.c of
 the open npu-smi source, verylucky01/driver @ ``e29d066f``) return before printing the row ``NPU
 Name | Health | Power ...`` when ``npu_common_get_health_state_str`` refuses the chip's health
-value (an index outside ``OK``, ``Warning``, ``Alarm``, ``Critical``, ``UNKNOWN``); the second row
-(``Chip [Device|Phy-ID] | Bus-Id | ...``) is printed as usual. No published output shows it: the
-inputs below are real tables with that one row taken out, **constructed** from those functions, not
-captures.
+value (an index outside ``OK``, ``Warning``, ``Alarm``, ``Critical``, ``UNKNOWN``);
+``print_card_total_info_second`` returns before the row ``Chip Device | Bus-Id | ...`` when
+``dcmi_get_device_logic_id`` fails. No published output shows either: the inputs below are real
+tables with one row taken out, **constructed** from those functions, not captures.
 """
 
 from __future__ import annotations
@@ -53,20 +53,31 @@ def test_a_second_row_alone_says_what_is_known_of_its_chip() -> None:
         "npu-smi could not print its health, and its NPU ID and name are missing")
 
 
+def test_a_first_row_alone_is_a_chip_whose_logic_id_npu_smi_could_not_read() -> None:
+    """The lone first row failed the whole table (310P: ``Device`` is the logic ID DCMI gives)."""
+    table = tables.parse_info(without_line("310P3-duo_info_shared-BusId_npu-smi-25.2.0.txt", 11))
+    assert [(c.npu_id, c.chip_id) for c in table.chips] == [(2, 0)]
+    [row] = table.incomplete
+    assert (row.npu_id, row.name, row.health, row.chip_id, row.bus_id) == (2, "310P3", "OK", None, None)
+    assert row.reason.startswith("npu-smi info printed only its first row (line 10: NPU 2, name 310P3, health OK)")
+
+
 @pytest.mark.parametrize(
     ("text", "line_no", "reason"),
     [
-        # A first row alone: not a second row, so still no layout we know.
         ("| npu-smi 9.9 Version: 9.9 |\n| NPU Name | Health | Power(W) |\n| Chip | Bus-Id | AICore(%) |\n"
-         "+====+\n| 0 910B3 | OK | NA |\n", 5, "a chip takes two rows between separators"),
-        # The shape of a second row with a value it cannot hold (the 20.2.0 310 table's first row, say).
+         "+====+\n| 0 910B3 | OK |\n", 5,
+         "a chip takes two rows between separators (as a second row alone: 2 cells against 3; as a first row "
+         "alone: 2 cells against 3)"),
+        # Either row's shape, with a value neither can hold.
         ("| npu-smi 9.9 Version: 9.9 |\n| NPU Name | Health | Power(W) Temp(C) |\n"
-         "| Chip Device | Bus-Id | AICore(%) Memory-Usage(MB) |\n+====+\n| 215 310 | OK | 12.8 45 |\n", 5,
-         "a chip takes two rows between separators (as a second row alone: AICore(%): '12.8' is not an integer or NA)"),
+         "| Chip Device | Bus-Id | AICore(%) Memory-Usage(MB) |\n+====+\n| 215 310 | OK | 12.8 hot |\n", 5,
+         "a chip takes two rows between separators (as a second row alone: AICore(%): '12.8' is not an integer "
+         "or NA; as a first row alone: Temp(C): 'hot' is not an integer or NA)"),
     ],
-    ids=["first-row-alone", "second-row-shape-bad-value"],
+    ids=["too-few-cells", "bad-value-for-both-rows"],
 )
-def test_a_lone_row_that_is_no_second_row_is_still_an_error(text: str, line_no: int, reason: str) -> None:
+def test_a_lone_row_that_is_neither_row_is_still_an_error(text: str, line_no: int, reason: str) -> None:
     with pytest.raises(NpuSmiParseError) as caught:
         tables.parse_info(text, command="npu-smi info")
     assert (caught.value.line_no, caught.value.reason) == (line_no, reason)

@@ -127,11 +127,11 @@ def render_chip_board(chip: LabChip) -> str:
 
 
 def render_phyid_remap(chip: LabChip) -> str:
-    """``npu-smi info -t phyid-remap -p <physical ID>``: ``key:value`` lines, no space after the colon
-    (docs/ascend-hardware.md#the-ids; key spellings as the constructed ``910C_A3_info_-t_phyid-remap_*`` samples
-    **[U]**)."""
-    return "\n".join(f"\t{key}:{value}" for key, value in (
-        ("Chip Phy-ID", chip.physical_id), ("Chip Logic ID", chip.logic_id), ("NPU ID", chip.npu_id),
+    """``npu-smi info -t phyid-remap -p <physical ID>`` as npu-smi prints it before the 950
+    (``"\\t%-30s:%lu\\n"``, no space after the colon; ``show_ascend_chip_phyid_remap_info``,
+    npu_chip_info.c of the open npu-smi source; docs/ascend-hardware.md#the-ids)."""
+    return "\n".join(f"\t{key:<30}:{value}" for key, value in (
+        ("Chip Physical ID", chip.physical_id), ("Chip Logic ID", chip.logic_id), ("NPU ID", chip.npu_id),
         ("Chip ID", chip.chip_id))) + "\n"
 
 

@@ -18,7 +18,7 @@ omitted; what was inferred or lost is also returned as notes (``ascend-dra disco
 How logic and physical IDs are chosen is in :mod:`.ids`. A chip without a physical ID, or two chips
 sharing one, fails the tier: a device we cannot inject must not be published. A chip whose
 ``/dev/davinci<physicalID>`` is absent is dropped, with the reason, and so is a chip that ``npu-smi
-info`` prints without its first row (its health unknown, :class:`.tables.IncompleteChip`).
+info`` prints with one row only (its health or its logic ID unknown, :class:`.tables.IncompleteChip`).
 """
 
 from __future__ import annotations
@@ -241,7 +241,8 @@ def _incomplete(info: InfoTable, partial: list[PartialChip], by_address: Mapping
         physical = row.phy_id
         if physical is None and address is not None and address not in printed:
             physical = by_address.get(address)
-        out.append(DroppedChip(reason=row.reason, physical_id=physical, logic_id=row.device, chip_id=row.chip_id))
+        out.append(DroppedChip(reason=row.reason, physical_id=physical, logic_id=row.device, chip_id=row.chip_id,
+                               npu_id=row.npu_id, chip_name=row.name))
     return out
 
 

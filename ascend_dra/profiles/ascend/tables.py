@@ -104,19 +104,22 @@ class InfoProcess:
 
 @attrs.frozen
 class IncompleteChip:
-    """A chip that ``npu-smi info`` printed without its first row (``NPU Name | Health | Power ...``).
+    """A chip that ``npu-smi info`` printed with one of its two rows only (npu_info_print.c).
 
-    npu-smi prints that row only when it can name the chip's health: ``print_card_total_info_first``
-    and ``print_card_total_info_with_HBM_first`` (npu_info_print.c) return without printing when
-    ``npu_common_get_health_state_str`` refuses the value DCMI gave (one outside ``OK``, ``Warning``,
-    ``Alarm``, ``Critical``, ``UNKNOWN``); the second row is printed as usual. What that row says is
-    kept; the chip's NPU ID, name and health are not printed.
+    * The first row (``NPU Name | Health | Power ...``) is left out when npu-smi cannot name the
+      chip's health: ``print_card_total_info_first`` (and ``..._with_HBM_first``) return without
+      printing when ``npu_common_get_health_state_str`` refuses the value DCMI gave (one outside
+      ``OK``, ``Warning``, ``Alarm``, ``Critical``, ``UNKNOWN``). The NPU ID, name and health are lost.
+    * The second row (``Chip Device | Bus-Id | AICore ...``) is left out when
+      ``dcmi_get_device_logic_id`` fails (``print_card_total_info_second``). The chip ID, logic ID
+      and bus ID are lost.
 
-    :ivar line_no, line: the second row, as printed.
-    :ivar chip_id: the ``Chip`` column (0 on the 950, as for its complete chips).
+    :ivar line_no, line: the row printed.
+    :ivar npu_id, name, health: from a first row alone, else None.
+    :ivar chip_id: the ``Chip`` column of a second row alone (0 on the 950, as for its complete chips).
     :ivar device: the ``Device`` column (310/310P; the logic ID), else None.
     :ivar phy_id: the ``Phy-ID`` column (910_93; the physical ID), else None.
-    :ivar bus_id: the ``Bus-Id`` column as printed, None when ``NA``.
+    :ivar bus_id: the ``Bus-Id`` column as printed, None when ``NA`` or not printed.
     """
 
     line_no: int
@@ -125,14 +128,20 @@ class IncompleteChip:
     device: int | None = None
     phy_id: int | None = None
     bus_id: str | None = None
+    npu_id: int | None = None
+    name: str | None = None
+    health: str | None = None
 
     @property
     def reason(self) -> str:
         """What happened to the chip, naming what the row says of it (for logs and ``ascend-dra discover``)."""
-        known = [f"{label} {value}" for label, value in (
-            ("chip", self.chip_id), ("Device", self.device), ("Phy-ID", self.phy_id), ("Bus-Id", self.bus_id))
-            if value is not None]
-        return (f"npu-smi info printed only its second row (line {self.line_no}: {', '.join(known)}): "
+        known = ", ".join(f"{label} {value}" for label, value in (
+            ("NPU", self.npu_id), ("name", self.name), ("health", self.health), ("chip", self.chip_id),
+            ("Device", self.device), ("Phy-ID", self.phy_id), ("Bus-Id", self.bus_id)) if value is not None)
+        if self.npu_id is not None:
+            return (f"npu-smi info printed only its first row (line {self.line_no}: {known}): npu-smi could not "
+                    "read its logic ID, and its chip ID and bus ID are missing")
+        return (f"npu-smi info printed only its second row (line {self.line_no}: {known}): "
                 "npu-smi could not print its health, and its NPU ID and name are missing")
 
 
@@ -193,12 +202,12 @@ def parse_info(text: str, *, command: str = "npu-smi info") -> InfoTable:
     chip column, with ``NPU Util(%)`` and ``NPU ID`` process rows (``950*_info*.txt``), the 80-column
     20.2.0 table without hugepages, ``60156/ 65536``, separator typos, log lines before the table,
     a ``No running processes`` line right under the chips (a publication that cut the process header).
-    A chip block of the second row alone is a chip whose health npu-smi could not print: it goes to
-    ``incomplete`` and the other chips are read (:class:`IncompleteChip`; known from the source only).
+    A chip block of one row alone (npu-smi could not print the chip's health, or read its logic ID)
+    goes to ``incomplete`` and the other chips are read (:class:`IncompleteChip`; known from the source only).
 
     :return: chips in output order.
     :raises NpuSmiParseError: on a title or header we do not know, a chip block that is neither two
-        rows nor a second row alone, a cell whose value count differs from its header, or a non-numeric value.
+        rows nor one of them alone, a cell whose value count differs from its header, or a non-numeric value.
     """
     lines = text.splitlines()
     tool = driver = None
@@ -215,7 +224,7 @@ def parse_info(text: str, *, command: str = "npu-smi info") -> InfoTable:
         if not block:
             return
         if state == "body" and len(block) == 1:
-            incomplete.append(_second_row_alone(command, columns, *block[0]))
+            incomplete.append(_one_row_alone(command, columns, *block[0]))
         elif state == "body":
             chips.append(_info_chip(command, columns, block))
         block.clear()
@@ -330,23 +339,32 @@ def _row_values(command: str, line_no: int, line: str, header: list[list[str]], 
     return values
 
 
-def _second_row_alone(command: str, columns: list[list[list[str]]], line_no: int, line: str) -> IncompleteChip:
-    """A one-row chip block, read as the second row of a chip whose first row npu-smi left out
-    (:class:`IncompleteChip`). A row that does not have the second row's cells and values is still an error."""
+def _one_row_alone(command: str, columns: list[list[list[str]]], line_no: int, line: str) -> IncompleteChip:
+    """A one-row chip block, read as the second row of a chip whose first row npu-smi left out, or
+    else as the first row of one whose second row it left out (:class:`IncompleteChip`). A row
+    that has neither row's cells and values is still an error."""
     cells = _text.cells(line)
-    header = columns[1]
-    if len(cells) != len(header) or any(len(_tokens(c)) != len(n) for n, c in zip(header, cells, strict=True)):
-        raise NpuSmiParseError(command, line_no, line, "a chip takes two rows between separators")
-    try:
-        values = _row_values(command, line_no, line, header, cells, _ROW2)
-    except NpuSmiParseError as exc:
-        raise NpuSmiParseError(command, line_no, line, "a chip takes two rows between separators "
-                               f"(as a second row alone: {exc.reason})") from exc
-    chip_id = values.get("chip_id")
-    if chip_id is None and columns[0][:1] == [["NPU ID"]]:
-        chip_id = 0  # the 950, as in _info_chip
-    return IncompleteChip(line_no=line_no, line=line, chip_id=chip_id, device=values.get("device"),  # type: ignore[arg-type]
-                          phy_id=values.get("phy_id"), bus_id=values.get("bus_id"))  # type: ignore[arg-type]
+    problems = []
+    for header, known in ((columns[1], _ROW2), (columns[0], _ROW1)):
+        if len(cells) != len(header) or any(len(_tokens(c)) != len(n) for n, c in zip(header, cells, strict=True)):
+            problems.append(f"{len(cells)} cells against {len(header)}")
+            continue
+        try:
+            values = _row_values(command, line_no, line, header, cells, known)
+        except NpuSmiParseError as exc:
+            problems.append(exc.reason)
+            continue
+        if known is _ROW1:
+            health = values.get("health")
+            return IncompleteChip(line_no=line_no, line=line, npu_id=values.get("npu_id"),  # type: ignore[arg-type]
+                                  name=values.get("name"), health=health)  # type: ignore[arg-type]
+        chip_id = values.get("chip_id")
+        if chip_id is None and columns[0][:1] == [["NPU ID"]]:
+            chip_id = 0  # the 950, as in _info_chip
+        return IncompleteChip(line_no=line_no, line=line, chip_id=chip_id, device=values.get("device"),  # type: ignore[arg-type]
+                              phy_id=values.get("phy_id"), bus_id=values.get("bus_id"))  # type: ignore[arg-type]
+    raise NpuSmiParseError(command, line_no, line, "a chip takes two rows between separators (as a second row "
+                           f"alone: {problems[0]}; as a first row alone: {problems[1]})")
 
 
 def _no_processes(cells: list[str]) -> bool:
