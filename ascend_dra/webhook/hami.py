@@ -4,7 +4,9 @@ The rules are HAMi-DRA's (Project-HAMi/HAMi-DRA), as docs/ascend-hardware.md#ham
 docs/ascend-hardware.md#conversion-rules records
 them, for every Ascend ``commonWord``; the facts carry over, the code is ours. Per container (and,
 unlike HAMi-DRA, per init container) and per chip whose count ``huawei.com/<commonWord>`` is in
-``limits``, in the device-config order of :data:`COMMON_WORDS`, one claim:
+``limits``, in the device-config order of :data:`COMMON_WORDS`, one claim; an init container (not a
+sidecar) whose request an app container's covers uses that container's claim instead, so the pod
+books the larger of the two as HAMi's scheduler does (``CollapseInitContainerUsage``):
 
 * request ``npu``, ``exactly: {allocationMode: ExactCount, count: <count>, deviceClassName:
   hami-vnpu-core.project-hami.io, capacity.requests: {memory, cores}, selectors}``, and with a
@@ -346,6 +348,18 @@ def _selectors(word: str, annotations: Mapping[str, Any], driver_name: str,
     return [{"cel": {"expression": e}} for e in expressions]
 
 
+def _covers(app: _Chip, init: _Chip) -> bool:
+    """Whether an app container's request ``app`` holds what an init container asks for: the same
+    chip family and count, and memory and cores each no larger (unset only where the app's is unset
+    too: an unset one is the device class's default, unknown here)."""
+    def fits(mine: object, theirs: object) -> bool:
+        return theirs is None if mine is None else theirs is not None and \
+            parse_quantity(str(mine)) <= parse_quantity(str(theirs))
+
+    return (app.common_word, app.count) == (init.common_word, init.count) and \
+        fits(init.memory_bytes, app.memory_bytes) and fits(init.cores, app.cores)
+
+
 def _claim_spec(chip: _Chip, selectors: list[dict[str, Any]], driver_name: str) -> dict[str, Any]:
     exactly: dict[str, Any] = {"allocationMode": "ExactCount", "count": chip.count, "deviceClassName": DEVICE_CLASS}
     requests = {}
@@ -443,7 +457,9 @@ def convert_pod(
     existing = {c.get("name") for c in spec.get("resourceClaims") or () if isinstance(c, Mapping)}
     planned: list[PlannedClaim] = []
     patch: list[dict[str, Any]] = []
-    for section, index, container, chips in found:
+    shareable: list[tuple[_Chip, str]] = []  # the app containers' chips and their pod claim names
+    # App containers first (sorted() is stable): an init container may use one of their claims.
+    for section, index, container, chips in sorted(found, key=lambda f: f[0] == "initContainers"):
         path = f"spec.{section}[{index}]"
         name = str(container.get("name", ""))
         resources = dict(container.get("resources") or {})
@@ -458,6 +474,11 @@ def convert_pod(
         for chip in chips:
             if not chip.count:
                 continue  # no chip asked for (a chart's `npu: 0`): its entries leave, no claim is made
+            if section == "initContainers" and container.get("restartPolicy") != "Always":
+                shared = next((claim for app, claim in shareable if _covers(app, chip)), None)
+                if shared is not None:  # it ends before the app containers start: the pod books the larger
+                    claims.append({"name": shared})
+                    continue
             selectors = _selectors(chip.common_word, annotations, driver_name, problems)
             claim_spec = _claim_spec(chip, selectors, driver_name)
             if mode is Mode.CLAIM:
@@ -471,6 +492,8 @@ def convert_pod(
             existing.add(pod_claim)
             planned.append(PlannedClaim(pod_claim, object_name, path, chip.common_word, claim_spec))
             claims.append({"name": pod_claim})
+            if section == "containers":
+                shareable.append((chip, pod_claim))
         if claims:
             resources["claims"] = claims
         patch.append({"op": "replace" if "resources" in container else "add",
@@ -479,6 +502,8 @@ def convert_pod(
         raise ConversionError(problems)
     if not planned:  # only counts of 0: the entries leave the pod (a -memory no node advertises
         return PodConversion(mode, (), tuple(patch))  # would keep it pending), nothing else changes
+    position = {f"spec.{section}[{index}]": n for n, (section, index, _, _) in enumerate(found)}
+    planned.sort(key=lambda c: position[c.container])  # the pod's own container order again
     reference = "resourceClaimName" if mode is Mode.CLAIM else "resourceClaimTemplateName"
     entries = [{"name": c.pod_claim_name, reference: c.object_name} for c in planned]
     if spec.get("resourceClaims"):

@@ -149,3 +149,37 @@ def test_a_request_for_another_chip_model_is_not_given_a_310p_share(control_plan
             assert not claim.get("status", {}).get("allocation")
         finally:
             cp.api("DELETE", f"/api/v1/namespaces/{ns}/pods/other-model?gracePeriodSeconds=0")
+
+
+def test_an_init_container_books_no_share_beside_the_app_container_it_fits_in(control_plane, short_tmp, tmp_path):
+    """HAMi books the larger of an init container's and the app containers' requests (its scheduler's
+    CollapseInitContainerUsage). With a claim of its own per init container, pod A (init and app, 16 GiB
+    each) took both of the node's 310P3 (21525 MiB each) and pod B (16 GiB) stayed pending; pod A's init
+    container now uses its app container's claim, so A takes one chip and B the other."""
+    cp = control_plane
+    memory = {"huawei.com/Ascend310P": 1, "huawei.com/Ascend310P-memory": 16384, "huawei.com/Ascend310P-core": 25}
+
+    def pod(name: str, init: bool) -> dict:
+        spec: dict = {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+                                      "resources": {"limits": memory}}]}
+        if init:
+            spec["initContainers"] = [{"name": "warm", "image": "registry.k8s.io/pause:3.10",
+                                       "resources": {"limits": memory}}]
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+    with lab_node(cp, short_tmp, tmp_path, "template") as (_daemon, _kubelet, hook):
+        ns = hook.namespace(NS)
+        try:
+            ok(cp, "POST", f"/api/v1/namespaces/{ns}/pods", pod("with-init", True))
+            stored = ok(cp, "GET", f"/api/v1/namespaces/{ns}/pods/with-init")
+            assert len(stored["spec"]["resourceClaims"]) == 1
+            assert stored["spec"]["initContainers"][0]["resources"]["claims"] == \
+                stored["spec"]["containers"][0]["resources"]["claims"]
+            ok(cp, "POST", f"/api/v1/namespaces/{ns}/pods", pod("after", False))
+            devices = [wait_until(lambda p=p: (c := pod_claim(cp, ns, p)) and c.get("status", {}).get("allocation")
+                                  and c["status"]["allocation"]["devices"]["results"][0]["device"],
+                                  f"{p} allocated", within=30) for p in ("with-init", "after")]
+            assert sorted(devices) == ["npu-0-0", "npu-1-0"]
+        finally:
+            for name in ("with-init", "after"):
+                cp.api("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}?gracePeriodSeconds=0")

@@ -219,6 +219,45 @@ def test_only_converted_entries_leave_limits_and_requests_and_init_containers_co
     assert patched["metadata"]["labels"] == {"hami.io/dra": "true"}
 
 
+def _init_and_app(init: dict[str, str], app: dict[str, str], **init_fields: Any) -> dict[str, Any]:
+    return {"metadata": {"name": "p"}, "spec": {
+        "initContainers": [{"name": "warm", "resources": {"limits": init}, **init_fields}],
+        "containers": [{"name": "c", "resources": {"limits": app}}]}}
+
+
+SMALL = {"huawei.com/Ascend310P": "1", "huawei.com/Ascend310P-memory": "8192", "huawei.com/Ascend310P-core": "25"}
+LARGE = {"huawei.com/Ascend310P": "1", "huawei.com/Ascend310P-memory": "12288", "huawei.com/Ascend310P-core": "50"}
+
+
+@pytest.mark.parametrize("mode", [Mode.CLAIM, Mode.TEMPLATE])
+def test_an_init_container_whose_request_an_app_container_covers_uses_its_claim(mode):
+    """Each init container had a claim of its own, held for the pod's life beside the app containers':
+    8192 + 12288 MiB of one 310P3 (21525) did not fit, where HAMi books the larger of the two
+    (CollapseInitContainerUsage) and runs the pod. The init container ends before the app starts."""
+    conversion = convert_pod(_init_and_app(SMALL, LARGE), "ns", mode=mode)
+    [claim] = conversion.claims
+    assert claim.container == "spec.containers[0]"
+    assert claim.spec["devices"]["requests"][0]["exactly"]["capacity"]["requests"] == {
+        "cores": "50", "memory": "12884901888"}  # the app container's
+    patched = apply_patch(_init_and_app(SMALL, LARGE), conversion.patch)
+    assert patched["spec"]["initContainers"][0]["resources"] == {"claims": [{"name": claim.pod_claim_name}]}
+    assert patched["spec"]["containers"][0]["resources"] == {"claims": [{"name": claim.pod_claim_name}]}
+    assert [c["name"] for c in patched["spec"]["resourceClaims"]] == [claim.pod_claim_name]
+
+
+@pytest.mark.parametrize(("init", "app", "fields"), [
+    (LARGE, SMALL, {}),  # asks for more memory and cores
+    ({**SMALL, "huawei.com/Ascend310P-core": "60"}, LARGE, {}),  # more cores only
+    ({"huawei.com/Ascend310P": "1"}, LARGE, {}),  # no memory given: the class default, unknown here
+    ({**SMALL, "huawei.com/Ascend310P": "2"}, {**LARGE, "huawei.com/Ascend310P": "1"}, {}),  # another count
+    ({"huawei.com/Ascend910B4": "1"}, LARGE, {}),  # another chip family
+    (SMALL, LARGE, {"restartPolicy": "Always"}),  # a sidecar runs beside the app containers
+], ids=["larger", "more-cores", "memory-unset", "other-count", "other-family", "sidecar"])
+def test_an_init_container_the_app_containers_do_not_cover_keeps_a_claim_of_its_own(init, app, fields):
+    conversion = convert_pod(_init_and_app(init, app, **fields), "ns", mode=Mode.CLAIM)
+    assert [c.container for c in conversion.claims] == ["spec.initContainers[0]", "spec.containers[0]"]
+
+
 def test_reinvocation_on_the_converted_pod_changes_nothing():
     conversion = convert_pod(lab_pod(), "dra-ascend-e2e", mode=Mode.CLAIM)
     assert convert_pod(apply_patch(lab_pod(), conversion.patch), "dra-ascend-e2e", mode=Mode.CLAIM) is None
