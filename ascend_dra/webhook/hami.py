@@ -43,10 +43,8 @@ claim with the pod as its owner.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
-import secrets
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from enum import StrEnum
@@ -56,6 +54,7 @@ import attrs
 import orjson
 
 from ascend_dra.model import canonical_quantity, parse_quantity
+from ascend_dra.webhook.claimnames import claim_name, go_quote, random5, template_name, truncate_dns_label
 
 __all__ = (
     "CHIP_SELECTORS",
@@ -116,7 +115,6 @@ _SUFFIX = re.compile(r"[+-]?[0-9.]+([a-zA-Z]*|[eE][+-]?[0-9]+)")
 #: form, so a plain ``4000`` (MiB) arrives as ``4k``. A decimal suffix from ``M`` up read as MiB
 #: would be at least 10^6 MiB, more than any chip; as bytes it is what the user meant.
 _BYTE_UNITS = frozenset(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "M", "G", "T", "P", "E"))
-_RAND_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # apimachinery util/rand: no vowels, no 0/1/3
 
 
 class Mode(StrEnum):
@@ -161,48 +159,6 @@ class PodConversion:
     mode: Mode
     claims: tuple[PlannedClaim, ...]
     patch: tuple[Mapping[str, Any], ...]
-
-
-def go_quote(text: str) -> str:
-    """``text`` as Go's ``strconv.Quote`` writes it; also a valid CEL string literal.
-
-    Printable runes stay as they are; ``"`` and ``\\`` are escaped; control and other
-    non-printable runes become ``\\a \\b \\f \\n \\r \\t \\v``, ``\\xNN``, ``\\uNNNN`` or ``\\UNNNNNNNN``.
-    """
-    escapes = {"\a": r"\a", "\b": r"\b", "\f": r"\f", "\n": r"\n", "\r": r"\r", "\t": r"\t", "\v": r"\v",
-               '"': r"\"", "\\": r"\\"}
-    out = ['"']
-    for char in text:
-        code = ord(char)
-        if char in escapes:
-            out.append(escapes[char])
-        elif char == " " or (char.isprintable() and code != 0x7F):
-            out.append(char)
-        elif code < 0x80:
-            out.append(f"\\x{code:02x}")
-        elif code < 0x10000:
-            out.append(f"\\u{code:04x}")
-        else:
-            out.append(f"\\U{code:08x}")
-    out.append('"')
-    return "".join(out)
-
-
-def truncate_dns_label(name: str) -> str:
-    """HAMi-DRA's ``truncateDNS1123Label``: names over 63 characters keep a prefix and an 8-hex hash."""
-    if len(name) <= 63:
-        return name
-    suffix = "-" + hashlib.sha256(name.encode()).hexdigest()[:8]
-    prefix = name[: 63 - len(suffix)].rstrip("-")
-    return prefix + suffix if prefix else suffix[1:]
-
-
-def claim_name(namespace: str, pod_name: str, container: str, common_word: str) -> str:
-    """The direct claim's name (and pod claim name), e.g. ``dra-ascend-e2e-ascend-share-a-app-ascend310p``.
-
-    :param pod_name: the pod's name, or the 5 random characters HAMi-DRA uses with ``generateName``.
-    """
-    return truncate_dns_label(f"{namespace}-{pod_name.replace('.', '-')}-{container}-{common_word.lower()}")
 
 
 def _type_selector(driver_name: str) -> str:
@@ -378,18 +334,8 @@ def _claim_spec(chip: _Chip, selectors: list[dict[str, Any]], driver_name: str) 
     return {"devices": devices}
 
 
-def template_name(common_word: str, spec: Mapping[str, Any]) -> str:
-    """The shared template of one distinct request: ``hami-<lower(commonWord)>-<10 hex of sha256(spec)>``."""
-    digest = hashlib.sha256(orjson.dumps(spec, option=orjson.OPT_SORT_KEYS)).hexdigest()[:10]
-    return f"hami-{common_word.lower()}-{digest}"
-
-
 def _escape(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
-
-
-def _random5() -> str:
-    return "".join(secrets.choice(_RAND_ALPHABET) for _ in range(5))
 
 
 def _bound_to_a_node(spec: Mapping[str, Any], problems: list[tuple[str, str]]) -> None:
@@ -426,7 +372,7 @@ def _privileged(spec: Mapping[str, Any], problems: list[tuple[str, str]]) -> Non
 
 def convert_pod(
     pod: Mapping[str, Any], namespace: str, *, mode: Mode = Mode.TEMPLATE,
-    driver_name: str = "ascend.project-hami.io", random5: Callable[[], str] = _random5,
+    driver_name: str = "ascend.project-hami.io", random5: Callable[[], str] = random5,
 ) -> PodConversion | None:
     """Plan the conversion of a pod's HAMi resources.
 
