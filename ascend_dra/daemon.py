@@ -144,6 +144,7 @@ class Daemon(UpkeepMixin):
         self.stalls.on_stall = lambda phase, seconds: self.metrics.loop_stall.labels(phase).set(seconds)
         #: What the slices show of the devices: unhealthy ones tainted or left out, gates' fallbacks.
         self.pool = PoolView(settings.driver_name, settings.unhealthy_devices)
+        self._gate_probe_refused: str | None = None  # the last refusal of a gate probe (upkeep.py), said once
 
     def load(self) -> dict[str, Profile]:
         """Load the configured profiles; broken ones are logged and skipped.

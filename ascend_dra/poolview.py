@@ -23,9 +23,15 @@ import attrs
 
 from ascend_dra.model import CounterConsumption, Device, DeviceTaint, Inventory, parse_quantity
 
-__all__ = ("PoolView", "merged", "whole_devices_only")
+__all__ = ("GATE_KEPT_ANSWERS", "GATE_KEPT_ANSWERS_MAX", "PoolView", "merged", "whole_devices_only")
 
 log = logging.getLogger(__name__)
+
+#: Answers in a row that must find a gate's fields kept before its fallback ends (PoolView.on_probe):
+#: API servers behind one address may differ while they are restarted one by one to turn a gate on.
+GATE_KEPT_ANSWERS = 3
+#: At most this many once relapses have doubled it.
+GATE_KEPT_ANSWERS_MAX = 48
 
 
 def merged(inventories: Mapping[str, Inventory], taints: Mapping[str, DeviceTaint] | None = None,
@@ -91,6 +97,9 @@ class PoolView:
         self.taints_dropped = False
         self.counters_dropped = False
         self._health: Mapping[str, bool | None] = {}
+        self._kept_streak: dict[str, int] = {}  # gate -> probe answers in a row that found it kept
+        self._kept_needed: dict[str, int] = {}  # gate -> answers needed (doubled at each relapse)
+        self._ended_by_probe: set[str] = set()  # fallbacks a probe ended (a drop after it is a relapse)
 
     def mark_unhealthy(self, health: Mapping[str, bool | None]) -> bool:
         """Taint or withdraw the devices ``health`` calls unhealthy (False); return whether the
@@ -130,6 +139,14 @@ class PoolView:
         """The API server dropped fields these ``gates`` keep; return whether the slices must be
         written again (their fallback starts now)."""
         changed = False
+        for gate in set(gates) & self._ended_by_probe:  # a probe said kept, a write says dropped
+            self._ended_by_probe.discard(gate)
+            needed = min(GATE_KEPT_ANSWERS_MAX, 2 * self._kept_needed.get(gate, GATE_KEPT_ANSWERS))
+            self._kept_needed[gate] = needed
+            log.warning("the API server dropped a gate's fields again after a dry run had found them kept (API "
+                        "servers that differ?); the fallback is back, and ends only after more answers in a row",
+                        extra={"gate": gate, "answers_needed": needed})
+        self._kept_streak.clear()
         if "DRADeviceTaints" in gates and not self.taints_dropped:
             self.taints_dropped = True
             log.warning("the API server drops device taints (feature gate DRADeviceTaints off): unhealthy devices "
@@ -139,7 +156,7 @@ class PoolView:
             self.counters_dropped = True
             log.warning("the API server drops shared counters (feature gate DRAPartitionableDevices off): only "
                         "whole chips are published, no vNPU templates, until the API server keeps them (asked every "
-                        "--rediscover-interval with a dry-run create)")
+                        "--rediscover-interval with a dry-run create; three answers in a row)")
             changed = True
         return changed
 
@@ -148,6 +165,20 @@ class PoolView:
         """The feature gates whose fields the API server dropped, whose fallback is on."""
         return [g for g, on in (("DRADeviceTaints", self.taints_dropped),
                                 ("DRAPartitionableDevices", self.counters_dropped)) if on]
+
+    def on_probe(self, asked: Collection[str], kept: Collection[str]) -> bool:
+        """One dry-run answer (gateprobe.py) about the gates ``asked``: those in ``kept`` had their fields
+        kept. A fallback ends once :data:`GATE_KEPT_ANSWERS` answers in a row found its gate kept (twice
+        as many after each relapse, at most :data:`GATE_KEPT_ANSWERS_MAX`); return whether the slices
+        must be written again."""
+        ending = []
+        for gate in asked:
+            self._kept_streak[gate] = self._kept_streak.get(gate, 0) + 1 if gate in kept else 0
+            if self._kept_streak[gate] >= self._kept_needed.get(gate, GATE_KEPT_ANSWERS):
+                ending.append(gate)
+                self._kept_streak[gate] = 0
+        self._ended_by_probe.update(ending)
+        return self.on_kept(ending) if ending else False
 
     def on_kept(self, gates: Collection[str]) -> bool:
         """The API server keeps the fields of these ``gates`` again (gateprobe.py); return whether
@@ -166,8 +197,9 @@ class PoolView:
         return changed
 
     def full(self, inventories: Mapping[str, Inventory]) -> Inventory:
-        """The pool as it would be published were every gate on (what gateprobe.py asks about)."""
-        return merged(inventories, self.taints, self.withdrawn)
+        """Every profile's devices and counter sets, none withdrawn or tainted: what gateprobe.py asks
+        about (a dry run stores nothing; with every device withdrawn there was none to taint)."""
+        return merged(inventories)
 
     def desired(self, inventories: Mapping[str, Inventory]) -> Inventory:
         """The pool to publish from every profile's inventory."""

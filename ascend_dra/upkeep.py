@@ -64,9 +64,10 @@ class UpkeepMixin:
 
     async def probe_gates(self: Daemon) -> list[str]:
         """Ask the API server, with dry-run creates, whether it keeps the fields of the gates whose
-        fallback is on (poolview.PoolView.dropped_gates); end the fallback of each it keeps again and
-        republish. Returns the gates whose fallback ended. Never raises: an API server that does not
-        answer is asked again next time. Not while a newer instance publishes (a rolling update)."""
+        fallback is on (poolview.PoolView.dropped_gates); end the fallback of each it kept in enough
+        answers in a row (poolview.PoolView.on_probe) and republish. Returns the gates whose fallback
+        ended. Never raises: an API server that does not answer is asked again next time. Not while a
+        newer instance publishes (a rolling update)."""
         assert self.state is not None
         gates = self.pool.dropped_gates
         if not gates or self.api is None or getattr(self.publisher, "standing_by_for", None):
@@ -75,13 +76,23 @@ class UpkeepMixin:
             still = await gates_still_dropped(self.api, self.pool.full(self.state.inventories), gates,
                                               driver_name=self.settings.driver_name, node_name=self.settings.node_name)
         except ApiError as exc:
-            log.debug("asking whether the API server keeps the dropped ResourceSlice fields again failed",
-                      extra={"gates": ",".join(gates), "error": str(exc)})
+            # A refusal (403 without RBAC for dry runs, 400 from a webhook with side effects) stays:
+            # said once at WARNING, the fallback staying on; no answer is only for the DEBUG log.
+            refused = 400 <= exc.status < 500
+            reason = f"{exc.status}: {exc}" if refused else None
+            (log.warning if refused and reason != self._gate_probe_refused else log.debug)(
+                "asking whether the API server keeps the dropped ResourceSlice fields again failed; the fallback "
+                "stays on", extra={"gates": ",".join(gates), "error": str(exc)})
+            self._gate_probe_refused = reason
             return []
-        kept = [g for g in gates if g not in still]
-        if kept and self.pool.on_kept(kept) and self.publisher is not None:
+        except Exception:  # a bug here must not stop a daemon that serves the kubelet
+            log.exception("asking whether the API server keeps the dropped ResourceSlice fields again raised")
+            return []
+        self._gate_probe_refused = None
+        before = self.pool.dropped_gates
+        if self.pool.on_probe(gates, [g for g in gates if g not in still]) and self.publisher is not None:
             self.publisher.update(self._desired())
-        return kept
+        return [g for g in before if g not in self.pool.dropped_gates]
 
     async def _restore_claim_status(self: Daemon, status: StatusHook, only: list[str] | None = None) -> None:
         """Write the claim status of the prepared claims (or of the claims ``only``) again

@@ -286,6 +286,32 @@ async def test_300i_duo_chips_printing_one_bus_id_are_both_published(tmp_path: P
         assert any(n.startswith("physical IDs by rank") for n in profile.discovery_notes())
 
 
+@pytest.mark.parametrize("remap", [True, False], ids=["phyid-remap answers", "no phyid-remap"])
+async def test_the_sibling_of_a_one_row_duo_chip_never_takes_its_device_node(tmp_path: Path, remap: bool) -> None:
+    """Both chips of a 300I Duo print the card's one Bus-Id, which sysfs gives to davinci0 (chip 0).
+    With chip 0 printed without its first row and set apart, the address looked chip 1's alone, and
+    chip 1 was published with /dev/davinci0: the chip whose health npu-smi could not print. (The
+    table is the Duo fixture without line 7, constructed from npu_info_print.c, not a capture.)"""
+    lines = fixture("310P3-duo_info_shared-BusId_npu-smi-25.2.0.txt").splitlines(keepends=True)
+    assert lines[6].startswith("| 2       310P3")
+    answers = {"info": written(tmp_path, "info.txt", "".join(lines[:6] + lines[7:]))}
+    if remap:
+        for k in (0, 1):
+            answers[f"info -t phyid-remap -p {k}"] = written(
+                tmp_path, f"remap{k}.txt", f"\tChip Physical ID:{k}\n\tChip Logic ID:{k}\n\tNPU ID:2\n\tChip ID:{k}\n")
+    exe = fake_npu_smi(tmp_path, answers)
+    dev = dev_tree(tmp_path, ["davinci0", "davinci1", *SHARED])
+    sys_root = sys_tree(tmp_path, {"0000:01:00.0": ("0x19e5", "0xd500", 0), "0000:02:00.0": ("0x19e5", "0xd500", 0)},
+                        {0: "0000:01:00.0", 1: "0000:02:00.0"})
+    profile = Npu310PProfile()
+    inventory = await profile.discover(context(tmp_path, exe, dev, sys_root))
+    published = [(d.name, d.attributes["physicalID"]) for d in inventory.devices]
+    if remap:
+        assert inventory.source == "npu-smi" and published == [("npu-1-0", 1)]
+    else:  # no way to tell which node is chip 1's: the npu-smi tier gives up (the device-node tier answers)
+        assert inventory.source != "npu-smi" and ("npu-1-0", 0) not in published
+
+
 # -- npu-smi info -t topo: NPU IDs, Phy-ID labels, NIC columns ------------------------------------
 
 

@@ -74,8 +74,13 @@ def test_a_first_row_alone_is_a_chip_whose_logic_id_npu_smi_could_not_read() -> 
          "| Chip Device | Bus-Id | AICore(%) Memory-Usage(MB) |\n+====+\n| 215 310 | OK | 12.8 hot |\n", 5,
          "a chip takes two rows between separators (as a second row alone: AICore(%): '12.8' is not an integer "
          "or NA; as a first row alone: Temp(C): 'hot' is not an integer or NA)"),
+        # The shape of a second row, with a health where its Bus-Id goes (a review found it accepted).
+        ("| npu-smi 9.9 Version: 9.9 |\n| NPU Name | Health | Power(W) Temp(C) |\n"
+         "| Chip Device | Bus-Id | AICore(%) Memory-Usage(MB) |\n+====+\n| 1 1 | OK | 0 2703 / 8192 |\n", 5,
+         "a chip takes two rows between separators (as a second row alone: Bus-Id 'OK' is not a PCI address or "
+         "NA; as a first row alone: Temp(C): '2703/8192' is not an integer or NA)"),
     ],
-    ids=["too-few-cells", "bad-value-for-both-rows"],
+    ids=["too-few-cells", "bad-value-for-both-rows", "no-pci-address"],
 )
 def test_a_lone_row_that_is_neither_row_is_still_an_error(text: str, line_no: int, reason: str) -> None:
     with pytest.raises(NpuSmiParseError) as caught:

@@ -70,7 +70,9 @@ def test_a_gate_kept_again_ends_its_fallback():
     view.mark_unhealthy({"npu-1-0": False})
     assert view.on_dropped(["DRAPartitionableDevices", "DRADeviceTaints"])
     assert view.dropped_gates == ["DRADeviceTaints", "DRAPartitionableDevices"]
-    assert names(view.full(inventories)) == ["npu-0-0", "vnpu-0-0-vir05-0"]  # what is asked about
+    # What is asked about: every device, the withdrawn one too (with every device withdrawn, none
+    # was left to carry the probe's taint, and the taints' fallback never ended).
+    assert names(view.full(inventories)) == ["npu-0-0", "vnpu-0-0-vir05-0", "npu-1-0"]
     assert not view.on_kept([])
     assert view.on_kept(["DRAPartitionableDevices"])
     pool = view.desired(inventories)
@@ -79,6 +81,32 @@ def test_a_gate_kept_again_ends_its_fallback():
     assert [(d.name, [t.key for t in d.taints]) for d in view.desired(inventories).devices] == [
         ("npu-0-0", []), ("vnpu-0-0-vir05-0", []), ("npu-1-0", ["d.example.com/unhealthy"])]
     assert view.dropped_gates == [] and not view.on_kept(["DRADeviceTaints", "DRAPartitionableDevices"])
+
+
+def test_a_fallback_ends_after_answers_in_a_row_and_a_relapse_asks_for_twice_as_many():
+    """One dry-run answer ended a fallback: behind one address, API servers restarted one by one to
+    turn a gate on answer differently, and each flap published vNPU templates a server without the
+    gate stored without their counters."""
+    from ascend_dra.poolview import GATE_KEPT_ANSWERS, GATE_KEPT_ANSWERS_MAX
+
+    gate = "DRAPartitionableDevices"
+    view = PoolView("d.example.com", "taint")
+    view.on_dropped([gate])
+
+    def answers(*kept: bool) -> list[bool]:
+        return [view.on_probe([gate], [gate] if k else []) for k in kept]
+
+    assert answers(*[True] * (GATE_KEPT_ANSWERS - 1), False, *[True] * (GATE_KEPT_ANSWERS - 1)) == \
+        [False] * (2 * GATE_KEPT_ANSWERS - 1) and view.dropped_gates == [gate]  # a "dropped" starts over
+    assert answers(True) == [True] and view.dropped_gates == []
+    assert view.on_dropped([gate])  # a relapse: the next write was stored without the counters
+    assert answers(*[True] * (2 * GATE_KEPT_ANSWERS - 1)) == [False] * (2 * GATE_KEPT_ANSWERS - 1)
+    assert answers(True) == [True] and view.dropped_gates == []
+    for _ in range(10):  # relapses never ask for more than the cap
+        view.on_dropped([gate])
+        while not view.on_probe([gate], [gate]):
+            pass
+    assert view._kept_needed[gate] == GATE_KEPT_ANSWERS_MAX
 
 
 @pytest.mark.parametrize(("mode", "expected"), [("withdraw", ["npu-1-0"]), ("publish", ["npu-0-0", "npu-1-0"])])

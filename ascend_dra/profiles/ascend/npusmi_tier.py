@@ -157,6 +157,10 @@ async def discover_npu_smi(npu_smi: NpuSmi, *, dev_root: Path, sys_root: Path,
                          chip_boards.get((c.npu_id, c.chip_id))) for c in info.chips]
     numbers, by_address = await anyio.to_thread.run_sync(_davinci_nodes, dev_root, sys_root)
     incomplete = _incomplete(info, partial, by_address)
+    # An address a one-row chip prints is not the complete chips' to take: both chips of a 300I Duo
+    # print the card's one Bus-Id, and with one of them set apart the other's would look unshared.
+    printed_alone = {(row.bus_id or "").lower() for row in info.incomplete}
+    by_address = {a: n for a, n in by_address.items() if a not in printed_alone}
     reason = remap_reason(partial, numbers, by_address)
     remaps: dict[int, PhyIdRemap] = {}
     if reason is not None:

@@ -40,6 +40,8 @@ __all__ = (
     "parse_vnpu_info",
 )
 
+# domain:bus:device.function, as npu-smi prints Bus-Id ("%04X:%02X:%02X.%-4X", npu_info_print.c)
+_PCI_ADDRESS = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]$")
 _HEADER = re.compile(r"npu-smi\s+(?P<tool>\S+)\s+Version:\s*(?P<driver>\S+)")
 # "used / total" (spaces optional, "NA" or "-" allowed) becomes one token before splitting a cell.
 _USED_TOTAL = re.compile(r"(\S+?)\s*/\s*(\S+)")
@@ -353,6 +355,10 @@ def _one_row_alone(command: str, columns: list[list[list[str]]], line_no: int, l
             values = _row_values(command, line_no, line, header, cells, known)
         except NpuSmiParseError as exc:
             problems.append(exc.reason)
+            continue
+        bus_id = values.get("bus_id")
+        if known is _ROW2 and bus_id is not None and not _PCI_ADDRESS.match(str(bus_id)):
+            problems.append(f"Bus-Id {bus_id!r} is not a PCI address or NA")  # the shape alone is no proof
             continue
         if known is _ROW1:
             health = values.get("health")
