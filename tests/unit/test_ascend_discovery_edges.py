@@ -10,7 +10,7 @@ import attrs
 import pytest
 
 from ascend_dra.commands.discover import run
-from ascend_dra.model import Capacity
+from ascend_dra.model import Capacity, Inventory
 from ascend_dra.profiles.ascend.npu310p import Npu310PProfile
 from ascend_dra.profiles.ascend.npu910 import Npu910Profile
 from tests.unit.test_ascend_discovery import ANSWERS_910A, SHARED, run_chain, tree_910a
@@ -261,23 +261,28 @@ async def test_phyid_remap_settles_910c_dies_that_print_the_same_phy_id(tmp_path
     assert "NPU 0 chip 1: physical ID 1 from phyid-remap, not 0" in profile.discovery_notes()
 
 
+async def discover_duo(tmp_path: Path, info: str, remap: bool) -> tuple[Inventory, Npu310PProfile]:
+    """One Atlas 300I Duo card (NPU 2, chips 0 and 1) printing ``info``; davinci0 is the PCI function
+    npu-smi prints for both chips, davinci1 the card's other one; with ``remap``, phyid-remap answers."""
+    answers = {"info": info}
+    if remap:
+        for k in (0, 1):
+            answers[f"info -t phyid-remap -p {k}"] = written(
+                tmp_path, f"remap{k}.txt", f"\tChip Physical ID:{k}\n\tChip Logic ID:{k}\n\tNPU ID:2\n\tChip ID:{k}\n")
+    exe = fake_npu_smi(tmp_path, answers)
+    dev = dev_tree(tmp_path, ["davinci0", "davinci1", *SHARED])
+    sys_root = sys_tree(tmp_path, {"0000:01:00.0": ("0x19e5", "0xd500", 0), "0000:02:00.0": ("0x19e5", "0xd500", 0)},
+                        {0: "0000:01:00.0", 1: "0000:02:00.0"})
+    profile = Npu310PProfile()
+    return await profile.discover(context(tmp_path, exe, dev, sys_root)), profile
+
+
 @pytest.mark.parametrize("remap", [True, False], ids=["phyid-remap-answers", "by-rank"])
 async def test_300i_duo_chips_printing_one_bus_id_are_both_published(tmp_path: Path, remap: bool) -> None:
     """An Atlas 300I Duo prints one Bus-Id for both chips of a card (a real output, SOURCES.md S23).
     Read through sysfs, that address gave both chips one physical ID and the whole npu-smi tier failed
     ("share physical ID"), falling back to devfs; an address two chips print now identifies neither."""
-    answers = {"info": "310P3-duo_info_shared-BusId_npu-smi-25.2.0.txt"}
-    if remap:
-        for k in (0, 1):
-            answers[f"info -t phyid-remap -p {k}"] = written(
-                tmp_path, f"remap{k}.txt", f"\tChip Phy-ID:{k}\n\tChip Logic ID:{k}\n\tNPU ID:2\n\tChip ID:{k}\n")
-    exe = fake_npu_smi(tmp_path, answers)
-    dev = dev_tree(tmp_path, ["davinci0", "davinci1", *SHARED])
-    # davinci0 is the PCI function npu-smi prints for both chips; davinci1 the card's other one
-    sys_root = sys_tree(tmp_path, {"0000:01:00.0": ("0x19e5", "0xd500", 0), "0000:02:00.0": ("0x19e5", "0xd500", 0)},
-                        {0: "0000:01:00.0", 1: "0000:02:00.0"})
-    profile = Npu310PProfile()
-    inventory = await profile.discover(context(tmp_path, exe, dev, sys_root))
+    inventory, profile = await discover_duo(tmp_path, "310P3-duo_info_shared-BusId_npu-smi-25.2.0.txt", remap)
     assert inventory.source == "npu-smi"
     assert [(d.name, d.attributes["physicalID"], d.attributes["npuID"], d.attributes["chipID"])
             for d in inventory.devices] == [("npu-0-0", 0, 2, 0), ("npu-1-0", 1, 2, 1)]
@@ -294,17 +299,7 @@ async def test_the_sibling_of_a_one_row_duo_chip_never_takes_its_device_node(tmp
     table is the Duo fixture without line 7, constructed from npu_info_print.c, not a capture.)"""
     lines = fixture("310P3-duo_info_shared-BusId_npu-smi-25.2.0.txt").splitlines(keepends=True)
     assert lines[6].startswith("| 2       310P3")
-    answers = {"info": written(tmp_path, "info.txt", "".join(lines[:6] + lines[7:]))}
-    if remap:
-        for k in (0, 1):
-            answers[f"info -t phyid-remap -p {k}"] = written(
-                tmp_path, f"remap{k}.txt", f"\tChip Physical ID:{k}\n\tChip Logic ID:{k}\n\tNPU ID:2\n\tChip ID:{k}\n")
-    exe = fake_npu_smi(tmp_path, answers)
-    dev = dev_tree(tmp_path, ["davinci0", "davinci1", *SHARED])
-    sys_root = sys_tree(tmp_path, {"0000:01:00.0": ("0x19e5", "0xd500", 0), "0000:02:00.0": ("0x19e5", "0xd500", 0)},
-                        {0: "0000:01:00.0", 1: "0000:02:00.0"})
-    profile = Npu310PProfile()
-    inventory = await profile.discover(context(tmp_path, exe, dev, sys_root))
+    inventory, _ = await discover_duo(tmp_path, written(tmp_path, "info.txt", "".join(lines[:6] + lines[7:])), remap)
     published = [(d.name, d.attributes["physicalID"]) for d in inventory.devices]
     if remap:
         assert inventory.source == "npu-smi" and published == [("npu-1-0", 1)]
