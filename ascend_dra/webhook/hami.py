@@ -71,6 +71,7 @@ __all__ = (
     "convert_pod",
     "go_quote",
     "truncate_dns_label",
+    "unconverted_resources",
 )
 
 #: Ascend commonWords in HAMi's device-config order (``DefaultAscendVNPUs()``,
@@ -314,6 +315,27 @@ def _covers(app: _Chip, init: _Chip) -> bool:
 
     return (app.common_word, app.count) == (init.common_word, init.count) and \
         fits(init.memory_bytes, app.memory_bytes) and fits(init.cores, app.cores)
+
+
+def unconverted_resources(pod: Mapping[str, Any]) -> list[str]:
+    """The ``huawei.com/`` resource names in the pod's containers (and init containers) that no
+    :data:`COMMON_WORDS` entry converts, as ``<container path>: <name>``: a chip name of a HAMi device
+    config edited beyond its defaults (HAMi reads it from its config, so ``Ascend910B1`` or a renamed
+    resource work there), or a typo. Such a pod is let through unchanged and waits for a node that
+    advertises the name; the webhook says so in a warning."""
+    known = {RESOURCE_PREFIX + word + tail for word in COMMON_WORDS for tail in ("", "-memory", "-core")}
+    found: list[str] = []
+    spec = pod.get("spec")
+    for section in ("initContainers", "containers"):
+        for index, container in enumerate((spec.get(section) or ()) if isinstance(spec, Mapping) else ()):
+            resources = container.get("resources") if isinstance(container, Mapping) else None
+            for part in ("limits", "requests"):
+                values = (resources or {}).get(part) if isinstance(resources, Mapping) else None
+                for name in values if isinstance(values, Mapping) else ():
+                    entry = f"spec.{section}[{index}]: {name}"
+                    if name.startswith(RESOURCE_PREFIX) and name not in known and entry not in found:
+                        found.append(entry)
+    return found
 
 
 def _claim_spec(chip: _Chip, selectors: list[dict[str, Any]], driver_name: str) -> dict[str, Any]:

@@ -30,6 +30,7 @@ import anyio
 
 from ascend_dra.webhook import review
 from ascend_dra.webhook.hami import (
+    COMMON_WORDS,
     DRA_LABEL,
     MANAGED_BY,
     OPT_OUT_LABEL,
@@ -39,6 +40,7 @@ from ascend_dra.webhook.hami import (
     Mode,
     PlannedClaim,
     convert_pod,
+    unconverted_resources,
 )
 from ascend_dra.webhook.kubeapi import ApiError, KubeApi
 
@@ -91,8 +93,13 @@ class PodMutator:
         except ConversionError as exc:
             problems = "; ".join(f"{path}: {message}" for path, message in exc.problems)
             return review.denied(request.uid, f"{shown}: cannot convert its HAMi resources: {problems}"), "denied"
+        # Names a HAMi config can define beyond its defaults (or typos): the pod passes as written and
+        # waits for a node that advertises them; the user is told why at once (kubectl prints warnings).
+        warnings = [f"{entry} is not a HAMi resource this webhook converts (it converts huawei.com/<chip>, "
+                    f"-memory and -core for {', '.join(COMMON_WORDS)}); the pod keeps it and waits for a node "
+                    "that advertises it" for entry in unconverted_resources(pod)]
         if conversion is None:
-            return review.allowed(request.uid), "allowed"
+            return review.allowed(request.uid, warnings), "allowed"
         for_pod = pod_name or f"{metadata.get('generateName', '')}*"
         try:
             await self._create_all(conversion.claims, request.namespace, for_pod, request.dry_run)
@@ -102,7 +109,7 @@ class PodMutator:
         logger.info("pod converted", extra={"pod_namespace": request.namespace, "pod_name": for_pod,
                                             "mode": self.mode.value, "dry_run": request.dry_run,
                                             "objects": [c.object_name for c in conversion.claims]})
-        return review.patched(request.uid, conversion.patch), "converted"
+        return review.patched(request.uid, conversion.patch, warnings), "converted"
 
     def _body(self, claim: PlannedClaim, namespace: str, for_pod: str) -> dict[str, Any]:
         metadata: dict[str, Any] = {"name": claim.object_name, "namespace": namespace, "labels": _labels()}

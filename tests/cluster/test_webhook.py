@@ -358,6 +358,39 @@ def test_reinvocation_reuses_the_claim_and_an_orphan_is_swept(cp, hook):
     assert ok(cp, "GET", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/users-idle")
 
 
+def test_a_huawei_resource_the_webhook_does_not_convert_passes_with_a_warning(cp, hook):
+    """A chip name a HAMi device config adds beyond its defaults (``Ascend910B1``), or a typo, passed
+    silently: the pod then waited for good as Insufficient huawei.com/... with nothing to say why."""
+    import json
+    import ssl
+    import urllib.request
+
+    proc = hook.use("template")
+    ns = hook.namespace()
+    context = ssl.create_default_context(cafile=str(hook.ca[0]))
+
+    def answer(limits: dict) -> dict:
+        pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x", "resources": {
+            "limits": limits}}]}}
+        review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+            "uid": "r-1", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "operation": "CREATE",
+            "namespace": ns, "name": "p", "object": pod, "dryRun": True}}
+        request = urllib.request.Request(f"https://127.0.0.1:{proc.port}/mutate-pods", data=json.dumps(review).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, context=context, timeout=10) as reply:
+            return json.loads(reply.read())["response"]
+
+    alone = answer({"huawei.com/Ascend910B1": "1", "huawei.com/Ascend910B1-memory": "16384"})
+    assert alone["allowed"] is True and "patch" not in alone
+    assert [w.split(" is not ")[0] for w in alone["warnings"]] == [
+        "spec.containers[0]: huawei.com/Ascend910B1", "spec.containers[0]: huawei.com/Ascend910B1-memory"]
+    assert "Ascend310P" in alone["warnings"][0]  # names what it converts
+    beside = answer({"huawei.com/Ascend310P": "1", "huawei.com/Ascend310p-core": "50"})  # a typo beside
+    assert beside["allowed"] is True and beside["patch"]
+    assert [w.split(" is not ")[0] for w in beside["warnings"]] == ["spec.containers[0]: huawei.com/Ascend310p-core"]
+    assert "warnings" not in answer({"huawei.com/Ascend310P": "1"})
+
+
 def test_certificate_rotation_while_reviews_flow_loses_none(cp, hook):
     proc = hook.use("claim")
     ns = hook.namespace()

@@ -17,6 +17,7 @@ from ascend_dra.webhook.hami import (
     convert_pod,
     go_quote,
     truncate_dns_label,
+    unconverted_resources,
 )
 from tests.jsonpatch import apply_patch
 
@@ -256,6 +257,17 @@ def test_an_init_container_whose_request_an_app_container_covers_uses_its_claim(
 def test_an_init_container_the_app_containers_do_not_cover_keeps_a_claim_of_its_own(init, app, fields):
     conversion = convert_pod(_init_and_app(init, app, **fields), "ns", mode=Mode.CLAIM)
     assert [c.container for c in conversion.claims] == ["spec.initContainers[0]", "spec.containers[0]"]
+
+
+def test_huawei_resources_no_common_word_converts_are_named_for_a_warning():
+    pod = {"spec": {"initContainers": [{"name": "i", "resources": {"requests": {"huawei.com/npu-310p": "1"}}}],
+                    "containers": [{"name": "c", "resources": {
+                        "limits": {"huawei.com/Ascend910B1": "1", "huawei.com/Ascend310P": "1", "cpu": "1",
+                                   "huawei.com/Ascend310P-core": "5"},
+                        "requests": {"huawei.com/Ascend910B1": "1"}}}, {"name": "plain"}]}}
+    assert unconverted_resources(pod) == ["spec.initContainers[0]: huawei.com/npu-310p",
+                                          "spec.containers[0]: huawei.com/Ascend910B1"]
+    assert unconverted_resources({"spec": {"containers": [{"resources": None}, "junk"]}}) == []
 
 
 def test_reinvocation_on_the_converted_pod_changes_nothing():
