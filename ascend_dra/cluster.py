@@ -466,12 +466,15 @@ class ApiPublisher:
                 await self._watch_once(query + since, limits)
                 self._wake.set()  # the watch ended (its timeout): look once, events may be missed
             except Exception as exc:  # the API server went away or refused: back off, then watch again
-                if isinstance(exc, ApiError) and exc.status == 410:
-                    self._watch_version = None  # expired: the reconcile woken below lists afresh
+                expired = isinstance(exc, ApiError) and exc.status == 410 and self._watch_version is not None
                 refused = isinstance(exc, ApiError) and 400 <= exc.status < 500 and exc.status != 410  # 410: expired
                 (log.warning if refused else log.debug)("the watch of our ResourceSlices failed", extra={
                     "error": str(exc)})
                 self._wake.set()
+                if expired:  # (a restarted API server has none of the old versions): the reconcile woken
+                    self._watch_version = None  # above lists afresh, and the watch begins again at once
+                    pause = 1.0
+                    continue
             if time.monotonic() - began > 10:
                 pause = 1.0
                 continue
