@@ -110,21 +110,27 @@ async def test_a_deletion_between_two_watches_is_seen_before_the_next_resync(cp)
     api = await apiclient.connect_api(str(cp.kubeconfig))
     publisher = cluster.ApiPublisher(str(cp.kubeconfig), driver_name=DRIVER, node_name=cp.node_name, api=api,
                                      resync_interval=3600)
-    real_watch_once = publisher._watch_once
+    real_watch_once, real_sync = publisher._watch_once, publisher.sync
     watches: list[int] = []
+    syncs: list[bool] = []
     deleted = anyio.Event()
+
+    async def sync() -> bool:
+        syncs.append(await real_sync())
+        return syncs[-1]
 
     async def watch_once(query, limits):
         watches.append(len(watches))
-        if len(watches) == 2:  # the first watch ended; its reconcile has run: delete, then watch again
-            await anyio.sleep(1)
+        if len(watches) == 2:  # the first watch ended: once the reconcile it woke has listed, delete
+            while len(syncs) < 2 or publisher._syncing:  # noqa: ASYNC110 (polls the publisher)
+                await anyio.sleep(0.01)
             await anyio.to_thread.run_sync(delete_our_slices, cp, cp.node_name)
             deleted.set()
         # The first watch ends at once; the second outlasts the test (its end would wake a reconcile).
         seconds = "1" if len(watches) == 1 else "60"
         await real_watch_once([(k, seconds if k == "timeoutSeconds" else v) for k, v in query], limits)
 
-    publisher._watch_once = watch_once
+    publisher._watch_once, publisher.sync = watch_once, sync
     inventory = Inventory(devices=tuple(Device(f"npu-{i}") for i in range(2)), source="test")
     try:
         async with anyio.create_task_group() as tg:
