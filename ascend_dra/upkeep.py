@@ -96,12 +96,11 @@ class UpkeepMixin:
 
     async def _restore_claim_status(self: Daemon, status: StatusHook, only: list[str] | None = None) -> None:
         """Write the claim status of the prepared claims (or of the claims ``only``) again
-        (statushook.StatusHook.restore), once
-        this instance is the only one on the node: during a rolling update the older instance still
-        serves calls the kubelet began with it, and a claim it unprepares after this one read the
-        records would get its entries back from here; a newer one, once started, does this itself.
-        The records are read fresh (shared checkpoint) when the older instance is gone. A failure
-        is logged: the statuses are a courtesy, the daemon serves on."""
+        (statushook.StatusHook.restore), once this instance is the only one on the node: during a
+        rolling update the older instance still serves calls the kubelet began with it, and a claim
+        it unprepares after this one read the records would get its entries back from here; a newer
+        one, once started, does this itself. The records are read fresh (shared checkpoint) when the
+        older instance is gone. A failure is logged: the statuses are a courtesy, the daemon serves on."""
         s = self.settings
         assert self.state is not None
         uid = s.rolling_update_id
