@@ -4,7 +4,7 @@ After a successful Prepare, each device we prepared for a claim gets an entry in
 ``status.devices`` (``AllocatedDeviceStatus``: ``driver``, ``pool``, ``device``, ``shareID``,
 ``data``), written by server-side apply on the ``resourceclaims/status`` subresource under a
 field manager of this node's own, ``<driver>/<pool>`` (:func:`field_manager`; a JSON merge patch
-of our entries where the API server cannot apply, see :meth:`ClaimStatusWriter._merge`); Unprepare
+of our entries where the API server cannot apply, statusmerge.py); Unprepare
 applies an empty list, which removes exactly the entries this node owns. One manager for every node
 (the driver name, before 2026-12-03) let a node's late removal, for a claim since deallocated and
 prepared on another node, take that node's entries too (docs/architecture.md#resourceclaim; gate
@@ -53,6 +53,7 @@ import yaml
 from anyio.abc import TaskStatus
 
 from ascend_dra.model import PreparedDevice
+from ascend_dra.statusmerge import merge_entries
 
 __all__ = (
     "MAX_DATA_BYTES",
@@ -513,35 +514,5 @@ class ClaimStatusWriter:
                 and (self.pool is None or entry.get("pool") == self.pool))
 
     async def _merge(self, api: Any, path: str, job: _Job, entries: list[dict]) -> None:
-        """The fallback for claims that server-side apply cannot patch.
-
-        Found on the 1.35 API server: any patch of ``resourceclaims/status`` re-encodes the
-        allocation's opaque ``parameters``, and its "status.allocation is immutable" check compares
-        bytes. Server-side apply re-encodes them with sorted keys, so it fails unless the claim's
-        creator wrote them sorted and compact (kubectl does; a Go struct or a Python dict in its own
-        key order does not); a JSON merge patch keeps the key order and fails only when the creator
-        wrote whitespace. So: other drivers' entries are kept as read, ours replaced, and
-        ``resourceVersion`` guards against a concurrent writer (409 -> the loop retries). What others
-        wrote into an entry of our device (``conditions`` of a binding-conditions controller,
-        ``networkData``) is kept: only ``data`` is ours, as with server-side apply (a merge patch
-        replaces the whole list, and this dropped them; kubernetes-sigs/dra-example-driver#266).
-        Unprepare removes our entries whole: the device is no longer the claim's on this node.
-        """
-        claim = await api.call("GET", path.removesuffix("/status"))
-        if claim.get("metadata", {}).get("uid") != job.uid:
-            return  # replaced meanwhile: nothing of ours to show
-        devices = (claim.get("status") or {}).get("devices") or []
-        others = [d for d in devices if not self._mine(d)]
-        if not entries and len(others) == len(devices):
-            return  # nothing of ours to remove
-        before = {_entry_key(d): d for d in devices if self._mine(d)}
-        entries = [{**{k: v for k, v in before.get(_entry_key(e), {}).items() if k != "data"}, **e} for e in entries]
-        await api.call("PATCH", path, query=[("fieldManager", self.field_manager)],
-                       content_type="application/merge-patch+json",
-                       body={"metadata": {"resourceVersion": claim["metadata"]["resourceVersion"]},
-                             "status": {"devices": [*others, *entries]}})
-
-
-def _entry_key(entry: Mapping[str, Any]) -> tuple[Any, Any, Any, Any]:
-    """What identifies a ``status.devices`` entry (the list's map keys): driver, pool, device, shareID."""
-    return entry.get("driver"), entry.get("pool"), entry.get("device"), entry.get("shareID")
+        """The fallback for claims that server-side apply cannot patch (statusmerge.py)."""
+        await merge_entries(api, path, job.uid, self.field_manager, self._mine, entries)
