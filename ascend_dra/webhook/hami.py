@@ -222,6 +222,15 @@ def _limit_path(path: str, section: str, key: str) -> str:
     return f'{path}.resources.{section}["{key}"]'
 
 
+def _resource_names(word: str) -> tuple[str, str, str]:
+    """The HAMi resource names of one commonWord: the chip count, its ``-memory`` and its ``-core``."""
+    key = RESOURCE_PREFIX + word
+    return key, key + "-memory", key + "-core"
+
+
+#: Every name the conversion reads (and takes out of the pod), for every commonWord.
+_CONVERTED = frozenset(name for word in COMMON_WORDS for name in _resource_names(word))
+
 #: A claim holds at most this many devices (resource.k8s.io/v1 ``AllocationResultsMaxSize``, 32 in
 #: 1.35-1.37): a larger HAMi count could never be allocated.
 MAX_CHIPS = 32
@@ -251,7 +260,7 @@ def _chips(container: Mapping[str, Any], path: str, problems: list[tuple[str, st
 
     chips = []
     for word in COMMON_WORDS:
-        key = RESOURCE_PREFIX + word
+        key, memory_key, core_key = _resource_names(word)
         if key not in limits:
             continue
         count = memory = cores = None
@@ -265,13 +274,13 @@ def _chips(container: Mapping[str, Any], path: str, problems: list[tuple[str, st
             count = int(number)
         except ValueError as exc:
             problems.append((_limit_path(path, "limits", key), str(exc)))
-        if (found := entry(key + "-memory")) is not None:
+        if (found := entry(memory_key)) is not None:
             section, value = found
             try:
                 memory = _memory_bytes(value)
             except ValueError as exc:
-                problems.append((_limit_path(path, section, key + "-memory"), str(exc)))
-        if (found := entry(key + "-core")) is not None:
+                problems.append((_limit_path(path, section, memory_key), str(exc)))
+        if (found := entry(core_key)) is not None:
             section, value = found
             try:
                 number = _quantity(value)
@@ -279,7 +288,7 @@ def _chips(container: Mapping[str, Any], path: str, problems: list[tuple[str, st
                     raise ValueError(f"{value!r} is out of range 0..100 (percent of a chip)")
                 cores = canonical_quantity(str(value))
             except ValueError as exc:
-                problems.append((_limit_path(path, section, key + "-core"), str(exc)))
+                problems.append((_limit_path(path, section, core_key), str(exc)))
         if count is not None:
             chips.append(_Chip(word, count, memory, cores))
     return chips
@@ -323,7 +332,6 @@ def unconverted_resources(pod: Mapping[str, Any]) -> list[str]:
     config edited beyond its defaults (HAMi reads it from its config, so ``Ascend910B1`` or a renamed
     resource work there), or a typo. Such a pod is let through unchanged and waits for a node that
     advertises the name; the webhook says so in a warning."""
-    known = {RESOURCE_PREFIX + word + tail for word in COMMON_WORDS for tail in ("", "-memory", "-core")}
     found: list[str] = []
     spec = pod.get("spec")
     for section in ("initContainers", "containers"):
@@ -333,7 +341,7 @@ def unconverted_resources(pod: Mapping[str, Any]) -> list[str]:
                 values = (resources or {}).get(part) if isinstance(resources, Mapping) else None
                 for name in values if isinstance(values, Mapping) else ():
                     entry = f"spec.{section}[{index}]: {name}"
-                    if name.startswith(RESOURCE_PREFIX) and name not in known and entry not in found:
+                    if name.startswith(RESOURCE_PREFIX) and name not in _CONVERTED and entry not in found:
                         found.append(entry)
     return found
 
@@ -431,7 +439,7 @@ def convert_pod(
         path = f"spec.{section}[{index}]"
         name = str(container.get("name", ""))
         resources = dict(container.get("resources") or {})
-        converted = {RESOURCE_PREFIX + c.common_word + tail for c in chips for tail in ("", "-memory", "-core")}
+        converted = {name for c in chips for name in _resource_names(c.common_word)}
         for part in ("limits", "requests"):
             kept = {k: v for k, v in (resources.get(part) or {}).items() if k not in converted}
             if kept:
