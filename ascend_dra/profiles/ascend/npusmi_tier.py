@@ -232,12 +232,12 @@ async def _remaps(npu_smi: NpuSmi, numbers: list[int], budget: _Budget, reason: 
 
 
 def _incomplete(info: InfoTable, partial: list[PartialChip], by_address: Mapping[str, int]) -> list[DroppedChip]:
-    """The chips ``npu-smi info`` printed without their first row (:class:`.tables.IncompleteChip`), as
-    chips not published. Their health is unknown and their NPU ID and name are not printed, so npu-smi
-    cannot be asked about them, and published such a chip would count as healthy
-    (docs/ascend-hardware.md#npu-smi-commands). The physical ID is the ``Phy-ID`` column (910_93) or the
-    davinci node sysfs names for the Bus-Id (not one another chip prints too), the logic ID the ``Device``
-    column (310/310P): for the record only."""
+    """The chips ``npu-smi info`` printed with one of their two rows only (:class:`.tables.IncompleteChip`),
+    as chips not published. Without the first row their health is unknown and their NPU ID and name are
+    not printed, so npu-smi cannot be asked about them, and published such a chip would count as healthy;
+    without the second, DCMI could not give its logic ID (docs/ascend-hardware.md#npu-smi-commands). The
+    physical ID is the ``Phy-ID`` column (910_93) or the davinci node sysfs names for the Bus-Id (not one
+    another chip prints too), the logic ID the ``Device`` column (310/310P): for the record only."""
     printed = {p.pci_address for p in partial}
     out = []
     for row in info.incomplete:

@@ -156,7 +156,7 @@ class InfoTable:
     :ivar chips: the chips printed with both rows, in output order.
     :ivar skipped: ``(line_no, line)`` of non-table lines that were ignored (log lines of an
         in-container limiter before the table, an author's ``...`` elision).
-    :ivar incomplete: chips printed without their first row (:class:`IncompleteChip`), not in ``chips``.
+    :ivar incomplete: chips printed with one of their two rows only (:class:`IncompleteChip`), not in ``chips``.
     """
 
     tool_version: str | None
@@ -301,13 +301,18 @@ def _info_chip(command: str, columns: list[list[list[str]]], block: list[tuple[i
         if len(cells) != len(header):
             raise NpuSmiParseError(command, line_no, line, f"{len(cells)} cells, the header has {len(header)}")
         values.update(_row_values(command, line_no, line, header, cells, known))
-    if "chip_id" not in values and columns[0][:1] == [["NPU ID"]]:
-        values["chip_id"] = 0  # the 950: one chip per NPU ID, no chip column
+    if "chip_id" not in values and _no_chip_column(columns):
+        values["chip_id"] = 0
     for required in ("npu_id", "chip_id", "name", "health"):
         if values.get(required) is None:
             line_no, line = block[0]
             raise NpuSmiParseError(command, line_no, line, f"no value for {required}")
     return InfoChip(**values)  # type: ignore[arg-type]
+
+
+def _no_chip_column(columns: list[list[list[str]]]) -> bool:
+    """The 950's table: one chip per ``NPU ID`` and no chip column, so each chip is chip 0."""
+    return columns[0][:1] == [["NPU ID"]]
 
 
 def _row_values(command: str, line_no: int, line: str, header: list[list[str]], cells: list[str],
@@ -348,10 +353,10 @@ def _one_row_alone(command: str, columns: list[list[list[str]]], line_no: int, l
     cells = _text.cells(line)
     problems = []
     for header, known in ((columns[1], _ROW2), (columns[0], _ROW1)):
-        if len(cells) != len(header) or any(len(_tokens(c)) != len(n) for n, c in zip(header, cells, strict=True)):
+        if len(cells) != len(header):
             problems.append(f"{len(cells)} cells against {len(header)}")
             continue
-        try:
+        try:  # a cell whose value count differs from its header's is refused here
             values = _row_values(command, line_no, line, header, cells, known)
         except NpuSmiParseError as exc:
             problems.append(exc.reason)
@@ -361,12 +366,11 @@ def _one_row_alone(command: str, columns: list[list[list[str]]], line_no: int, l
             problems.append(f"Bus-Id {bus_id!r} is not a PCI address or NA")  # the shape alone is no proof
             continue
         if known is _ROW1:
-            health = values.get("health")
             return IncompleteChip(line_no=line_no, line=line, npu_id=values.get("npu_id"),  # type: ignore[arg-type]
-                                  name=values.get("name"), health=health)  # type: ignore[arg-type]
+                                  name=values.get("name"), health=values.get("health"))  # type: ignore[arg-type]
         chip_id = values.get("chip_id")
-        if chip_id is None and columns[0][:1] == [["NPU ID"]]:
-            chip_id = 0  # the 950, as in _info_chip
+        if chip_id is None and _no_chip_column(columns):
+            chip_id = 0
         return IncompleteChip(line_no=line_no, line=line, chip_id=chip_id, device=values.get("device"),  # type: ignore[arg-type]
                               phy_id=values.get("phy_id"), bus_id=values.get("bus_id"))  # type: ignore[arg-type]
     raise NpuSmiParseError(command, line_no, line, "a chip takes two rows between separators (as a second row "
