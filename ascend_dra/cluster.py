@@ -8,20 +8,17 @@ through the daemon's own requests (apiclient.py), the watch included; no typed A
 Publishing follows the Go helper's ResourceSlice controller (docs/architecture.md#resourceslice-publishing): one
 pool named after the node, owner reference to the Node, ``generateName`` ``<node>-<driver>-``;
 on every change the pool generation rises, obsolete slices are deleted first, then matched
-slices updated, then new ones created. A watch on our slices triggers a re-sync, so slices that
-someone else deleted (the kubelet wipes a node's slices when it starts) come back within seconds.
+slices updated, then new ones created. A watch on our slices (slicewatch.py) triggers a re-sync, so
+slices that someone else deleted (the kubelet wipes a node's slices when it starts) come back within seconds.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-import aiohttp
 import anyio
-import orjson
 from anyio.abc import TaskStatus
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_random_exponential
 
@@ -29,6 +26,7 @@ from ascend_dra.apiclient import ApiError, KubeApi, connect_api, open_api
 from ascend_dra.claims import ClaimGone, ClaimUnreadable, check_claim_ref, parse_claim, why_gone
 from ascend_dra.model import ClaimAllocation, Inventory
 from ascend_dra.slices import build_slices_stepwise, keep_taint_times, slice_content
+from ascend_dra.slicewatch import SliceWatchMixin
 
 __all__ = ("ApiClaimSource", "ApiPublisher", "DroppedFieldsError")
 
@@ -51,12 +49,6 @@ class DroppedFieldsError(Exception):
         super().__init__(f"the API server dropped ResourceSlice fields {', '.join(fields)}: enable the feature "
                          f"gate(s) {', '.join(gates)} on kube-apiserver, kube-scheduler and the kubelet")
 
-
-#: Seconds one watch of our slices lasts before the API server ends it and it is begun again.
-WATCH_S = 300
-
-#: The longest pause before a watch that failed, or ended at once, is begun again.
-WATCH_BACKOFF_MAX_S = 30.0
 
 #: Seconds between looks, while a newer instance publishes (a rolling update), at whether it still
 #: runs: if its rollout fails and it exits, this instance's slices are kept current again soon.
@@ -173,7 +165,7 @@ def _key(spec: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
-class ApiPublisher:
+class ApiPublisher(SliceWatchMixin):
     """Keeps the node's pool in the API server equal to the inventory.
 
     :param newer_instance: during a rolling update (instancelock.py), returns the id of a newer
@@ -222,6 +214,7 @@ class ApiPublisher:
         self._syncing = False
         self._held_events: list[tuple[str, str | None, str | None]] = []  # (type, name, resourceVersion)
         self._watch_version: str | None = None  # the last resourceVersion the watch saw (where the next begins)
+        self._list_version: str | None = None  # the last LIST's resourceVersion (where the first watch begins)
         # ((inventory, generation, node uid), slices, their sorted contents) of the last build.
         self._built: tuple[tuple[Any, int, str], list[dict[str, Any]], list[bytes]] | None = None
 
@@ -346,6 +339,7 @@ class ApiPublisher:
         assert self._api is not None
         selector = f"spec.driver={self.driver_name},spec.nodeName={self.node_name}"
         reply = await self._api.call("GET", f"{RESOURCE_V1}/resourceslices", query=[("fieldSelector", selector)])
+        self._list_version = (reply.get("metadata") or {}).get("resourceVersion") or self._list_version
         return [s for s in reply.get("items") or [] if s["spec"]["pool"]["name"] == self.node_name]
 
     async def sync(self) -> bool:
@@ -423,10 +417,6 @@ class ApiPublisher:
             self._built = (key, desired, sorted(slice_content(d["spec"]) for d in desired))
         return self._built[1], self._built[2]
 
-    def _is_own_write(self, kind: str, name: str | None, resource_version: str | None) -> bool:
-        """Whether a watch event only reports a slice as our last write left it."""
-        return kind in ("ADDED", "MODIFIED") and (name, resource_version) in self._own_versions
-
     async def _delete(self, obj: Mapping[str, Any]) -> None:
         assert self._api is not None
         meta = obj["metadata"]
@@ -437,90 +427,6 @@ class ApiPublisher:
         except ApiError as exc:
             if exc.status != 404:
                 raise
-
-    async def _watch(self) -> None:
-        """Wake the reconcile loop on every change to our slices (someone deleting them, say).
-
-        A plain watch request (``?watch=true``) on the shared client, each event parsed with
-        orjson; only its type, name and resourceVersion are kept. kubernetes-asyncio's ``Watch``
-        built an ``ApiClient`` of its own each time the watch began (loading the system CA bundle on
-        the loop: 55 ms) and turned every event, our own writes included, into model objects.
-        A watch that fails or ends at once is begun again after a pause that doubles up to
-        :data:`WATCH_BACKOFF_MAX_S`; a refusal (4xx) is logged as a warning. The next watch begins at
-        the last resourceVersion seen (events and bookmarks), as an informer does: begun at "now",
-        a deletion between two watches (after the reconcile that the end of the first one woke had
-        listed the slices, or during a back-off) went unseen until the next resync. A version the
-        server no longer has (410 Gone) starts over at "now", after a reconcile.
-        """
-        assert self._api is not None
-        selector = f"spec.driver={self.driver_name},spec.nodeName={self.node_name}"
-        query = [("fieldSelector", selector), ("watch", "true"), ("allowWatchBookmarks", "true"),
-                 ("timeoutSeconds", str(WATCH_S))]
-        # The server ends the watch after WATCH_S; a connection silent for longer is dead.
-        limits = aiohttp.ClientTimeout(sock_connect=30, sock_read=WATCH_S + 30)
-        pause = 1.0
-        while True:
-            began = time.monotonic()
-            since = [("resourceVersion", self._watch_version)] if self._watch_version else []
-            try:
-                await self._watch_once(query + since, limits)
-                self._wake.set()  # the watch ended (its timeout): look once, events may be missed
-            except Exception as exc:  # the API server went away or refused: back off, then watch again
-                expired = isinstance(exc, ApiError) and exc.status == 410 and self._watch_version is not None
-                refused = isinstance(exc, ApiError) and 400 <= exc.status < 500 and exc.status != 410  # 410: expired
-                (log.warning if refused else log.debug)("the watch of our ResourceSlices failed", extra={
-                    "error": str(exc)})
-                self._wake.set()
-                if expired:  # (a restarted API server has none of the old versions): the reconcile woken
-                    self._watch_version = None  # above lists afresh, and the watch begins again at once
-                    pause = 1.0
-                    continue
-            if time.monotonic() - began > 10:
-                pause = 1.0
-                continue
-            await anyio.sleep(pause)
-            pause = min(pause * 2, WATCH_BACKOFF_MAX_S)
-
-    async def _watch_once(self, query: list[tuple[str, str]], limits: aiohttp.ClientTimeout) -> None:
-        """One watch request, until the server ends it. :raises ApiError: it was refused."""
-        assert self._api is not None
-        async with self._api.stream(f"{RESOURCE_V1}/resourceslices", query=query, limits=limits) as response:
-            async for line in _lines(response.content):
-                event = orjson.loads(line)
-                kind = event.get("type")
-                if kind == "ERROR":  # e.g. the watch expired: a Status object; watch again
-                    raise ApiError(int((event.get("object") or {}).get("code") or 0),
-                                   str((event.get("object") or {}).get("message")))
-                meta = (event.get("object") or {}).get("metadata") or {}
-                if meta.get("resourceVersion"):
-                    self._watch_version = meta["resourceVersion"]
-                if kind not in ("DELETED", "MODIFIED", "ADDED"):
-                    continue  # BOOKMARK: only its version
-                key = (kind, meta.get("name"), meta.get("resourceVersion"))
-                if self._is_own_write(*key):
-                    continue
-                if self._syncing and kind != "DELETED":
-                    self._held_events.append(key)  # perhaps of the write under way
-                else:
-                    self._wake.set()
-
-
-async def _lines(stream: Any) -> AsyncIterator[bytes]:
-    """The non-empty lines of an aiohttp response body. Not ``readline``: it refuses a line over
-    128 KiB, and one watch event of a full ResourceSlice can be longer."""
-    buffer = bytearray()
-    async for chunk in stream.iter_any():
-        searched = len(buffer)  # the bytes before hold no newline: look in the new ones only
-        buffer += chunk
-        while (end := buffer.find(b"\n", searched)) != -1:
-            line = bytes(buffer[:end])
-            del buffer[:end + 1]
-            searched = 0
-            if line.strip():
-                yield line
-    if buffer.strip():
-        yield bytes(buffer)
-
 
 def _match(existing: list[dict[str, Any]], desired: list[dict[str, Any]]
            ) -> tuple[list[tuple[dict[str, Any], dict[str, Any]]], list[dict[str, Any]], list[dict[str, Any]]]:

@@ -11,7 +11,7 @@ import uuid
 import anyio
 import pytest
 
-from ascend_dra import apiclient, cluster
+from ascend_dra import apiclient, cluster, slicewatch
 from tests.cluster.test_publish import RES, delete_our_slices, ok, our_slices
 from tests.integration.daemon import DRIVER
 
@@ -51,6 +51,7 @@ async def test_the_watch_wakes_on_a_large_event_and_makes_no_client_of_its_own(c
     publisher = cluster.ApiPublisher(str(cp.kubeconfig), driver_name=DRIVER, node_name=cp.node_name, api=api)
     try:
         async with anyio.create_task_group() as tg:
+            publisher.first_attempt.set()  # the watch begins once the first reconcile ended (none runs here)
             tg.start_soon(publisher._watch)
             await anyio.sleep(1)  # the watch is established (an event before it would be missed)
             publisher._wake = anyio.Event()
@@ -100,16 +101,36 @@ async def test_our_own_writes_cause_no_further_reconcile_and_a_foreign_change_do
         await close_api(api)
 
 
+async def _publisher_without_resync(cp) -> tuple[apiclient.KubeApi, cluster.ApiPublisher]:
+    api = await apiclient.connect_api(str(cp.kubeconfig))
+    return api, cluster.ApiPublisher(str(cp.kubeconfig), driver_name=DRIVER, node_name=cp.node_name, api=api,
+                                     resync_interval=3600)
+
+
+async def _run_until_put_back(cp, api, publisher, deleted: anyio.Event) -> None:
+    """Run ``publisher`` (two devices) until ``deleted`` is set and its slices exist again (30 s at most)."""
+    from ascend_dra.model import Device, Inventory
+
+    inventory = Inventory(devices=tuple(Device(f"npu-{i}") for i in range(2)), source="test")
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(publisher.run, inventory)
+            with anyio.fail_after(30):
+                await deleted.wait()
+                while not await anyio.to_thread.run_sync(our_slices, cp, cp.node_name):  # noqa: ASYNC110 (polls)
+                    await anyio.sleep(0.1)
+            tg.cancel_scope.cancel()
+    finally:
+        await close_api(api)
+        delete_our_slices(cp, cp.node_name)
+
+
 async def test_a_deletion_between_two_watches_is_seen_before_the_next_resync(cp):
     """Each watch began at "now": slices deleted after the reconcile that the end of a watch woke
     had listed them, and before the next watch began (or during a back-off), stayed deleted until
     the next resync (60 s by default; the kubelet deletes a node's slices when it starts). The next
     watch now begins at the last resourceVersion seen, and replays the deletion."""
-    from ascend_dra.model import Device, Inventory
-
-    api = await apiclient.connect_api(str(cp.kubeconfig))
-    publisher = cluster.ApiPublisher(str(cp.kubeconfig), driver_name=DRIVER, node_name=cp.node_name, api=api,
-                                     resync_interval=3600)
+    api, publisher = await _publisher_without_resync(cp)
     real_watch_once, real_sync = publisher._watch_once, publisher.sync
     watches: list[int] = []
     syncs: list[bool] = []
@@ -131,20 +152,30 @@ async def test_a_deletion_between_two_watches_is_seen_before_the_next_resync(cp)
         await real_watch_once([(k, seconds if k == "timeoutSeconds" else v) for k, v in query], limits)
 
     publisher._watch_once, publisher.sync = watch_once, sync
-    inventory = Inventory(devices=tuple(Device(f"npu-{i}") for i in range(2)), source="test")
-    try:
-        async with anyio.create_task_group() as tg:
-            await tg.start(publisher.run, inventory)
-            with anyio.fail_after(30):
-                await deleted.wait()
-                # put back by the replayed DELETED event, not a resync
-                while not await anyio.to_thread.run_sync(our_slices, cp, cp.node_name):  # noqa: ASYNC110 (polls)
-                    await anyio.sleep(0.1)
-            assert len(watches) == 2  # during the second watch
-            tg.cancel_scope.cancel()
-    finally:
-        await close_api(api)
-        delete_our_slices(cp, cp.node_name)
+    await _run_until_put_back(cp, api, publisher, deleted)
+    assert len(watches) == 2  # put back by the replayed DELETED event, during the second watch, not a resync
+
+
+async def test_a_deletion_between_the_first_list_and_the_first_watch_is_seen(cp):
+    """The first watch began at "now", beside the first reconcile: slices deleted after that
+    reconcile had listed them and before the watch began stayed deleted until the next resync. The
+    first watch now begins, once the first reconcile ended, at the resourceVersion of its LIST."""
+    api, publisher = await _publisher_without_resync(cp)
+    real_watch_once = publisher._watch_once
+    watches: list[list[tuple[str, str]]] = []
+    deleted = anyio.Event()
+
+    async def watch_once(query, limits):
+        watches.append(query)
+        if len(watches) == 1:  # the first reconcile listed and published: delete before the watch begins
+            await anyio.to_thread.run_sync(delete_our_slices, cp, cp.node_name)
+            deleted.set()
+        await real_watch_once(query, limits)
+
+    publisher._watch_once = watch_once
+    await _run_until_put_back(cp, api, publisher, deleted)
+    assert len(watches) == 1  # put back by the first watch's DELETED event, not a resync
+    assert any(key == "resourceVersion" for key, _ in watches[0])
 
 
 class _Chunks:
@@ -160,8 +191,9 @@ async def test_event_lines_are_split_wherever_the_chunks_end():
     big = b'{"type":"MODIFIED","object":"' + b"y" * 300_000 + b'"}'
     body = b'{"type":"ADDED"}\n\n' + big + b"\n" + b'{"type":"DELETED"}'
     chunks = [body[i:i + 7000] for i in range(0, len(body), 7000)]
-    assert [line async for line in cluster._lines(_Chunks(chunks))] == [b'{"type":"ADDED"}', big, b'{"type":"DELETED"}']
-    assert [line async for line in cluster._lines(_Chunks([b"a\nb", b"c\n", b"\n"]))] == [b"a", b"bc"]
+    lines = [line async for line in slicewatch._lines(_Chunks(chunks))]
+    assert lines == [b'{"type":"ADDED"}', big, b'{"type":"DELETED"}']
+    assert [line async for line in slicewatch._lines(_Chunks([b"a\nb", b"c\n", b"\n"]))] == [b"a", b"bc"]
 
 
 async def test_slices_follow_a_node_created_again_under_the_same_name(cp):
