@@ -1,4 +1,4 @@
-"""Command line: argument parsing only. Every flag has an environment twin shown in ``--help``.
+"""Command line: the subcommands and their flags (each with an environment twin, cliflags.py).
 
 Heavy modules (grpclib, kubernetes-asyncio, profiles) are imported only by the command that
 runs, so ``ascend-dra --help`` stays fast.
@@ -10,273 +10,89 @@ import argparse
 import difflib
 import os
 import signal
-import socket
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple, NoReturn
+from typing import Any
+
+from ascend_dra.cliflags import (
+    DEFAULT_DRIVER_NAME,
+    UNHEALTHY_DEVICES,
+    Parser,
+    VersionAction,
+    boolean,
+    comma_list,
+    flag,
+    kubelet_dir_flags,
+    kubelet_dirs,
+    log_flags,
+    log_level,
+    node_flags,
+    options,
+)
 
 __all__ = ("main",)
 
-DEFAULT_DRIVER_NAME = "ascend.project-hami.io"  # = settings.DEFAULT_DRIVER_NAME (not imported: keep --help light)
-UNHEALTHY_DEVICES = ("taint", "withdraw", "publish")  # = settings.UNHEALTHY_DEVICES
-
-
-class _Unset:
-    """The argparse default of a flag with an environment twin: resolved after parsing (:class:`Parser`)."""
-
-    def __repr__(self) -> str:
-        return "<unset>"
-
-
-_UNSET = _Unset()
-
-
-class _Twin(NamedTuple):
-    """A flag's environment twin; read only when that flag's subcommand runs."""
-
-    dest: str
-    flag: str
-    env: str
-    default: Any
-    type: Callable[[str], Any]
-    choices: tuple[str, ...] | None
-
-    def resolve(self) -> Any:
-        """The env value converted by ``type``, or the default when the variable is unset or empty.
-
-        A list (``PROFILES``) set empty is an empty list, not the default: a chart rendered with
-        ``profiles: []`` must not load a profile nobody named; the command refuses the empty list.
-
-        :raises ValueError: one line naming the variable, its flag and what it accepts.
-        """
-        raw = os.environ.get(self.env)
-        if raw is None or (raw == "" and self.type is not _csv):
-            return self.default
-        try:
-            value = self.type(raw)
-        except (ValueError, argparse.ArgumentTypeError) as exc:
-            # int()'s own words ("invalid literal for int() with base 10") and _bool's (which repeat
-            # the value) say nothing the line does not; other types' do (a log level's choices).
-            detail = "" if self.type in (int, float, _bool) else f": {exc}"
-            raise ValueError(f"environment variable {self.env}={raw!r} (the twin of {self.flag}) is not "
-                             f"{_accepts(self.type)}{detail}") from None
-        if self.choices is not None and value not in self.choices:
-            raise ValueError(f"environment variable {self.env}={raw!r} (the twin of {self.flag}) is not "
-                             f"one of {', '.join(self.choices)}")
-        return value
-
-
-def _accepts(type_: Callable[[str], Any]) -> str:
-    return {int: "an integer", float: "a number", _bool: "true or false (true, false, yes, no, on, off, 1, 0)",
-            Path: "a path",
-            _log_level: "a log level"}.get(type_, "a valid value")
-
-
-class Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line, and whose flags' environment twins are read
-    only for the subcommand that runs (so ``METRICS_PORT=abc ascend-dra call`` is not an error)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.twins: list[_Twin] = []
-
-    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:
-        parsed, rest = super().parse_known_args(args, namespace)
-        #: dest -> where its value came from: the flag (``--x``), its variable (``X``), or None (default).
-        given: dict[str, str | None] = getattr(parsed, "given", {})
-        for twin in self.twins:
-            if getattr(parsed, twin.dest, None) is _UNSET:
-                try:
-                    setattr(parsed, twin.dest, twin.resolve())
-                except ValueError as exc:
-                    self.exit(2, f"{self.prog}: {exc}\n")
-                given[twin.dest] = twin.env if os.environ.get(twin.env) else None
-            elif hasattr(parsed, twin.dest):
-                given[twin.dest] = twin.flag
-        parsed.given = given
-        parsed.variables = getattr(parsed, "variables", ()) + tuple(twin.env for twin in self.twins)
-        return parsed, rest
-
-    def error(self, message: str) -> NoReturn:
-        """Print ``<prog>: <message> (see <prog> --help)`` as one line and exit 2."""
-        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
-
-
-def _flag(
-    parser: Parser,
-    flag: str,
-    env: str,
-    default: Any,
-    help: str,
-    type: Callable[[str], Any] = str,
-    **kwargs: Any,
-) -> None:
-    shown = "none" if default in (None, "") else ",".join(default) if isinstance(default, tuple) else default
-    action = parser.add_argument(flag, default=_UNSET, type=type, help=f"{help} [env {env}; default {shown}]",
-                                 **kwargs)
-    choices = tuple(kwargs["choices"]) if "choices" in kwargs else None
-    parser.twins.append(_Twin(action.dest, flag, env, default, type, choices))
-
-
-def _bool(value: str) -> bool:
-    """true/1/yes/on or false/0/no/off, any case.
-
-    :raises argparse.ArgumentTypeError: anything else (argparse prints its message, not the
-        function's name).
-    """
-    if value.lower() in ("true", "1", "yes", "on"):
-        return True
-    if value.lower() in ("false", "0", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"{value!r} is not true or false (true, false, yes, no, on, off, 1, 0)")
-
-
-def _log_level(value: str) -> str:
-    """``LEVEL[,LOGGER=LEVEL...]`` (see :func:`ascend_dra.logs.parse_log_level`), checked, returned as given."""
-    from ascend_dra.logs import parse_log_level  # stdlib and orjson only
-
-    try:
-        parse_log_level(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return value
-
-
-def _csv(value: str) -> tuple[str, ...]:
-    return tuple(v.strip() for v in value.split(",") if v.strip())
-
-
-def _option(value: str) -> tuple[str, str]:
-    key, eq, val = value.partition("=")
-    if not eq or not key.strip():
-        raise argparse.ArgumentTypeError(f"{value!r} is not KEY=VALUE (e.g. npu-910.simulate=fallback)")
-    return key.strip(), val.strip()
-
-
-def _options(value: str) -> tuple[tuple[str, str], ...]:
-    return tuple(_option(v) for v in value.split(",") if v.strip())
-
-
-def _node_flags(p: Parser, node_required: bool) -> None:
-    # The kubelet's own default node name is the host name in lower case.
-    _flag(p, "--node-name", "NODE_NAME", None if node_required else socket.gethostname().lower(),
-          "name of this node (the ResourceSlice pool name)")
-    _flag(p, "--driver-name", "DRIVER_NAME", DEFAULT_DRIVER_NAME, "DRA driver name")
-    _flag(p, "--profiles", "PROFILES", ("npu-910",), "comma-separated device profiles to load", type=_csv)
-    _flag(p, "--fake-devices", "FAKE_DEVICES", 4, "number of simulated devices (fake profile, simulated tiers)",
-          type=int)
-    _flag(p, "--npu-smi", "NPU_SMI", "npu-smi", "npu-smi executable")
-    _flag(p, "--dev-root", "DEV_ROOT", Path("/dev"), "where device nodes are looked for", type=Path)
-    _flag(p, "--sys-root", "SYS_ROOT", Path("/sys"), "where sysfs is read", type=Path)
-    p.add_argument("--profile-option", action="append", type=_option, default=[], metavar="PROFILE.KEY=VALUE",
-                   help="a profile option, repeatable, e.g. npu-910.simulate=fallback; env PROFILE_OPTIONS takes "
-                        "a comma-separated list [env PROFILE_OPTIONS; default none]")
-
-
-def _log_flags(p: Parser) -> None:
-    from ascend_dra.logs import THIRD_PARTY
-
-    _flag(p, "--log-level", "LOG_LEVEL", "info",
-          f"debug, info, warning or error; third-party libraries ({', '.join(THIRD_PARTY)}) stay at warning "
-          "unless named: debug,grpclib=debug (docs/logging.md)", type=_log_level)
-    _flag(p, "--log-format", "LOG_FORMAT", "text", "text or json", choices=("text", "json"))
-
-
-def _kubelet_dir_flags(p: Parser) -> None:
-    """The kubelet's root dir and the two dirs under it (derived unless given)."""
-    _flag(p, "--kubelet-root-dir", "KUBELET_ROOT_DIR", Path("/var/lib/kubelet"),
-          "the kubelet's --root-dir; the DRA socket must be inside it (kubelet 1.38 checks)", type=Path)
-    _flag(p, "--kubelet-registrar-directory-path", "KUBELET_REGISTRAR_DIRECTORY_PATH", "<root-dir>/plugins_registry",
-          "kubelet plugin registration directory", type=Path)
-    _flag(p, "--kubelet-plugins-directory-path", "KUBELET_PLUGINS_DIRECTORY_PATH", "<root-dir>/plugins",
-          "kubelet plugins directory (our data dir is <this>/<driver>)", type=Path)
-
-
-def kubelet_dirs(args: argparse.Namespace) -> tuple[Path, Path]:
-    """``(registration dir, plugins dir)`` from the flags: given ones as is, the others under the root dir."""
-    registrar, plugins = args.kubelet_registrar_directory_path, args.kubelet_plugins_directory_path
-    root = args.kubelet_root_dir
-    return (root / "plugins_registry" if str(registrar) == "<root-dir>/plugins_registry" else registrar,
-            root / "plugins" if str(plugins) == "<root-dir>/plugins" else plugins)
-
-
-class _Version(argparse.Action):
-    """``--version``: print ``ascend-dra <version> (<python>)`` and exit 0 (the version is looked up
-    only when asked, so ``--help`` stays fast)."""
-
-    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
-                         help="print the version of ascend-dra and of the Python running it, and exit")
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:
-        from ascend_dra.version import describe
-
-        print(describe())
-        parser.exit()
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="ascend-dra", description="Kubernetes DRA driver for Huawei Ascend NPUs.")
-    parser.add_argument("--version", action=_Version)
+    parser.add_argument("--version", action=VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="run the node daemon (kubelet plugin)",
                          description="Run the node daemon: discover devices, publish ResourceSlices, serve the "
                                      "kubelet's registration and DRA gRPC services on unix sockets.")
-    _node_flags(run, node_required=True)
-    _flag(run, "--standalone", "STANDALONE_DIR", None,
+    node_flags(run, node_required=True)
+    flag(run, "--standalone", "STANDALONE_DIR", None,
           "run with no cluster: sockets, CDI specs, checkpoint, slices and claims under DIR", type=Path,
           metavar="DIR")
-    _flag(run, "--kubeconfig", "KUBECONFIG", None, "kubeconfig file (cluster mode; in-cluster config if unset)")
-    _flag(run, "--cdi-root", "CDI_ROOT", Path("/var/run/cdi"), "directory for CDI spec files", type=Path)
-    _kubelet_dir_flags(run)
-    _flag(run, "--boot-id-file", "BOOT_ID_FILE", Path("/proc/sys/kernel/random/boot_id"),
+    flag(run, "--kubeconfig", "KUBECONFIG", None, "kubeconfig file (cluster mode; in-cluster config if unset)")
+    flag(run, "--cdi-root", "CDI_ROOT", Path("/var/run/cdi"), "directory for CDI spec files", type=Path)
+    kubelet_dir_flags(run)
+    flag(run, "--boot-id-file", "BOOT_ID_FILE", Path("/proc/sys/kernel/random/boot_id"),
           "file holding the node's boot id", type=Path)
-    _flag(run, "--discovery-timeout", "DISCOVERY_TIMEOUT", 30.0, "seconds one profile's discovery may take",
+    flag(run, "--discovery-timeout", "DISCOVERY_TIMEOUT", 30.0, "seconds one profile's discovery may take",
           type=float)
-    _flag(run, "--rediscover-interval", "REDISCOVER_INTERVAL", 60.0,
+    flag(run, "--rediscover-interval", "REDISCOVER_INTERVAL", 60.0,
           "seconds between periodic rediscoveries (and, while the API server drops the ResourceSlice fields "
           "of a feature gate, between two dry-run asks whether it keeps them again)", type=float)
-    _flag(run, "--health-interval", "HEALTH_INTERVAL", 10.0,
+    flag(run, "--health-interval", "HEALTH_INTERVAL", 10.0,
           "seconds between device health checks (and the look for missing CDI specs of prepared claims); the "
           "health stream is re-sent at least every 10 s whatever this is (the kubelet calls a device unknown "
           "after 30 s without a message)", type=float)
-    _flag(run, "--unhealthy-devices", "UNHEALTHY_DEVICES", "taint",
+    flag(run, "--unhealthy-devices", "UNHEALTHY_DEVICES", "taint",
           "what the ResourceSlices say of a device its profile reports unhealthy: taint (<driver>/unhealthy: "
           "NoSchedule; where the API server drops taints, gate DRADeviceTaints off, the device is withdrawn "
           "instead), withdraw (left out until healthy) or publish (as if healthy)",
           choices=UNHEALTHY_DEVICES)
-    _flag(run, "--taint-unhealthy", "TAINT_UNHEALTHY", None,
+    flag(run, "--taint-unhealthy", "TAINT_UNHEALTHY", None,
           "before 2026-12-03: true is --unhealthy-devices taint, false is --unhealthy-devices publish",
-          type=_bool, nargs="?", const=True)
-    _flag(run, "--health-service", "HEALTH_SERVICE", True,
+          type=boolean, nargs="?", const=True)
+    flag(run, "--health-service", "HEALTH_SERVICE", True,
           "serve and advertise the kubelet's device health stream (v1 and v1alpha1.DRAResourceHealth)",
-          type=_bool, nargs="?", const=True)
-    _flag(run, "--claim-status", "CLAIM_STATUS", True,
-          "write status.devices of prepared ResourceClaims (cluster mode; KEP-4817)", type=_bool, nargs="?",
+          type=boolean, nargs="?", const=True)
+    flag(run, "--claim-status", "CLAIM_STATUS", True,
+          "write status.devices of prepared ResourceClaims (cluster mode; KEP-4817)", type=boolean, nargs="?",
           const=True)
-    _flag(run, "--metrics-port", "METRICS_PORT", 0, "TCP port for Prometheus /metrics (0: off)", type=int)
-    _flag(run, "--metrics-address", "METRICS_ADDRESS", "*", "address the metrics endpoint listens on (*: every "
+    flag(run, "--metrics-port", "METRICS_PORT", 0, "TCP port for Prometheus /metrics (0: off)", type=int)
+    flag(run, "--metrics-address", "METRICS_ADDRESS", "*", "address the metrics endpoint listens on (*: every "
           "address, IPv4 and IPv6 where the kernel has it; '::' dual-stack; '0.0.0.0' IPv4 only)")
-    _flag(run, "--healthcheck-port", "HEALTHCHECK_PORT", 0,
+    flag(run, "--healthcheck-port", "HEALTHCHECK_PORT", 0,
           "TCP port of the grpc.health.v1.Health service for the kubelet's grpc probes (0: off)", type=int)
-    _flag(run, "--healthcheck-address", "HEALTHCHECK_ADDRESS", "*",
+    flag(run, "--healthcheck-address", "HEALTHCHECK_ADDRESS", "*",
           "address the health service listens on (a grpc probe connects to the pod IP, IPv6 in an IPv6 "
           "cluster); as --metrics-address")
-    _flag(run, "--rolling-update-id", "ROLLING_UPDATE_ID", None,
+    flag(run, "--rolling-update-id", "ROLLING_UPDATE_ID", None,
           "the pod UID: serve under sockets of this instance's own names, beside the old instance during a "
           "rolling update, sharing the checkpoint with it (kubelet >= 1.33); unset: one instance at a time")
-    _log_flags(run)
+    log_flags(run)
 
     call = sub.add_parser("call", help="act as the kubelet against a running daemon",
                           description="Act as the kubelet: register (GetInfo + NotifyRegistrationStatus), prepare "
                                       "or unprepare a claim (its uid read from the claim file), or watch health.")
-    _flag(call, "--standalone", "STANDALONE_DIR", None, "the daemon's standalone DIR", type=Path, metavar="DIR")
-    _flag(call, "--driver-name", "DRIVER_NAME", DEFAULT_DRIVER_NAME, "DRA driver name")
-    _kubelet_dir_flags(call)
-    _flag(call, "--api", "DRA_API", "v1", "DRA service version to call: v1 or v1beta1",
+    flag(call, "--standalone", "STANDALONE_DIR", None, "the daemon's standalone DIR", type=Path, metavar="DIR")
+    flag(call, "--driver-name", "DRIVER_NAME", DEFAULT_DRIVER_NAME, "DRA driver name")
+    kubelet_dir_flags(call)
+    flag(call, "--api", "DRA_API", "v1", "DRA service version to call: v1 or v1beta1",
           choices=("v1", "v1beta1"))
     call.add_argument("action", choices=("register", "prepare", "unprepare", "health"),
                       help="register: GetInfo on the registration socket, as the kubelet's plugin watcher; "
@@ -285,9 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     call.add_argument("claim", nargs="?", help="NAMESPACE/NAME (prepare, unprepare)")
     call.add_argument("--uid", default=None, help="the claim's uid; default: read from the --standalone claim file, "
                                                   "or from the API server with --kubeconfig")
-    _flag(call, "--kubeconfig", "KUBECONFIG", None,
+    flag(call, "--kubeconfig", "KUBECONFIG", None,
           "cluster mode: read the claim's uid from the API server with this kubeconfig (unless --uid)")
-    _flag(call, "--rolling-update-id", "ROLLING_UPDATE_ID", None,
+    flag(call, "--rolling-update-id", "ROLLING_UPDATE_ID", None,
           "the daemon's --rolling-update-id: its sockets carry it (inside the chart's pod the env is set)")
 
     discover = sub.add_parser("discover", help="show what this node has, as a table or as ResourceSlices",
@@ -295,14 +111,14 @@ def build_parser() -> argparse.ArgumentParser:
                                           "(device, chip, memory, NUMA, topology group, discovery tier) or the "
                                           "exact ResourceSlice objects the daemon would publish. Writes nothing. "
                                           "Exit code 1 when a profile failed to load or to discover.")
-    _node_flags(discover, node_required=False)
+    node_flags(discover, node_required=False)
     discover.add_argument("--output", "-o", choices=("table", "yaml", "json"), default="table",
                           help="table (default): one row per device, then notes and failures; yaml: the "
                                "ResourceSlices the daemon would publish, notes as # comments; json: the same "
                                "as a v1 List")
     # Not LOG_LEVEL's twin: the chart's pod sets LOG_LEVEL=info for the daemon, and `discover` run
     # in it must still print only its table (log lines go to stderr).
-    discover.add_argument("--log-level", type=_log_level, default="warning",
+    discover.add_argument("--log-level", type=log_level, default="warning",
                           help="log lines on stderr: debug, info, warning or error, as for run (default warning; "
                                "debug shows each discovery tier's npu-smi calls)")
 
@@ -323,25 +139,25 @@ def _webhook_parser(sub: Any) -> None:
                                       "opaque configs of ResourceClaims and ResourceClaimTemplates; /mutate-pods "
                                       "converts HAMi resource syntax (huawei.com/Ascend310P, ...) into ResourceClaims. "
                                       "See docs/webhook.md.")
-    _flag(hook, "--port", "WEBHOOK_PORT", 8443, "HTTPS port of the webhook endpoints, /healthz and /readyz", type=int)
-    _flag(hook, "--address", "WEBHOOK_ADDRESS", "*", "address the HTTPS server listens on (*: every address, IPv4 "
+    flag(hook, "--port", "WEBHOOK_PORT", 8443, "HTTPS port of the webhook endpoints, /healthz and /readyz", type=int)
+    flag(hook, "--address", "WEBHOOK_ADDRESS", "*", "address the HTTPS server listens on (*: every address, IPv4 "
           "and IPv6 where the kernel has it; '::' dual-stack; '0.0.0.0' IPv4 only)")
-    _flag(hook, "--tls-cert-file", "TLS_CERT_FILE", None, "PEM serving certificate, required (reloaded when it "
+    flag(hook, "--tls-cert-file", "TLS_CERT_FILE", None, "PEM serving certificate, required (reloaded when it "
           "changes; hack/webhook-certs.sh makes one for a cluster, make webhook-up for the local one)", type=Path)
-    _flag(hook, "--tls-private-key-file", "TLS_PRIVATE_KEY_FILE", None, "PEM private key of the certificate",
+    flag(hook, "--tls-private-key-file", "TLS_PRIVATE_KEY_FILE", None, "PEM private key of the certificate",
           type=Path)
-    _flag(hook, "--driver-name", "DRIVER_NAME", DEFAULT_DRIVER_NAME, "DRA driver name")
-    _flag(hook, "--profiles", "PROFILES", ("npu-910",),
-          "comma-separated profiles whose config kinds are validated (only these are imported)", type=_csv)
-    _flag(hook, "--kubeconfig", "KUBECONFIG", None, "kubeconfig file (in-cluster service account if unset)")
-    _flag(hook, "--conversion-mode", "CONVERSION_MODE", "template",
+    flag(hook, "--driver-name", "DRIVER_NAME", DEFAULT_DRIVER_NAME, "DRA driver name")
+    flag(hook, "--profiles", "PROFILES", ("npu-910",),
+          "comma-separated profiles whose config kinds are validated (only these are imported)", type=comma_list)
+    flag(hook, "--kubeconfig", "KUBECONFIG", None, "kubeconfig file (in-cluster service account if unset)")
+    flag(hook, "--conversion-mode", "CONVERSION_MODE", "template",
           "template: a ResourceClaimTemplate per distinct request; claim: direct claims named as HAMi-DRA does, "
           "owned by their pod", choices=("template", "claim"))
-    _flag(hook, "--orphan-grace", "ORPHAN_GRACE", 60.0,
+    flag(hook, "--orphan-grace", "ORPHAN_GRACE", 60.0,
           "seconds a direct claim waits for its pod before it is deleted (claim mode)", type=float)
-    _flag(hook, "--metrics-port", "METRICS_PORT", 0, "TCP port for Prometheus /metrics (0: off)", type=int)
-    _flag(hook, "--metrics-address", "METRICS_ADDRESS", "*", "address the metrics endpoint listens on (as --address)")
-    _log_flags(hook)
+    flag(hook, "--metrics-port", "METRICS_PORT", 0, "TCP port for Prometheus /metrics (0: off)", type=int)
+    flag(hook, "--metrics-address", "METRICS_ADDRESS", "*", "address the metrics endpoint listens on (as --address)")
+    log_flags(hook)
 
 
 def option_sources(args: argparse.Namespace) -> dict[str, dict[str, str]]:
@@ -351,7 +167,7 @@ def option_sources(args: argparse.Namespace) -> dict[str, dict[str, str]]:
         KEY=VALUE (a configuration error, as the same entry in ``--profile-option``).
     """
     try:
-        from_env = dict(_options(os.environ.get("PROFILE_OPTIONS", "")))
+        from_env = dict(options(os.environ.get("PROFILE_OPTIONS", "")))
     except argparse.ArgumentTypeError as exc:
         print(f"ascend-dra {args.command}: environment variable PROFILE_OPTIONS: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

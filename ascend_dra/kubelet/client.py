@@ -52,7 +52,7 @@ def _paths(args: argparse.Namespace) -> tuple[Path, Path]:
     if args.standalone is not None:
         registrar, plugins = args.standalone / "plugins_registry", args.standalone / "plugins"
     else:
-        from ascend_dra.cli import kubelet_dirs
+        from ascend_dra.cliflags import kubelet_dirs
 
         registrar, plugins = kubelet_dirs(args)
     if getattr(args, "rolling_update_id", None):
