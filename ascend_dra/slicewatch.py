@@ -21,7 +21,7 @@ from ascend_dra.apiclient import ApiError, KubeApi
 
 __all__ = ("WATCH_BACKOFF_MAX_S", "WATCH_S", "SliceWatchMixin")
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("ascend_dra.cluster")  # the publisher's lines, one logger (docs/logging.md)
 
 RESOURCE_V1 = "/apis/resource.k8s.io/v1"
 
