@@ -20,7 +20,12 @@ import orjson
 
 from ascend_dra.version import version
 
-__all__ = ("ApiError", "KubeApi", "check_cluster_access", "connect_api", "import_client_modules", "open_api")
+__all__ = (
+    "RESOURCE_V1", "ApiError", "KubeApi", "check_cluster_access", "connect_api", "import_client_modules", "open_api",
+)
+
+#: The resource.k8s.io API group, version v1 (GA in Kubernetes 1.34): claims and slices.
+RESOURCE_V1 = "/apis/resource.k8s.io/v1"
 
 #: Sent with every request, so the API server's logs and audit name us (and our release).
 USER_AGENT = f"ascend-dra/{version()}"

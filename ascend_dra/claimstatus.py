@@ -52,6 +52,7 @@ import orjson
 import yaml
 from anyio.abc import TaskStatus
 
+from ascend_dra.apiclient import RESOURCE_V1
 from ascend_dra.model import PreparedDevice
 from ascend_dra.statusmerge import merge_entries
 
@@ -73,7 +74,6 @@ MAX_DEVICES = 32
 #: Which CDI env variables are the profile's per-device data worth showing (quota, visibility).
 _ENV_SHOWN = re.compile(r"^(ASCEND_[A-Z0-9_]*|NPU_[A-Z0-9_]*|NVIDIA_VISIBLE_DEVICES"
                         r"|[A-Z0-9_]*_(QUOTA|LIMIT|PRIORITY))$")
-RESOURCE_V1 = "/apis/resource.k8s.io/v1"
 #: ``fieldManager`` is at most 128 characters (apimachinery ``ValidateFieldManager``).
 MAX_FIELD_MANAGER = 128
 

@@ -22,7 +22,7 @@ import anyio
 from anyio.abc import TaskStatus
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_random_exponential
 
-from ascend_dra.apiclient import ApiError, KubeApi, connect_api, open_api
+from ascend_dra.apiclient import RESOURCE_V1, ApiError, KubeApi, connect_api, open_api
 from ascend_dra.claims import ClaimGone, ClaimUnreadable, check_claim_ref, parse_claim, why_gone
 from ascend_dra.model import ClaimAllocation, Inventory
 from ascend_dra.slices import build_slices_stepwise, keep_taint_times, slice_content
@@ -31,8 +31,6 @@ from ascend_dra.slicewatch import SliceWatchMixin
 __all__ = ("ApiClaimSource", "ApiPublisher", "DroppedFieldsError")
 
 log = logging.getLogger(__name__)
-
-RESOURCE_V1 = "/apis/resource.k8s.io/v1"
 
 
 class DroppedFieldsError(Exception):
@@ -337,8 +335,8 @@ class ApiPublisher(SliceWatchMixin):
     async def list_slices(self) -> list[dict[str, Any]]:
         """Our slices in the API server (field selector ``spec.driver`` + ``spec.nodeName``)."""
         assert self._api is not None
-        selector = f"spec.driver={self.driver_name},spec.nodeName={self.node_name}"
-        reply = await self._api.call("GET", f"{RESOURCE_V1}/resourceslices", query=[("fieldSelector", selector)])
+        query = [("fieldSelector", self.slice_selector())]
+        reply = await self._api.call("GET", f"{RESOURCE_V1}/resourceslices", query=query)
         self._list_version = (reply.get("metadata") or {}).get("resourceVersion") or self._list_version
         return [s for s in reply.get("items") or [] if s["spec"]["pool"]["name"] == self.node_name]
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import attrs
 
-from ascend_dra.apiclient import KubeApi
-from ascend_dra.cluster import RESOURCE_V1, dropped_fields
+from ascend_dra.apiclient import RESOURCE_V1, KubeApi
+from ascend_dra.cluster import dropped_fields
 from ascend_dra.model import DeviceTaint, Inventory
 from ascend_dra.slices import build_slices
 

@@ -17,13 +17,11 @@ import aiohttp
 import anyio
 import orjson
 
-from ascend_dra.apiclient import ApiError, KubeApi
+from ascend_dra.apiclient import RESOURCE_V1, ApiError, KubeApi
 
 __all__ = ("WATCH_BACKOFF_MAX_S", "WATCH_S", "SliceWatchMixin")
 
 log = logging.getLogger("ascend_dra.cluster")  # the publisher's lines, one logger (docs/logging.md)
-
-RESOURCE_V1 = "/apis/resource.k8s.io/v1"
 
 #: Seconds one watch of our slices lasts before the API server ends it and it is begun again.
 WATCH_S = 300
@@ -47,6 +45,11 @@ class SliceWatchMixin:
     _watch_version: str | None
     _list_version: str | None
 
+    def slice_selector(self) -> str:
+        """The field selector of our slices (``spec.driver`` and ``spec.nodeName``), one string for
+        the LIST and the watch: a watch that selected otherwise than the LIST would resume wrongly."""
+        return f"spec.driver={self.driver_name},spec.nodeName={self.node_name}"
+
     def _is_own_write(self, kind: str, name: str | None, resource_version: str | None) -> bool:
         """Whether a watch event only reports a slice as our last write left it."""
         return kind in ("ADDED", "MODIFIED") and (name, resource_version) in self._own_versions
@@ -67,8 +70,7 @@ class SliceWatchMixin:
         at "now", after a reconcile.
         """
         assert self._api is not None
-        selector = f"spec.driver={self.driver_name},spec.nodeName={self.node_name}"
-        query = [("fieldSelector", selector), ("watch", "true"), ("allowWatchBookmarks", "true"),
+        query = [("fieldSelector", self.slice_selector()), ("watch", "true"), ("allowWatchBookmarks", "true"),
                  ("timeoutSeconds", str(WATCH_S))]
         # The server ends the watch after WATCH_S; a connection silent for longer is dead.
         limits = aiohttp.ClientTimeout(sock_connect=30, sock_read=WATCH_S + 30)
