@@ -20,11 +20,10 @@ import contextlib
 import errno
 import gc
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import anyio
-import attrs
 from anyio.abc import TaskStatus
 
 from ascend_dra.cdi.store import CdiStore
@@ -32,6 +31,7 @@ from ascend_dra.checkpoint import CheckpointCorrupt, read_boot_id
 from ascend_dra.claims import ClaimSource, StandaloneClaimSource
 from ascend_dra.hotplug import watch_device_nodes
 from ascend_dra.instancelock import hold_instance_lock, mark_published, newer_live_instance
+from ascend_dra.inventories import discover_all, profile_context
 from ascend_dra.kubelet import dra
 from ascend_dra.kubelet.grpc_health import HealthThread, SocketProbe
 from ascend_dra.kubelet.health import HEALTH_SERVICES, HealthFeed, health_services
@@ -43,7 +43,7 @@ from ascend_dra.loopstall import LoopStallMonitor
 from ascend_dra.metrics import Metrics
 from ascend_dra.model import Inventory
 from ascend_dra.poolview import PoolView
-from ascend_dra.profiles.base import Profile, ProfileContext
+from ascend_dra.profiles.base import Profile
 from ascend_dra.profiles.registry import LoadedProfile, load_profiles
 from ascend_dra.settings import Settings
 from ascend_dra.signals import run_until_signal
@@ -53,54 +53,6 @@ from ascend_dra.upkeep import UpkeepMixin
 __all__ = ("Daemon", "main")
 
 log = logging.getLogger(__name__)
-
-
-def profile_context(settings: Settings) -> ProfileContext:
-    """The :class:`ProfileContext` every profile receives, from the daemon settings."""
-    return ProfileContext(
-        node_name=settings.node_name, driver_name=settings.driver_name, fake_devices=settings.fake_devices,
-        dev_root=settings.dev_root, sys_root=settings.sys_root, npu_smi=settings.npu_smi,
-        state_dir=settings.plugin_dir / "profiles", options=dict(settings.profile_options),
-        boot_id_file=settings.boot_id_file,
-    )
-
-
-async def discover_all(
-    loaded: Mapping[str, LoadedProfile], ctx: ProfileContext, timeout_s: float, *, level: int = logging.INFO,
-    errors: dict[str, str] | None = None,
-) -> dict[str, Inventory]:
-    """Discover every profile, isolating failures: a profile that raises, hangs past ``timeout_s``
-    or returns a device name another profile already uses loses those devices (or all of them),
-    and the error is logged with its distribution; the others go on.
-
-    :param errors: when given, filled with profile name -> why its discovery failed.
-    :return: profile name -> inventory, for the profiles that discovered successfully.
-    """
-    from ascend_dra.profiles.registry import ProfileLoadError, discover_isolated
-
-    inventories: dict[str, Inventory] = {}
-    names: dict[str, str] = {}
-    for name, entry in loaded.items():
-        try:
-            inventory = await discover_isolated(entry, ctx, timeout_s=timeout_s)
-        except ProfileLoadError as exc:
-            log.error("profile discovery failed; skipping the profile", extra={"profile": name, "error": str(exc)})
-            if errors is not None:
-                errors[name] = exc.reason
-            continue
-        kept = []
-        for device in inventory.devices:
-            if device.name in names:
-                log.error("device name already used by another profile; skipping the device",
-                          extra={"profile": name, "device": device.name, "other_profile": names[device.name]})
-                continue
-            names[device.name] = name
-            kept.append(device)
-        inventories[name] = attrs.evolve(inventory, devices=tuple(kept))
-        log.log(level, "discovered devices", extra={"profile": name, "devices": len(kept), "tier": inventory.source})
-        if not kept and level >= logging.INFO:  # at start-up: a node, or --profiles, that may be the wrong one
-            log.warning("a profile found no devices; it publishes none", extra={"profile": name})
-    return inventories
 
 
 #: Worker threads for blocking work, at most (see :meth:`Daemon.run`).

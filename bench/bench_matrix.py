@@ -230,10 +230,13 @@ class GetInfoProbe:
 class Node:
     """A daemon (standalone or cluster mode) and a source of allocated claims for it."""
 
-    def __init__(self, mode: str, root: Path, devices: int, cp=None, loopwatch: Path | None = None) -> None:
+    def __init__(self, mode: str, root: Path, devices: int, cp=None, loopwatch: Path | None = None,
+                 claim_status: bool = True) -> None:
         self.mode, self.cp, self.devices = mode, cp, devices
         self.metrics_port = free_port()
         args = ["--metrics-port", str(self.metrics_port), "--metrics-address", "127.0.0.1"]
+        if not claim_status:
+            args += ["--claim-status", "false"]
         node = cp.node_name if cp is not None else NODE
         self.node = node
         env = {}
@@ -275,7 +278,8 @@ def bench_mode(mode: str, args, cp=None) -> tuple[list[tuple], dict]:
     most = max(held_counts)
     spare = most + args.batch + 1  # the first device after the held claims, a batch and the GET probe
     loopwatch = Path(args.loopwatch).with_suffix(f".{mode}.json") if args.loopwatch else None
-    node = Node(mode, root, devices=spare + max(args.warmup, COLD_ROUNDS), cp=cp, loopwatch=loopwatch)
+    node = Node(mode, root, devices=spare + max(args.warmup, COLD_ROUNDS), cp=cp, loopwatch=loopwatch,
+                claim_status=args.claim_status == "on")
     rows: list[tuple] = []
     extra: dict = {}
     try:
@@ -383,6 +387,9 @@ def main(argv: list[str] | None = None) -> int:
                              "the floors are measured warm; 0: none (docs/performance.md#cold-calls)")
     parser.add_argument("--loopwatch", metavar="PATH", help="record the daemon's longest event-loop callbacks and "
                         "the stacks inside them to PATH.<mode>.json (bench/loopwatch; slows the daemon a little)")
+    parser.add_argument("--claim-status", choices=("on", "off"), default="on",
+                        help="cluster mode: write status.devices after each answer (on, as shipped) or not, to "
+                             "tell its share of the figures (the writes compete for the CPU and the disk)")
     args = parser.parse_args(argv)
     exit_on_sigterm()  # a stopped run still stops its control plane
     if args.quick:  # an explicit --rounds stays (it was overridden: "--quick --rounds 4" ran one round)
@@ -417,7 +424,8 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"\nascend-dra benchmark matrix: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, batches of "
           f"{args.batch} single-device claims prepared and unprepared {args.rounds} times a figure, fake profile, "
-          f"{args.warmup} untimed calls before each phase")
+          f"{args.warmup} untimed calls before each phase"
+          + ("" if args.claim_status == "on" else ", claim status (status.devices) not written"))
     header = f"{'mode':<11}{'held':>6}{'in flight':>10}  {'op':<10}{'p50 ms':>8}{'p99 ms':>8}{'claims/s':>9}" \
              f"{'floor ms':>9}{'p50/floor':>10}{'p99/floor':>10}"
     print(header)

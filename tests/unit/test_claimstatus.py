@@ -11,15 +11,9 @@ import anyio
 import pytest
 import yaml
 
-from ascend_dra.claimstatus import (
-    MAX_DATA_BYTES,
-    ClaimStatusWriter,
-    PreparedClaim,
-    apply_body,
-    cdi_env,
-    device_entries,
-)
+from ascend_dra.claimstatus import ClaimStatusWriter
 from ascend_dra.model import PreparedDevice
+from ascend_dra.statusentries import MAX_DATA_BYTES, PreparedClaim, apply_body, cdi_env, device_entries
 from ascend_dra.statushook import StatusHook
 from tests.claimfiles import claim_object, write_claim
 

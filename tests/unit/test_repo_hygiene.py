@@ -142,10 +142,11 @@ def imports_of(package: str) -> dict[str, set[str]]:
 
 #: The node daemon's own modules: its state, its durable records, its kubelet and API server halves,
 #: and its command line. Neither the webhook nor a profile nor the CDI writer may reach into them.
-NODE_DAEMON = {"kubelet", "state", "replay", "unprepare", "recovery", "guard", "records", "checkpoint", "journal",
-               "daemon", "upkeep", "hotplug", "cluster", "slicewatch", "apiclient", "gateprobe", "publish",
-               "claimstatus", "statusmerge", "statushook", "instancelock", "sharedlock", "cli", "cliflags",
-               "commands"}
+NODE_DAEMON = {
+    "kubelet", "state", "replay", "unprepare", "recovery", "guard", "records", "checkpoint", "journal", "daemon",
+    "inventories", "upkeep", "hotplug", "cluster", "slicewatch", "apiclient", "gateprobe", "publish", "claimstatus",
+    "statusentries", "statusmerge", "statushook", "instancelock", "sharedlock", "cli", "cliflags", "commands",
+}
 
 
 def test_the_node_daemon_list_names_real_modules() -> None:
