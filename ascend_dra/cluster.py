@@ -1,7 +1,8 @@
 """Cluster mode: claims from the API server and the ResourceSlice reconciler.
 
-This module, apiclient.py and kubernetes-asyncio are imported only when the daemon runs in cluster
-mode, before its event loop starts (the import costs ~0.4 s and ~60 MB, docs/architecture.md#import-cost).
+This module and kubernetes-asyncio are imported only when the daemon runs in cluster mode, before its
+event loop starts (the import costs ~0.4 s and ~60 MB, docs/architecture.md#import-cost); apiclient.py
+itself is light (its constants are read in both modes) and imports kubernetes-asyncio only then.
 Objects travel as plain ``resource.k8s.io/v1`` JSON dicts (the same shapes as standalone mode),
 through the daemon's own requests (apiclient.py), the watch included; no typed API object is made.
 
@@ -213,6 +214,7 @@ class ApiPublisher(SliceWatchMixin):
         self._held_events: list[tuple[str, str | None, str | None]] = []  # (type, name, resourceVersion)
         self._watch_version: str | None = None  # the last resourceVersion the watch saw (where the next begins)
         self._list_version: str | None = None  # the last LIST's resourceVersion (where the first watch begins)
+        self._listed = anyio.Event()  # set by each LIST that gave a version (a watch after a 410 waits for one)
         # ((inventory, generation, node uid), slices, their sorted contents) of the last build.
         self._built: tuple[tuple[Any, int, str], list[dict[str, Any]], list[bytes]] | None = None
 
@@ -338,6 +340,8 @@ class ApiPublisher(SliceWatchMixin):
         query = [("fieldSelector", self.slice_selector())]
         reply = await self._api.call("GET", f"{RESOURCE_V1}/resourceslices", query=query)
         self._list_version = (reply.get("metadata") or {}).get("resourceVersion") or self._list_version
+        if self._list_version is not None:
+            self._listed.set()
         return [s for s in reply.get("items") or [] if s["spec"]["pool"]["name"] == self.node_name]
 
     async def sync(self) -> bool:

@@ -19,7 +19,7 @@ import orjson
 
 from ascend_dra.apiclient import RESOURCE_V1, ApiError, KubeApi
 
-__all__ = ("WATCH_BACKOFF_MAX_S", "WATCH_S", "SliceWatchMixin")
+__all__ = ("RELIST_WAIT_S", "WATCH_BACKOFF_MAX_S", "WATCH_S", "SliceWatchMixin")
 
 log = logging.getLogger("ascend_dra.cluster")  # the publisher's lines, one logger (docs/logging.md)
 
@@ -28,6 +28,10 @@ WATCH_S = 300
 
 #: The longest pause before a watch that failed, or ended at once, is begun again.
 WATCH_BACKOFF_MAX_S = 30.0
+
+#: Seconds a watch begun again after a 410 Gone waits, at most, for the LIST of the reconcile it
+#: woke; past them (the API server down, say) it begins at "now".
+RELIST_WAIT_S = 10.0
 
 
 class SliceWatchMixin:
@@ -44,6 +48,7 @@ class SliceWatchMixin:
     _held_events: list[tuple[str, str | None, str | None]]
     _watch_version: str | None
     _list_version: str | None
+    _listed: anyio.Event
 
     def slice_selector(self) -> str:
         """The field selector of our slices (``spec.driver`` and ``spec.nodeName``), one string for
@@ -66,8 +71,10 @@ class SliceWatchMixin:
         the last resourceVersion seen (events and bookmarks), as an informer does, and the first one,
         once the first reconcile ended, at the version of its LIST: begun at "now", a deletion between
         a LIST and the watch (the first reconcile's; the one that the end of a watch woke; a back-off)
-        went unseen until the next resync. A version the server no longer has (410 Gone) starts over
-        at "now", after a reconcile.
+        went unseen until the next resync. A version the server no longer has (410 Gone) wakes a
+        reconcile, and the next watch begins at the version of its LIST (at "now" if none came
+        within :data:`RELIST_WAIT_S`): begun at "now" beside that reconcile, a deletion after its LIST
+        and before the watch went unseen until the next resync, as above.
         """
         assert self._api is not None
         query = [("fieldSelector", self.slice_selector()), ("watch", "true"), ("allowWatchBookmarks", "true"),
@@ -88,11 +95,15 @@ class SliceWatchMixin:
                 refused = isinstance(exc, ApiError) and 400 <= exc.status < 500 and exc.status != 410  # 410: expired
                 (log.warning if refused else log.debug)("the watch of our ResourceSlices failed", extra={
                     "error": str(exc)})
-                self._wake.set()
-                if expired:  # (a restarted API server has none of the old versions): the reconcile woken
-                    self._watch_version = self._list_version = None  # above lists afresh; watch again at once
+                if expired:  # (a restarted API server has none of the old versions): list afresh, and
+                    self._watch_version = self._list_version = None  # watch again from that LIST's version
+                    self._listed = anyio.Event()
+                    self._wake.set()
+                    with anyio.move_on_after(RELIST_WAIT_S):
+                        await self._listed.wait()
                     pause = 1.0
                     continue
+                self._wake.set()
             if time.monotonic() - began > 10:
                 pause = 1.0
                 continue

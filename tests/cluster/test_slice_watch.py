@@ -178,6 +178,38 @@ async def test_a_deletion_between_the_first_list_and_the_first_watch_is_seen(cp)
     assert any(key == "resourceVersion" for key, _ in watches[0])
 
 
+async def test_a_deletion_between_the_relist_after_a_410_and_the_next_watch_is_seen(cp):
+    """After a 410 Gone the next watch began at "now", beside the reconcile the 410 woke: slices
+    deleted after that reconcile had listed them and before the watch began stayed deleted until the
+    next resync. The watch now waits for that LIST and begins at its resourceVersion. (The 410 is
+    injected: a watch at a version older than the watch cache is served here, not refused.)"""
+    api, publisher = await _publisher_without_resync(cp)
+    real_watch_once, real_sync = publisher._watch_once, publisher.sync
+    watches: list[list[tuple[str, str]]] = []
+    syncs: list[bool] = []
+    deleted = anyio.Event()
+
+    async def sync() -> bool:
+        syncs.append(await real_sync())
+        return syncs[-1]
+
+    async def watch_once(query, limits):
+        watches.append(query)
+        if len(watches) == 1:  # the API server's answer to a version it no longer has (etcd compacted it)
+            raise apiclient.ApiError(410, "too old resource version")
+        if len(watches) == 2:  # once the reconcile the 410 woke has listed and ended, delete
+            while len(syncs) < 2 or publisher._syncing:  # noqa: ASYNC110 (polls the publisher)
+                await anyio.sleep(0.01)
+            await anyio.to_thread.run_sync(delete_our_slices, cp, cp.node_name)
+            deleted.set()
+        await real_watch_once(query, limits)
+
+    publisher._watch_once, publisher.sync = watch_once, sync
+    await _run_until_put_back(cp, api, publisher, deleted)
+    assert len(watches) == 2  # put back by the second watch's DELETED event, not a resync
+    assert any(key == "resourceVersion" for key, _ in watches[1])
+
+
 class _Chunks:
     def __init__(self, chunks: list[bytes]) -> None:
         self.chunks = chunks
