@@ -125,33 +125,46 @@ async def _run_until_put_back(cp, api, publisher, deleted: anyio.Event) -> None:
         delete_our_slices(cp, cp.node_name)
 
 
+def _count_syncs(publisher: cluster.ApiPublisher) -> list[bool]:
+    """Wrap ``publisher.sync``; the list it returns grows by each sync's result as it ends."""
+    real_sync, syncs = publisher.sync, []
+
+    async def sync() -> bool:
+        syncs.append(await real_sync())
+        return syncs[-1]
+
+    publisher.sync = sync
+    return syncs
+
+
+async def _delete_after_sync(cp, publisher: cluster.ApiPublisher, syncs: list[bool], deleted: anyio.Event) -> None:
+    """Once the second sync (the one a watch's end or failure woke) has listed and ended, delete
+    our slices and set ``deleted``."""
+    while len(syncs) < 2 or publisher._syncing:  # noqa: ASYNC110 (polls the publisher)
+        await anyio.sleep(0.01)
+    await anyio.to_thread.run_sync(delete_our_slices, cp, cp.node_name)
+    deleted.set()
+
+
 async def test_a_deletion_between_two_watches_is_seen_before_the_next_resync(cp):
     """Each watch began at "now": slices deleted after the reconcile that the end of a watch woke
     had listed them, and before the next watch began (or during a back-off), stayed deleted until
     the next resync (60 s by default; the kubelet deletes a node's slices when it starts). The next
     watch now begins at the last resourceVersion seen, and replays the deletion."""
     api, publisher = await _publisher_without_resync(cp)
-    real_watch_once, real_sync = publisher._watch_once, publisher.sync
+    real_watch_once, syncs = publisher._watch_once, _count_syncs(publisher)
     watches: list[int] = []
-    syncs: list[bool] = []
     deleted = anyio.Event()
-
-    async def sync() -> bool:
-        syncs.append(await real_sync())
-        return syncs[-1]
 
     async def watch_once(query, limits):
         watches.append(len(watches))
         if len(watches) == 2:  # the first watch ended: once the reconcile it woke has listed, delete
-            while len(syncs) < 2 or publisher._syncing:  # noqa: ASYNC110 (polls the publisher)
-                await anyio.sleep(0.01)
-            await anyio.to_thread.run_sync(delete_our_slices, cp, cp.node_name)
-            deleted.set()
+            await _delete_after_sync(cp, publisher, syncs, deleted)
         # The first watch ends at once; the second outlasts the test (its end would wake a reconcile).
         seconds = "1" if len(watches) == 1 else "60"
         await real_watch_once([(k, seconds if k == "timeoutSeconds" else v) for k, v in query], limits)
 
-    publisher._watch_once, publisher.sync = watch_once, sync
+    publisher._watch_once = watch_once
     await _run_until_put_back(cp, api, publisher, deleted)
     assert len(watches) == 2  # put back by the replayed DELETED event, during the second watch, not a resync
 
@@ -184,27 +197,19 @@ async def test_a_deletion_between_the_relist_after_a_410_and_the_next_watch_is_s
     next resync. The watch now waits for that LIST and begins at its resourceVersion. (The 410 is
     injected: a watch at a version older than the watch cache is served here, not refused.)"""
     api, publisher = await _publisher_without_resync(cp)
-    real_watch_once, real_sync = publisher._watch_once, publisher.sync
+    real_watch_once, syncs = publisher._watch_once, _count_syncs(publisher)
     watches: list[list[tuple[str, str]]] = []
-    syncs: list[bool] = []
     deleted = anyio.Event()
-
-    async def sync() -> bool:
-        syncs.append(await real_sync())
-        return syncs[-1]
 
     async def watch_once(query, limits):
         watches.append(query)
         if len(watches) == 1:  # the API server's answer to a version it no longer has (etcd compacted it)
             raise apiclient.ApiError(410, "too old resource version")
         if len(watches) == 2:  # once the reconcile the 410 woke has listed and ended, delete
-            while len(syncs) < 2 or publisher._syncing:  # noqa: ASYNC110 (polls the publisher)
-                await anyio.sleep(0.01)
-            await anyio.to_thread.run_sync(delete_our_slices, cp, cp.node_name)
-            deleted.set()
+            await _delete_after_sync(cp, publisher, syncs, deleted)
         await real_watch_once(query, limits)
 
-    publisher._watch_once, publisher.sync = watch_once, sync
+    publisher._watch_once = watch_once
     await _run_until_put_back(cp, api, publisher, deleted)
     assert len(watches) == 2  # put back by the second watch's DELETED event, not a resync
     assert any(key == "resourceVersion" for key, _ in watches[1])
