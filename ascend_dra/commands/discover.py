@@ -19,13 +19,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import anyio
 import orjson
 import yaml
 
 from ascend_dra.model import Device, Inventory
 from ascend_dra.profiles.base import ProfileContext
-from ascend_dra.profiles.checks import inventory_problems
 from ascend_dra.publish import build_slices
 
 __all__ = ("DEFAULT_TIMEOUT_S", "OUTPUTS", "discover_profiles", "main", "profile_notes", "render", "run")
@@ -40,33 +38,24 @@ _COLUMNS = ("PROFILE", "DEVICE", "CHIP", "MEMORY", "NUMA", "TOPOLOGY", "TIER")
 async def discover_profiles(
     profiles: Sequence[Any], ctx: ProfileContext, *, timeout_s: float = DEFAULT_TIMEOUT_S
 ) -> tuple[dict[str, Inventory], dict[str, str]]:
-    """Discover every profile, one at a time, each within ``timeout_s`` seconds.
+    """Discover every profile, one at a time, each within ``timeout_s`` seconds, isolated as the
+    daemon isolates it (:func:`ascend_dra.profiles.registry.discover_isolated`, the same messages).
 
     :param profiles: objects with ``name`` and ``async discover(ctx)`` (the profile contract).
     :return: ``(profile name -> Inventory, profile name -> error message)``; a profile whose
         discovery raised, timed out or returned devices the API server would reject is in the second.
     """
+    from ascend_dra.profiles.registry import LoadedProfile, ProfileLoadError, discover_isolated
+
     inventories: dict[str, Inventory] = {}
     errors: dict[str, str] = {}
     for profile in profiles:
         name = str(getattr(profile, "name", type(profile).__name__))
+        loaded = LoadedProfile(name=name, distribution="unknown", version="", target="", profile=profile)
         try:
-            with anyio.fail_after(timeout_s):
-                inventory = await profile.discover(ctx)
-        except TimeoutError:
-            errors[name] = f"discovery did not finish within {timeout_s:g} s"
-            continue
-        except Exception as exc:
-            errors[name] = f"discovery failed: {type(exc).__name__}: {exc}"
-            continue
-        if not isinstance(inventory, Inventory):
-            errors[name] = f"discovery returned a {type(inventory).__name__}, not an Inventory"
-            continue
-        problems = inventory_problems(inventory)
-        if problems:
-            errors[name] = "devices the API server would reject: " + "; ".join(problems)
-            continue
-        inventories[name] = inventory
+            inventories[name] = await discover_isolated(loaded, ctx, timeout_s=timeout_s)
+        except ProfileLoadError as exc:
+            errors[name] = exc.reason
     return inventories, errors
 
 

@@ -26,6 +26,23 @@ class Broken:
         raise RuntimeError("no driver")
 
 
+class OwnTimeout:
+    """A discovery that fails at once with a TimeoutError of its own (a tool it ran timed out)."""
+
+    name = "own-timeout"
+
+    async def discover(self, ctx: object) -> object:
+        raise TimeoutError("npu-smi did not answer within 10 s")
+
+
+async def test_a_profile_s_own_timeout_is_not_reported_as_the_discovery_deadline(tmp_path: Path) -> None:
+    """The command read any TimeoutError as its own 30 s deadline; it now says what the daemon says
+    for the same failure (profiles/registry.py, ``discover_isolated``)."""
+    text = await run([OwnTimeout()], lab_310p3(tmp_path), "table")
+    assert text.splitlines()[-1] == (
+        "own-timeout: discovery failed: TimeoutError: npu-smi did not answer within 10 s")
+
+
 async def test_table_for_the_lab_host(tmp_path: Path) -> None:
     ctx = lab_310p3(tmp_path)
     text = await run([Npu310PProfile(), Npu910Profile(), Broken()], ctx, "table")
