@@ -74,7 +74,8 @@ class SliceWatchMixin:
         went unseen until the next resync. A version the server no longer has (410 Gone) wakes a
         reconcile, and the next watch begins at the version of its LIST (at "now" if none came
         within :data:`RELIST_WAIT_S`): begun at "now" beside that reconcile, a deletion after its LIST
-        and before the watch went unseen until the next resync, as above.
+        and before the watch went unseen until the next resync, as above. 410s in a row back off as
+        other failures do.
         """
         assert self._api is not None
         query = [("fieldSelector", self.slice_selector()), ("watch", "true"), ("allowWatchBookmarks", "true"),
@@ -101,9 +102,10 @@ class SliceWatchMixin:
                     self._wake.set()
                     with anyio.move_on_after(RELIST_WAIT_S):
                         await self._listed.wait()
-                    pause = 1.0
-                    continue
-                self._wake.set()
+                else:
+                    self._wake.set()
+            # At once after a watch that lasted; else a pause, doubled each time (410s in a row included:
+            # each costs a LIST, and a server that keeps answering 410 must not be asked in a loop).
             if time.monotonic() - began > 10:
                 pause = 1.0
                 continue

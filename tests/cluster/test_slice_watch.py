@@ -6,6 +6,7 @@ loop: 55 ms each time the watch began)."""
 
 from __future__ import annotations
 
+import itertools
 import uuid
 
 import anyio
@@ -125,13 +126,17 @@ async def _run_until_put_back(cp, api, publisher, deleted: anyio.Event) -> None:
         delete_our_slices(cp, cp.node_name)
 
 
-def _count_syncs(publisher: cluster.ApiPublisher) -> list[bool]:
-    """Wrap ``publisher.sync``; the list it returns grows by each sync's result as it ends."""
+def _count_syncs(publisher: cluster.ApiPublisher, list_versions: list[str | None] | None = None) -> list[bool]:
+    """Wrap ``publisher.sync``; the list it returns grows by each sync's result as it ends, and
+    ``list_versions`` (when given) by the resourceVersion of its LIST."""
     real_sync, syncs = publisher.sync, []
 
     async def sync() -> bool:
-        syncs.append(await real_sync())
-        return syncs[-1]
+        result = await real_sync()
+        if list_versions is not None:
+            list_versions.append(publisher._list_version)
+        syncs.append(result)
+        return result
 
     publisher.sync = sync
     return syncs
@@ -197,7 +202,8 @@ async def test_a_deletion_between_the_relist_after_a_410_and_the_next_watch_is_s
     next resync. The watch now waits for that LIST and begins at its resourceVersion. (The 410 is
     injected: a watch at a version older than the watch cache is served here, not refused.)"""
     api, publisher = await _publisher_without_resync(cp)
-    real_watch_once, syncs = publisher._watch_once, _count_syncs(publisher)
+    list_versions: list[str | None] = []
+    real_watch_once, syncs = publisher._watch_once, _count_syncs(publisher, list_versions)
     watches: list[list[tuple[str, str]]] = []
     deleted = anyio.Event()
 
@@ -212,7 +218,35 @@ async def test_a_deletion_between_the_relist_after_a_410_and_the_next_watch_is_s
     publisher._watch_once = watch_once
     await _run_until_put_back(cp, api, publisher, deleted)
     assert len(watches) == 2  # put back by the second watch's DELETED event, not a resync
-    assert any(key == "resourceVersion" for key, _ in watches[1])
+    # Not the expired version again (a server that keeps answering 410 to it would be asked in a
+    # loop): the version of the LIST of the sync the 410 woke.
+    assert dict(watches[1])["resourceVersion"] == list_versions[1]
+
+
+async def test_410s_in_a_row_back_off(cp):
+    """Each 410 costs a LIST and a new watch: a server that answers 410 every time must not be asked
+    in a loop (before the pause applied to 410s: 1,293 watch requests in 3.5 s)."""
+    from ascend_dra.model import Device, Inventory
+
+    api, publisher = await _publisher_without_resync(cp)
+    watches: list[float] = []
+
+    async def watch_once(query, limits):
+        watches.append(anyio.current_time())
+        raise apiclient.ApiError(410, "too old resource version")
+
+    publisher._watch_once = watch_once
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(publisher.run, Inventory(devices=(Device("npu-0"),), source="test"))
+            await anyio.sleep(3.5)
+            tg.cancel_scope.cancel()
+    finally:
+        await close_api(api)
+        delete_our_slices(cp, cp.node_name)
+    assert 2 <= len(watches) <= 3  # at once, then after 1 s (and the LIST), then after 2 s more
+    gaps = [b - a for a, b in itertools.pairwise(watches)]
+    assert all(gap >= pause - 0.05 for gap, pause in zip(gaps, (1.0, 2.0), strict=False))
 
 
 class _Chunks:
