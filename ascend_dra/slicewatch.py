@@ -88,22 +88,20 @@ class SliceWatchMixin:
             began = time.monotonic()
             self._watch_version = self._watch_version or self._list_version
             since = [("resourceVersion", self._watch_version)] if self._watch_version else []
+            expired = False
             try:
                 await self._watch_once(query + since, limits)
-                self._wake.set()  # the watch ended (its timeout): look once, events may be missed
             except Exception as exc:  # the API server went away or refused: back off, then watch again
                 expired = isinstance(exc, ApiError) and exc.status == 410 and self._watch_version is not None
                 refused = isinstance(exc, ApiError) and 400 <= exc.status < 500 and exc.status != 410  # 410: expired
                 (log.warning if refused else log.debug)("the watch of our ResourceSlices failed", extra={
                     "error": str(exc)})
-                if expired:  # (a restarted API server has none of the old versions): list afresh, and
-                    self._watch_version = self._list_version = None  # watch again from that LIST's version
-                    self._listed = anyio.Event()
-                    self._wake.set()
-                    with anyio.move_on_after(RELIST_WAIT_S):
-                        await self._listed.wait()
-                else:
-                    self._wake.set()
+            self._wake.set()  # the watch ended (its timeout) or failed: look once, events may be missed
+            if expired:  # (a restarted API server has none of the old versions): the reconcile just woken
+                self._watch_version = self._list_version = None  # lists afresh; watch from that LIST's version
+                self._listed = anyio.Event()  # set by the next LIST to answer (no await since the wake)
+                with anyio.move_on_after(RELIST_WAIT_S):
+                    await self._listed.wait()
             # At once after a watch that lasted; else a pause, doubled each time (410s in a row included:
             # each costs a LIST, and a server that keeps answering 410 must not be asked in a loop).
             if time.monotonic() - began > 10:
