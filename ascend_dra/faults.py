@@ -14,7 +14,7 @@ import os
 import signal
 import time
 
-__all__ = ("POINTS", "crash_point")
+__all__ = ("POINTS", "WRITE_POINTS", "crash_point")
 
 #: Every point, in the order a Prepare / Unprepare passes them.
 POINTS = (
@@ -28,6 +28,11 @@ POINTS = (
     "unprepare:after-checkpoint-write",
     "unprepare:after-cdi-remove",
 )
+
+#: Points whose outcome a kill there does not fix alone, so the tests arm them with a stall: after a
+#: Prepare handed its PrepareCompleted write to the writer thread and before it writes its CDI spec
+#: (state.py), and on the writer thread after an append is durable (journal.py).
+WRITE_POINTS = ("prepare:completed-write-submitted", "journal:after-append")
 
 _ARMED = frozenset(filter(None, os.environ.get("ASCEND_DRA_CRASH_AT", "").split(",")))
 #: point -> seconds to block the loop there (``ASCEND_DRA_STALL_AT=point@seconds,...``).

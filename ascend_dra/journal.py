@@ -45,6 +45,7 @@ import orjson
 from ascend_dra import checkpoint as ckpt
 from ascend_dra.atomicfile import fsync_dir
 from ascend_dra.checkpoint import CheckpointCorrupt
+from ascend_dra.faults import crash_point
 
 __all__ = ("JOURNAL_FILE", "Journal", "JournalContents", "apply_journal", "change_lines", "load_state", "read",
            "read_tail")
@@ -281,6 +282,7 @@ class Journal:
                 written = os.pwrite(self._fd, view, offset)
                 view, offset = view[written:], offset + written
             os.fdatasync(self._fd)
+            crash_point("journal:after-append")
         except OSError:
             try:  # cut off again, durably: pages already on disk must not bring it back after a crash
                 os.ftruncate(self._fd, self._size)

@@ -17,8 +17,8 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -251,38 +251,92 @@ class ClaimRecords:
 
         :raises OSError: the write failed; the changes stay pending for the next write.
         """
+        await self.begin_save(compact=compact)
+
+    def begin_save(self, *, compact: bool = False) -> Awaitable[None]:
+        """:meth:`save` in two halves: when no write is in flight, hand every change made so far to
+        the writer thread now, before returning; the awaitable returned then waits for it to be
+        durable (and raises its OSError). Work the caller does in between runs on the loop while
+        the writer thread wakes up and fdatasyncs (a Prepare writes its CDI specs there; each
+        hand-off to the thread and back costs ~0.1 ms on 2 cores, docs/performance.md).
+        When a write is in flight, nothing starts before the awaitable is awaited (it queues as
+        :meth:`save` does).
+
+        The awaitable must be awaited, with no await of the caller's before it: until then this
+        store's write lock is held.
+        """
         self._version += 1
         wanted = self._version
-        async with self._flush_lock:
-            if self._durable >= wanted:
-                return
+        if self._flush_lock.locked():
+            return self._queued_save(wanted, compact)
+        self._flush_lock.acquire_nowait()
+        try:
+            changes, future = self._submit(compact)
+        except BaseException:
+            self._flush_lock.release()
+            raise
+        return self._finish_save(wanted, changes, future)
+
+    async def _queued_save(self, wanted: int, compact: bool) -> None:
+        await self._flush_lock.acquire()
+        if self._durable >= wanted:
+            self._flush_lock.release()
+            return
+        try:
             version = self._version
-            changes = self.table.take_dirty()  # on the loop: no change can interleave
-            try:
-                if compact or self.journal.lines + len(changes) > max(COMPACT_MIN_LINES, 2 * len(self.table)):
-                    await self._on_writer(self._write_snapshot, self.table.snapshot_claims())
-                elif changes:
-                    await self._on_writer(self.journal.append, change_lines(changes))
-            except BaseException as exc:
-                self.table.requeue(uid for uid, _ in changes)
-                if isinstance(exc, OSError):
-                    self.write_failures += 1
-                    if exc.filename is None:
-                        exc.filename = str(self.journal.path)  # a write on the open fd names no file
-                raise
+            changes, future = self._submit(compact)
+        except BaseException:
+            self._flush_lock.release()
+            raise
+        await self._finish_save(version, changes, future)
+
+    def _submit(self, compact: bool) -> tuple[list[tuple[str, Any]], Future[None] | None]:
+        """Take the table's changes (on the loop: no change can interleave) and hand their write to
+        the writer thread (write lock held); None when there is nothing to write."""
+        changes = self.table.take_dirty()
+        try:
+            if compact or self.journal.lines + len(changes) > max(COMPACT_MIN_LINES, 2 * len(self.table)):
+                return changes, self._writer.submit(self._write_snapshot, self.table.snapshot_claims())
+            if changes:
+                return changes, self._writer.submit(self.journal.append, change_lines(changes))
+            return changes, None
+        except BaseException:
+            self.table.requeue(uid for uid, _ in changes)
+            raise
+
+    async def _finish_save(self, version: int, changes: list[tuple[str, Any]], future: Future[None] | None) -> None:
+        """Wait for the write :meth:`_submit` started, then release the write lock (held on entry)."""
+        try:
+            if future is not None:
+                await self._wait_writer(future)
+        except BaseException as exc:
+            self.table.requeue(uid for uid, _ in changes)
+            if isinstance(exc, OSError):
+                self.write_failures += 1
+                if exc.filename is None:
+                    exc.filename = str(self.journal.path)  # a write on the open fd names no file
+            raise
+        else:
             self._durable = max(self._durable, version)
+        finally:
+            self._flush_lock.release()
 
     async def _on_writer(self, fn: Callable[..., None], *args: Any) -> None:
-        """Run ``fn(*args)`` on the writer thread and wait for it, shielded from cancellation: a
-        cancelled caller still returns only once the write has ended, so the file is never written
-        by two threads at once and a write is never reported failed while it goes on.
+        """Run ``fn(*args)`` on the writer thread and wait for it (see :meth:`_wait_writer`)."""
+        await self._wait_writer(self._writer.submit(fn, *args))
+
+    @staticmethod
+    async def _wait_writer(future: Future[None]) -> None:
+        """Wait for a job of the writer thread, shielded from cancellation: a cancelled caller still
+        returns only once the write has ended, so the file is never written by two threads at once
+        and a write is never reported failed while it goes on.
 
         The writer thread instead of anyio's pool: ``to_thread.run_sync`` passes twice more through
         the event loop for its checkpoints and capacity limiter (4 loop turns per call, this 2),
         and every Prepare and Unprepare waits for one of these writes (docs/performance.md).
         """
         with anyio.CancelScope(shield=True):
-            await asyncio.wrap_future(self._writer.submit(fn, *args))
+            await asyncio.wrap_future(future)
 
     def _write_snapshot(self, claims: Mapping[str, Any]) -> None:
         """Replace the snapshot with ``claims``, then empty the journal (blocking).

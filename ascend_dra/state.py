@@ -11,7 +11,8 @@ A Prepare of a batch of claims runs in this order, each step durable before the 
    and reserve them with an in-memory ``PrepareStarted`` record, with no await in between;
 3. write the checkpoint (group commit: concurrent calls share one write);
 4. run profile side effects, then write each claim's CDI spec;
-5. write the checkpoint with those claims as ``PrepareCompleted``.
+5. write the checkpoint with those claims as ``PrepareCompleted`` (a claim without side effects
+   has its spec written while this write is in flight; the answer waits for both).
 
 A crash anywhere leaves ``PrepareStarted`` records (rolled back on restart or on a retried
 Prepare) or ``PrepareCompleted`` ones (answered again from the record, once the claim read again
@@ -358,7 +359,7 @@ class DeviceState(RecoveryMixin, ReplayMixin, UnprepareMixin):
                 results[c.uid] = checkpoint_write_failed(c.namespace, c.name, exc)
             return True
         crash_point("prepare:after-started-write")
-        done = []
+        done: list[Plan] = []
         failed = False
         for plan in plans:
             c = plan.claim
@@ -369,21 +370,32 @@ class DeviceState(RecoveryMixin, ReplayMixin, UnprepareMixin):
                     self._records[c.uid] = attrs.evolve(self._records[c.uid], side_effects=side_effects)
                     await self._save()
                 crash_point("prepare:after-side-effects")
-                self._write_specs(plan.specs)  # on the loop: see _write_specs
-                crash_point("prepare:after-cdi-write")
-                self._check_answer(self._records[c.uid])
+                if self._has_side_effects(plan):
+                    self._write_specs_and_check(plan)
             except Exception as exc:
-                log.warning("prepare failed; rolling back", extra={"claim_uid": c.uid, "error": str(exc)})
-                results[c.uid] = PrepareError(f"ResourceClaim {c.namespace}/{c.name}: {describe_error(exc)}")
-                # On failure the record stays PrepareStarted (its devices held) and retry_cleanup,
-                # the claim's next Prepare or the next start-up rolls it back again.
-                await self._try_rollback(self._records[c.uid])
+                await self._prepare_failed(c, exc, results)
                 failed = True
                 continue
             self._records[c.uid] = attrs.evolve(self._records[c.uid], state=ckpt.PREPARE_COMPLETED)
             done.append(plan)
+        # A claim without side effects has its spec written while its PrepareCompleted record is
+        # being written: the loop would otherwise sit idle while the writer thread wakes up and
+        # fdatasyncs. A crash in between leaves a spec no record backs (start-up removes it) or a
+        # record whose spec is missing (re-created by repair_specs or the kubelet's retried
+        # Prepare, as after any restart); the answer waits for both. A claim with side effects
+        # keeps the strict order (its spec above, before the record): a crash before the record is
+        # durable rolls its node changes back.
+        saving = self.store.begin_save()
+        crash_point("prepare:completed-write-submitted")
+        spec_failures: dict[str, Exception] = {}
+        for plan in done:
+            if not self._has_side_effects(plan):
+                try:
+                    self._write_specs_and_check(plan)
+                except Exception as exc:
+                    spec_failures[plan.claim.uid] = exc
         try:
-            await self._save()
+            await saving
         except OSError as exc:
             # The checkpoint does not say PrepareCompleted, so the kubelet is told the Prepare failed:
             # then nothing of it may stay behind holding the devices (a reservation kept in memory
@@ -397,9 +409,34 @@ class DeviceState(RecoveryMixin, ReplayMixin, UnprepareMixin):
                 await self._try_rollback(self._records[plan.claim.uid])
             return True
         crash_point("prepare:after-completed-write")
+        if spec_failures:
+            for plan in done:  # all of them before the first await, as above
+                if plan.claim.uid in spec_failures:
+                    c = plan.claim
+                    self._records[c.uid] = attrs.evolve(self._records[c.uid], state=ckpt.PREPARE_STARTED)
+            for uid, exc in spec_failures.items():
+                await self._prepare_failed(self._records[uid], exc, results)
+            with contextlib.suppress(OSError):  # still PrepareCompleted on disk: repaired or unprepared later
+                await self._save()
         for plan in done:
-            results[plan.claim.uid] = self._prepared_devices(self._records[plan.claim.uid])
-        return failed
+            if plan.claim.uid not in spec_failures:
+                results[plan.claim.uid] = self._prepared_devices(self._records[plan.claim.uid])
+        return failed or bool(spec_failures)
+
+    async def _prepare_failed(self, claim: Any, exc: Exception, results: dict[str, Any]) -> None:
+        """Report ``exc`` as ``claim``'s error and roll its Prepare back (its record PrepareStarted).
+
+        On failure the record stays PrepareStarted (its devices held) and retry_cleanup, the
+        claim's next Prepare or the next start-up rolls it back again."""
+        log.warning("prepare failed; rolling back", extra={"claim_uid": claim.uid, "error": str(exc)})
+        results[claim.uid] = PrepareError(f"ResourceClaim {claim.namespace}/{claim.name}: {describe_error(exc)}")
+        await self._try_rollback(self._records[claim.uid])
+
+    def _write_specs_and_check(self, plan: Plan) -> None:
+        """Write ``plan``'s CDI specs and check what its answer will name (the crash point between)."""
+        self._write_specs(plan.specs)  # on the loop: see _write_specs
+        crash_point("prepare:after-cdi-write")
+        self._check_answer(self._records[plan.claim.uid])
 
     def _hook(self, profile_name: str, name: str) -> Any:
         return getattr(self.profiles.get(profile_name), name, None)

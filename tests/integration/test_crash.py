@@ -105,3 +105,36 @@ def test_kill9_inside_unprepare_then_restart_and_replay(short_tmp, point):
     assert k.prepare(other).claims[other["metadata"]["uid"]].error == ""
     k.close()
     d.stop()
+
+
+def test_kill9_with_the_completed_record_durable_and_the_spec_not_yet_written(short_tmp):
+    """A Prepare without side effects writes its spec while its PrepareCompleted record goes to disk
+    (state.py): a kill in between can leave the record without the spec. The restarted daemon puts
+    the spec back (repair_specs) and the kubelet's retry is answered from the record."""
+    d = DaemonProcess(short_tmp / "sa")
+    # The loop stalls before the spec write; the writer thread makes the record durable, then dies.
+    d.start(extra_env={"ASCEND_DRA_STALL_AT": "prepare:completed-write-submitted@10",
+                       "ASCEND_DRA_CRASH_AT": "journal:after-append"})
+    claim = write_claim(d.root, claim_object("racing", results=[("npu", "npu-3-0")]))
+    uid = claim["metadata"]["uid"]
+    spec = d.cdi_dir / f"k8s.{DRIVER}-npu_{uid}.yaml"
+    k = Kubelet(d)
+    call_and_die(d, lambda: k.prepare(claim))
+    k.close()
+    assert records(d)[uid]["state"] == "PrepareCompleted"
+    assert not spec.exists()
+
+    d.start()
+    deadline = time.monotonic() + 15
+    while not spec.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert_consistent(d)
+    k = Kubelet(d)
+    reply = k.prepare(claim)
+    assert reply.claims[uid].error == ""
+    assert [dev.device_name for dev in reply.claims[uid].devices] == ["npu-3-0"]
+    assert k.unprepare(claim).claims[uid].error == ""
+    assert records(d) == {}
+    assert claim_specs(d) == set()
+    k.close()
+    d.stop()

@@ -1,0 +1,86 @@
+"""A Prepare without side effects writes its CDI spec while its PrepareCompleted record is being
+written (state.py, records.py ``begin_save``): what that overlap must and must not change."""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+
+import pytest
+
+from ascend_dra.cdi import naming
+from ascend_dra.journal import JOURNAL_FILE
+from ascend_dra.journal import read as read_journal
+from ascend_dra.profiles.fake import FakeProfile
+from ascend_dra.state import PrepareError
+from tests.claimfiles import DRIVER, claim_object, write_claim
+from tests.unit.test_state import make_state, on_disk, ref
+
+pytestmark = pytest.mark.anyio
+
+FAKE_KIND = f"k8s.{DRIVER}/npu"
+
+
+def uid(obj: dict) -> str:
+    return obj["metadata"]["uid"]
+
+
+async def test_the_spec_is_written_while_the_prepare_completed_write_is_in_flight(tmp_path):
+    """The loop sat idle while the writer thread woke and fdatasynced, then wrote the spec: the spec
+    write waited here for a journal append that only began after it (2 s, then False)."""
+    state = await make_state(tmp_path, {"fake": FakeProfile()})
+    claim = write_claim(tmp_path, claim_object("c", results=[("npu", "npu-0-0")]))
+    spec_file = naming.claim_spec_file(FAKE_KIND, uid(claim))
+    appending = threading.Event()
+    seen: list[bool] = []
+    append, write = state.store.journal.append, state.cdi.write
+
+    def watched_append(data: bytes) -> None:  # on the writer thread
+        appending.set()
+        append(data)
+
+    def watched_write(filename, spec):  # on the event loop
+        if filename == spec_file:
+            seen.append(appending.wait(2))
+        return write(filename, spec)
+
+    state.store.journal.append = watched_append  # type: ignore[method-assign]
+    state.cdi.write = watched_write  # type: ignore[method-assign]
+    results = await state.prepare([ref(claim)])
+    assert isinstance(results[uid(claim)], list)
+    assert seen == [True]
+    assert on_disk(tmp_path).claims[uid(claim)].state == "PrepareCompleted"
+    assert (tmp_path / "cdi" / spec_file).is_file()
+
+
+async def test_a_spec_that_fails_while_its_record_goes_out_is_rolled_back_on_disk_too(tmp_path):
+    """The failed claim's record reached the disk as PrepareCompleted before its spec failed: the
+    Prepare must then leave it neither on disk nor holding its device, and the other claim of the
+    call is prepared."""
+    state = await make_state(tmp_path, {"fake": FakeProfile()})
+    bad = write_claim(tmp_path, claim_object("bad", results=[("npu", "npu-0-0")]))
+    good = write_claim(tmp_path, claim_object("good", results=[("npu", "npu-1-0")]))
+    bad_file = naming.claim_spec_file(FAKE_KIND, uid(bad))
+    write = state.cdi.write
+
+    def full_for_bad(filename, spec):  # the CDI dir's tmpfs is full when the bad claim's spec comes
+        if filename == bad_file:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "cdi" / filename))
+        return write(filename, spec)
+
+    state.cdi.write = full_for_bad  # type: ignore[method-assign]
+    results = await state.prepare([ref(bad), ref(good)])
+    assert isinstance(results[uid(bad)], PrepareError)
+    assert str(results[uid(bad)]) == (f"ResourceClaim default/bad: No space left on device "
+                                      f"({tmp_path / 'cdi' / bad_file})")
+    assert isinstance(results[uid(good)], list)
+    assert set(on_disk(tmp_path).claims) == {uid(good)}
+    written = read_journal(tmp_path / "plugin" / JOURNAL_FILE).changes
+    assert [stored and stored["state"] for u, stored in written if u == uid(bad)] == ["PrepareCompleted", None]
+    assert uid(bad) not in state.prepared_claims
+
+    restarted = await make_state(tmp_path, {"fake": FakeProfile()})
+    assert set(restarted.prepared_claims) == {uid(good)}
+    after = write_claim(tmp_path, claim_object("after", results=[("npu", "npu-0-0")]))
+    assert isinstance((await restarted.prepare([ref(after)]))[uid(after)], list)  # the device is free
