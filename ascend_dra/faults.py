@@ -29,10 +29,11 @@ POINTS = (
     "unprepare:after-cdi-remove",
 )
 
-#: Points whose outcome a kill there does not fix alone, so the tests arm them with a stall: after a
-#: Prepare handed its PrepareCompleted write to the writer thread and before it writes its CDI spec
-#: (state.py), and on the writer thread after an append is durable (journal.py).
-WRITE_POINTS = ("prepare:completed-write-submitted", "journal:after-append")
+#: Points of a Prepare without side effects whose spec is written while its PrepareCompleted record
+#: goes out (state.py): after the write was handed to the writer thread, before the spec; and on that
+#: thread, before an append and after it is durable (journal.py). Which of the two threads gets
+#: where first is a race, so the tests stall one of them at one point and kill at another.
+WRITE_POINTS = ("prepare:completed-write-submitted", "journal:before-append", "journal:after-append")
 
 _ARMED = frozenset(filter(None, os.environ.get("ASCEND_DRA_CRASH_AT", "").split(",")))
 #: point -> seconds to block the loop there (``ASCEND_DRA_STALL_AT=point@seconds,...``).

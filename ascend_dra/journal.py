@@ -269,6 +269,7 @@ class Journal:
         :raises OSError: nothing was appended (a partial write is cut off again, best effort).
         """
         assert self._fd is not None, "journal not open"
+        crash_point("journal:before-append")
         if self._size == 0:
             # Empty: a header write failed (a full or failing disk). The header goes first and alone,
             # as the torn-header rule expects (journal.read).

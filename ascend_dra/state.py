@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,15 @@ log = logging.getLogger(__name__)
 #: and the seconds the asking may take in all.
 GONE_CHECKS = 4
 GONE_WAIT_S = 2.0
+
+
+async def _write_error(write: Awaitable[None]) -> OSError | None:
+    """Wait for ``write`` (:meth:`ClaimRecords.begin_save`); return its OSError, or None."""
+    try:
+        await write
+    except OSError as exc:
+        return exc
+    return None
 
 
 @attrs.frozen
@@ -370,53 +379,55 @@ class DeviceState(RecoveryMixin, ReplayMixin, UnprepareMixin):
                     self._records[c.uid] = attrs.evolve(self._records[c.uid], side_effects=side_effects)
                     await self._save()
                 crash_point("prepare:after-side-effects")
-                if self._has_side_effects(plan):
+                if self._has_side_effects(plan):  # the strict order: its spec, then its record
                     self._write_specs_and_check(plan)
+                    self._records[c.uid] = attrs.evolve(self._records[c.uid], state=ckpt.PREPARE_COMPLETED)
             except Exception as exc:
                 await self._prepare_failed(c, exc, results)
                 failed = True
                 continue
-            self._records[c.uid] = attrs.evolve(self._records[c.uid], state=ckpt.PREPARE_COMPLETED)
             done.append(plan)
         # A claim without side effects has its spec written while its PrepareCompleted record is
         # being written: the loop would otherwise sit idle while the writer thread wakes up and
         # fdatasyncs. A crash in between leaves a spec no record backs (start-up removes it) or a
         # record whose spec is missing (re-created by repair_specs or the kubelet's retried
-        # Prepare, as after any restart); the answer waits for both. A claim with side effects
-        # keeps the strict order (its spec above, before the record): a crash before the record is
-        # durable rolls its node changes back.
+        # Prepare, as after any restart); the answer waits for both. It is marked completed only
+        # here, with no await before the write begins, so no earlier write carries it.
+        overlapped = [plan for plan in done if not self._has_side_effects(plan)]
+        for plan in overlapped:
+            self._records[plan.claim.uid] = attrs.evolve(self._records[plan.claim.uid], state=ckpt.PREPARE_COMPLETED)
         saving = self.store.begin_save()
-        crash_point("prepare:completed-write-submitted")
         spec_failures: dict[str, Exception] = {}
-        for plan in done:
-            if not self._has_side_effects(plan):
+        try:
+            crash_point("prepare:completed-write-submitted")
+            for plan in overlapped:
                 try:
                     self._write_specs_and_check(plan)
                 except Exception as exc:
                     spec_failures[plan.claim.uid] = exc
-        try:
-            await saving
-        except OSError as exc:
+        finally:  # the write must be waited for whatever happens: until then it holds the store's lock
+            write_error = await _write_error(saving)
+        if write_error is not None:
             # The checkpoint does not say PrepareCompleted, so the kubelet is told the Prepare failed:
             # then nothing of it may stay behind holding the devices (a reservation kept in memory
             # refused other claims while the disk was full, and after). Roll each back now; one
             # that resists stays PrepareStarted and is retried by retry_cleanup.
+            for uid, exc in spec_failures.items():
+                log.warning("prepare failed; rolling back", extra={"claim_uid": uid, "error": str(exc)})
             for plan in done:  # all of them before the first await: a concurrent write must not
                 c = plan.claim  # make one durable as completed while it is being rolled back
-                results[c.uid] = checkpoint_write_failed(c.namespace, c.name, exc)
+                results[c.uid] = checkpoint_write_failed(c.namespace, c.name, write_error)
                 self._records[c.uid] = attrs.evolve(self._records[c.uid], state=ckpt.PREPARE_STARTED)
             for plan in done:
                 await self._try_rollback(self._records[plan.claim.uid])
             return True
         crash_point("prepare:after-completed-write")
         if spec_failures:
-            for plan in done:  # all of them before the first await, as above
-                if plan.claim.uid in spec_failures:
-                    c = plan.claim
-                    self._records[c.uid] = attrs.evolve(self._records[c.uid], state=ckpt.PREPARE_STARTED)
+            for uid in spec_failures:  # all of them before the first await, as above
+                self._records[uid] = attrs.evolve(self._records[uid], state=ckpt.PREPARE_STARTED)
             for uid, exc in spec_failures.items():
                 await self._prepare_failed(self._records[uid], exc, results)
-            with contextlib.suppress(OSError):  # still PrepareCompleted on disk: repaired or unprepared later
+            with contextlib.suppress(OSError):  # still PrepareCompleted on disk: the next write drops it
                 await self._save()
         for plan in done:
             if plan.claim.uid not in spec_failures:

@@ -12,7 +12,7 @@ import time
 import grpc
 import pytest
 
-from ascend_dra.faults import POINTS
+from ascend_dra.faults import POINTS, WRITE_POINTS
 from tests.claimfiles import claim_object, write_claim
 from tests.integration.daemon import DRIVER, DaemonProcess, Kubelet
 
@@ -28,11 +28,28 @@ def claim_specs(d: DaemonProcess) -> set[str]:
     return {p.name for p in d.cdi_dir.glob(f"k8s.{DRIVER}-npu_*.yaml") if not p.name.endswith("_common.yaml")}
 
 
+def spec_names(uids) -> set[str]:
+    return {f"k8s.{DRIVER}-npu_{uid}.yaml" for uid in uids}
+
+
 def assert_consistent(d: DaemonProcess) -> None:
     """Every claim spec on disk is backed by a PrepareCompleted record, and vice versa."""
     completed = {uid for uid, r in records(d).items() if r["state"] == "PrepareCompleted"}
     assert all(r["state"] == "PrepareCompleted" for r in records(d).values())
-    assert claim_specs(d) == {f"k8s.{DRIVER}-npu_{uid}.yaml" for uid in completed}
+    assert claim_specs(d) == spec_names(completed)
+
+
+def assert_repaired(d: DaemonProcess) -> None:
+    """Right after a restart: every claim spec on disk is backed by a PrepareCompleted record and no
+    record is left PrepareStarted (both settled before the daemon serves); a completed record whose
+    spec a kill left unwritten (a Prepare without side effects writes it while the record goes out,
+    state.py) gets it back from the repair loop's first pass. Then :func:`assert_consistent`."""
+    assert all(r["state"] == "PrepareCompleted" for r in records(d).values())
+    assert claim_specs(d) <= spec_names(records(d))
+    deadline = time.monotonic() + 15
+    while claim_specs(d) != spec_names(records(d)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert_consistent(d)
 
 
 def call_and_die(d: DaemonProcess, call) -> None:
@@ -55,7 +72,7 @@ def test_kill9_inside_prepare_then_restart_and_replay(short_tmp, point):
     k.close()
 
     d.start()
-    assert_consistent(d)
+    assert_repaired(d)
     k = Kubelet(d)
     reply = k.prepare(kept, claim)
     for c in (kept, claim):
@@ -107,32 +124,38 @@ def test_kill9_inside_unprepare_then_restart_and_replay(short_tmp, point):
     d.stop()
 
 
-def test_kill9_with_the_completed_record_durable_and_the_spec_not_yet_written(short_tmp):
-    """A Prepare without side effects writes its spec while its PrepareCompleted record goes to disk
-    (state.py): a kill in between can leave the record without the spec. The restarted daemon puts
-    the spec back (repair_specs) and the kubelet's retry is answered from the record."""
+#: The two orders a kill can catch a Prepare without side effects in, while its spec is written and its
+#: record goes out (state.py): (stall, kill, whether the record is on disk, whether the spec is).
+IN_FLIGHT = {
+    # The loop stalls before the spec; the writer thread makes the record durable, then dies.
+    "record-durable-spec-unwritten": ("prepare:completed-write-submitted@10", "journal:after-append", True, False),
+    # The writer thread stalls before appending; the loop writes the spec, then dies.
+    "spec-written-record-not-appended": ("journal:before-append@10", "prepare:after-cdi-write", False, True),
+}
+
+
+@pytest.mark.parametrize("case", IN_FLIGHT)
+def test_kill9_while_the_spec_and_the_completed_record_are_both_in_flight(short_tmp, case):
+    stall, kill, recorded, written = IN_FLIGHT[case]
+    assert {stall.partition("@")[0], kill} <= set(WRITE_POINTS) | set(POINTS)
     d = DaemonProcess(short_tmp / "sa")
-    # The loop stalls before the spec write; the writer thread makes the record durable, then dies.
-    d.start(extra_env={"ASCEND_DRA_STALL_AT": "prepare:completed-write-submitted@10",
-                       "ASCEND_DRA_CRASH_AT": "journal:after-append"})
+    d.start(extra_env={"ASCEND_DRA_STALL_AT": stall, "ASCEND_DRA_CRASH_AT": kill})
     claim = write_claim(d.root, claim_object("racing", results=[("npu", "npu-3-0")]))
     uid = claim["metadata"]["uid"]
     spec = d.cdi_dir / f"k8s.{DRIVER}-npu_{uid}.yaml"
     k = Kubelet(d)
     call_and_die(d, lambda: k.prepare(claim))
     k.close()
-    assert records(d)[uid]["state"] == "PrepareCompleted"
-    assert not spec.exists()
+    assert (uid in records(d), spec.exists()) == (recorded, written)
 
     d.start()
-    deadline = time.monotonic() + 15
-    while not spec.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert_consistent(d)
+    assert_repaired(d)  # the orphan spec removed before serving, or the missing spec put back
+    assert spec.exists() == recorded
     k = Kubelet(d)
-    reply = k.prepare(claim)
+    reply = k.prepare(claim)  # the kubelet's retry: answered from the record, or prepared anew
     assert reply.claims[uid].error == ""
     assert [dev.device_name for dev in reply.claims[uid].devices] == ["npu-3-0"]
+    assert spec.exists()
     assert k.unprepare(claim).claims[uid].error == ""
     assert records(d) == {}
     assert claim_specs(d) == set()

@@ -15,7 +15,7 @@ from ascend_dra.journal import read as read_journal
 from ascend_dra.profiles.fake import FakeProfile
 from ascend_dra.state import PrepareError
 from tests.claimfiles import DRIVER, claim_object, write_claim
-from tests.unit.test_state import make_state, on_disk, ref
+from tests.unit.test_state import SideEffectProfile, make_state, on_disk, ref
 
 pytestmark = pytest.mark.anyio
 
@@ -76,11 +76,70 @@ async def test_a_spec_that_fails_while_its_record_goes_out_is_rolled_back_on_dis
                                       f"({tmp_path / 'cdi' / bad_file})")
     assert isinstance(results[uid(good)], list)
     assert set(on_disk(tmp_path).claims) == {uid(good)}
+    after = write_claim(tmp_path, claim_object("after", results=[("npu", "npu-0-0")]))
+    assert isinstance((await state.prepare([ref(after)]))[uid(after)], list)  # its device is free at once
     written = read_journal(tmp_path / "plugin" / JOURNAL_FILE).changes
     assert [stored and stored["state"] for u, stored in written if u == uid(bad)] == ["PrepareCompleted", None]
     assert uid(bad) not in state.prepared_claims
 
     restarted = await make_state(tmp_path, {"fake": FakeProfile()})
-    assert set(restarted.prepared_claims) == {uid(good)}
+    assert set(restarted.prepared_claims) == {uid(good), uid(after)}
+
+
+class WatchesTheOtherClaim(SideEffectProfile):
+    """Notes, while its side effect runs, what ``state_of()`` says (the other claim's state in memory)."""
+
+    def __init__(self, state_of) -> None:
+        super().__init__()
+        self.state_of = state_of
+        self.seen: list[str] = []
+
+    async def prepare_side_effects(self, claim, devices, ctx):
+        self.seen.append(self.state_of())
+        return await super().prepare_side_effects(claim, devices, ctx)
+
+
+async def test_in_a_mixed_batch_no_write_carries_a_claim_as_completed_before_its_spec_is_being_written(tmp_path):
+    """A claim without side effects was marked PrepareCompleted before a later claim's side effects
+    ran, so the write recording their result made it durable as completed, its spec not yet written
+    for as long as the side effects took (seconds for a vNPU)."""
+    states: dict = {}
+    profile = WatchesTheOtherClaim(lambda: states["state"].prepared_claims[uid(plain)].state)
+    state = states["state"] = await make_state(tmp_path, {"fake": FakeProfile(), "effects": profile})
+    plain = write_claim(tmp_path, claim_object("plain", results=[("npu", "npu-0-0")]))
+    effects = write_claim(tmp_path, claim_object("effects", results=[("a", "hw-0")]))
+    results = await state.prepare([ref(plain), ref(effects)])
+    assert all(isinstance(r, list) for r in results.values())
+    assert profile.seen == ["PrepareStarted"]
+    assert {u: r.state for u, r in on_disk(tmp_path).claims.items()} == {
+        uid(plain): "PrepareCompleted", uid(effects): "PrepareCompleted"}
+
+
+async def test_a_failed_spec_whose_deletion_cannot_be_written_yet_goes_out_with_the_next_write(tmp_path):
+    state = await make_state(tmp_path, {"fake": FakeProfile()})
+    bad = write_claim(tmp_path, claim_object("bad", results=[("npu", "npu-0-0")]))
+    bad_file = naming.claim_spec_file(FAKE_KIND, uid(bad))
+    write, append = state.cdi.write, state.store.journal.append
+    appends: list[bytes] = []
+
+    def full_for_bad(filename, spec):
+        if filename == bad_file:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), filename)
+        return write(filename, spec)
+
+    def second_append_fails(data: bytes) -> None:  # the record goes out, its deletion does not
+        appends.append(data)
+        if len(appends) == 2:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        append(data)
+
+    state.cdi.write = full_for_bad  # type: ignore[method-assign]
+    state.store.journal.append = second_append_fails  # type: ignore[method-assign]
+    assert isinstance((await state.prepare([ref(bad)]))[uid(bad)], PrepareError)
+    assert len(appends) == 2
+    assert uid(bad) not in state.prepared_claims
+    assert on_disk(tmp_path).claims[uid(bad)].state == "PrepareCompleted"  # until the next write
+
     after = write_claim(tmp_path, claim_object("after", results=[("npu", "npu-0-0")]))
-    assert isinstance((await restarted.prepare([ref(after)]))[uid(after)], list)  # the device is free
+    assert isinstance((await state.prepare([ref(after)]))[uid(after)], list)  # its device is free now
+    assert set(on_disk(tmp_path).claims) == {uid(after)}
