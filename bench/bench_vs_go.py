@@ -439,7 +439,8 @@ def main(argv: list[str] | None = None) -> int:
         args.claims, args.empty_calls, args.startup_runs, args.idle_seconds = 64, 500, 1, 5.0
     if not os.access(args.go_binary, os.X_OK):
         print(f"bench_vs_go.py: no Go reference driver at {args.go_binary}: put there the dra-example-kubeletplugin "
-              f"of kubernetes-sigs/dra-example-driver v0.4.0 ({GO_COMMIT[:7]}), or pass --go-binary", file=sys.stderr)
+              f"of kubernetes-sigs/dra-example-driver v0.4.0 ({GO_COMMIT[:7]}; bench/README.md says how to build "
+              f"it), or pass --go-binary", file=sys.stderr)
         return 2
 
     from tests.cluster.controlplane import ControlPlane, default_bin_dir, exit_on_sigterm
