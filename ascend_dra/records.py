@@ -266,46 +266,39 @@ class ClaimRecords:
         store's write lock is held.
         """
         self._version += 1
-        wanted = self._version
         if self._flush_lock.locked():
-            return self._queued_save(wanted, compact)
+            return self._queued_save(self._version, compact)
         self._flush_lock.acquire_nowait()
-        try:
-            changes, future = self._submit(compact)
-        except BaseException:
-            self._flush_lock.release()
-            raise
-        return self._finish_save(wanted, changes, future)
+        return self._start_write(compact)
 
     async def _queued_save(self, wanted: int, compact: bool) -> None:
         await self._flush_lock.acquire()
         if self._durable >= wanted:
             self._flush_lock.release()
             return
-        try:
-            version = self._version
-            changes, future = self._submit(compact)
-        except BaseException:
-            self._flush_lock.release()
-            raise
-        await self._finish_save(version, changes, future)
+        await self._start_write(compact)
 
-    def _submit(self, compact: bool) -> tuple[list[tuple[str, Any]], Future[None] | None]:
-        """Take the table's changes (on the loop: no change can interleave) and hand their write to
-        the writer thread (write lock held); None when there is nothing to write."""
+    def _start_write(self, compact: bool) -> Awaitable[None]:
+        """Take the table's changes (on the loop: no change can interleave), hand their write to the
+        writer thread and return the wait for it (:meth:`_finish_save`). The write lock is held on
+        entry; if nothing could be handed over, it is released and the error raised."""
+        version = self._version
         changes = self.table.take_dirty()
         try:
             if compact or self.journal.lines + len(changes) > max(COMPACT_MIN_LINES, 2 * len(self.table)):
-                return changes, self._writer.submit(self._write_snapshot, self.table.snapshot_claims())
-            if changes:
-                return changes, self._writer.submit(self.journal.append, change_lines(changes))
-            return changes, None
+                future = self._writer.submit(self._write_snapshot, self.table.snapshot_claims())
+            elif changes:
+                future = self._writer.submit(self.journal.append, change_lines(changes))
+            else:
+                future = None
         except BaseException:
             self.table.requeue(uid for uid, _ in changes)
+            self._flush_lock.release()
             raise
+        return self._finish_save(version, changes, future)
 
     async def _finish_save(self, version: int, changes: list[tuple[str, Any]], future: Future[None] | None) -> None:
-        """Wait for the write :meth:`_submit` started, then release the write lock (held on entry)."""
+        """Wait for the write :meth:`_start_write` started, then release the write lock (held on entry)."""
         try:
             if future is not None:
                 await self._wait_writer(future)
