@@ -45,6 +45,7 @@ from ascend_dra.cdi.store import CdiStore
 from ascend_dra.checkpoint import ClaimRecord
 from ascend_dra.claims import ClaimError, ClaimSource, ClaimUnreadable, PrepareError, check_claim_ref, unique_refs
 from ascend_dra.faults import crash_point
+from ascend_dra.guardnotes import GuardRefusal, name_gone_holders
 from ascend_dra.journal import Journal
 from ascend_dra.model import ClaimAllocation, Inventory, PreparedDevice
 from ascend_dra.planning import Plan, PlanError, Planner, resolve_configs
@@ -57,12 +58,6 @@ from ascend_dra.unprepare import UnprepareMixin
 __all__ = ("ClaimRef", "DeviceState", "PrepareError", "resolve_configs")
 
 log = logging.getLogger(__name__)
-
-
-#: Holders asked about per Prepare call whose claims the guard refused (:meth:`DeviceState._name_gone_holders`),
-#: and the seconds the asking may take in all.
-GONE_CHECKS = 4
-GONE_WAIT_S = 2.0
 
 
 async def _write_error(write: Awaitable[None]) -> OSError | None:
@@ -81,17 +76,6 @@ class ClaimRef:
     namespace: str
     name: str
     uid: str
-
-
-class GuardRefusal(PrepareError):
-    """A claim the double-allocation guard refused (its message names the device and the holder).
-
-    :ivar holders: ``(namespace, name, uid)`` of the prepared claims in the way (:class:`guard.GuardError`).
-    """
-
-    def __init__(self, message: str, holders: Sequence[tuple[str, str, str]] = ()) -> None:
-        super().__init__(message)
-        self.holders = tuple(holders)
 
 
 class DeviceState(RecoveryMixin, ReplayMixin, UnprepareMixin):
@@ -281,40 +265,8 @@ class DeviceState(RecoveryMixin, ReplayMixin, UnprepareMixin):
                         again.append(plan)
                 if again:
                     await self._prepare_plans(again, results)
-        await self._name_gone_holders(results)
+        await name_gone_holders(results, self._records, self.claim_source)
         return results
-
-    async def _name_gone_holders(self, results: dict[str, Any]) -> None:
-        """Add to each guard refusal which of its holders is gone (:meth:`ClaimSource.gone`).
-
-        A claim deleted or deallocated without an Unprepare (the kubelet lost its state; a claim
-        force-deleted) holds its devices until one comes, and every claim the scheduler then gives
-        them is refused: the message names the holder and how to release it by hand. It is only
-        named, never released here: its container may still run (docs/operations.md). Asked after
-        the claims' locks are let go, at most :data:`GONE_CHECKS` holders a call.
-        """
-        holders = list(dict.fromkeys(h for r in results.values() if isinstance(r, GuardRefusal)
-                                     for h in r.holders))[:GONE_CHECKS]
-        if not holders:
-            return
-        gone = {}
-        with anyio.move_on_after(GONE_WAIT_S):  # a hint: the refusal must not wait long for it
-            for namespace, name, uid in holders:
-                record = self._records.get(uid)
-                pools = [d.pool for d in getattr(record, "devices", ()) if d.pool]
-                if not pools:
-                    continue
-                reason = await self.claim_source.gone(namespace, name, uid, pools[0])
-                if reason is not None:
-                    gone[(namespace, name, uid)] = reason
-                    log.warning("a prepared claim holds devices but is gone; release it if no pod on this node "
-                                "uses it", extra={"claim": f"{namespace}/{name}", "claim_uid": uid, "reason": reason})
-        for claim_uid, result in list(results.items()):
-            if isinstance(result, GuardRefusal) and (notes := [
-                    f"ResourceClaim {ns}/{n} (uid {u}) {gone[(ns, n, u)]}: if no pod on this node uses it any "
-                    f"more (its NodeUnprepareResources never came), release it with `ascend-dra call unprepare "
-                    f"{ns}/{n} --uid {u}`" for ns, n, u in result.holders if (ns, n, u) in gone]):
-                results[claim_uid] = GuardRefusal(f"{result}. " + "; ".join(notes), result.holders)
 
     def _reserve(self, claim: ClaimAllocation, results: dict[str, Any]) -> Plan | None:
         """Plan ``claim`` and reserve its devices (a PrepareStarted record, in memory); or put the

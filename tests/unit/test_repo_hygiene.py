@@ -143,8 +143,8 @@ def imports_of(package: str) -> dict[str, set[str]]:
 #: The node daemon's own modules: its state, its durable records, its kubelet and API server halves,
 #: and its command line. Neither the webhook nor a profile nor the CDI writer may reach into them.
 NODE_DAEMON = {
-    "kubelet", "state", "replay", "unprepare", "recovery", "guard", "records", "checkpoint", "journal", "planning",
-    "claims", "daemon", "inventories", "upkeep", "hotplug", "settings", "metrics", "loopstall", "preflight",
+    "kubelet", "state", "guardnotes", "replay", "unprepare", "recovery", "guard", "records", "checkpoint", "journal",
+    "planning", "claims", "daemon", "inventories", "upkeep", "hotplug", "settings", "metrics", "loopstall", "preflight",
     "cluster", "slicewatch", "apiclient", "gateprobe", "publish", "slices", "poolview", "claimstatus",
     "statusentries", "statusmerge", "statushook", "instancelock", "sharedlock", "cli", "cliflags", "commands",
 }
