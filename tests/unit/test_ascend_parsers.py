@@ -311,6 +311,39 @@ def test_chip_board_310p_die_id() -> None:
     assert chip.vdie_id == "409921D4-2140A100-E54BDDD4-07CC040A-9B00301F"
 
 
+#: Chip-level board of a 310 in the order and format of npu-smi's ``print_ascend_chip_info`` for
+#: ``NPU_CHIP_310`` (no published sample): ``Die ID`` is ``"%s,"`` with the chip version, then the groups.
+CHIP_BOARD_310 = """\
+\tNPU ID                         : 2
+\tChip ID                        : 1
+\tChip Type                      : Ascend
+\tChip Name                      : 310
+\tChip Version                   : V1
+\tBoard ID                       : 0x02
+\tPCB ID                         : NA
+\tBOM ID                         : 1
+\tDie ID                         : V1, 409921D4 2140A100 E54BDDD4 07CC040A 9B00301F
+\tChip Position ID               : 1
+\tPCIe Bus Info                  : 0000:03:00.0
+\tFirmware Version               : 1.73.5.0.b050
+"""
+
+
+def test_chip_board_310_die_id_after_the_chip_version() -> None:
+    chip = keyvalue.parse_chip_board(CHIP_BOARD_310)
+    assert (chip.npu_id, chip.chip_id, chip.chip_version, chip.chip_position_id) == (2, 1, "V1", 1)
+    assert chip.vdie_id == "409921D4-2140A100-E54BDDD4-07CC040A-9B00301F"
+    # The board MCU's block prints `Die ID : NA` on 310: absent, not an error.
+    assert keyvalue.parse_chip_board("NPU ID : 2\nChip ID : 4\nChip Name : mcu\nDie ID : NA\n").vdie_id is None
+
+
+def test_chip_board_die_id_with_more_than_a_version_before_a_comma_is_an_error() -> None:
+    with pytest.raises(NpuSmiParseError) as caught:
+        keyvalue.parse_chip_board(
+            "NPU ID : 0\nChip ID : 0\nDie ID : V1 V2, 409921D4 2140A100 E54BDDD4 07CC040A 9B00301F\n")
+    assert caught.value.line_no == 3 and "is not five 8-digit hex groups" in caught.value.reason
+
+
 def test_chip_board_910b4_truncated() -> None:
     chip = keyvalue.parse_chip_board(fixture("910B4_A2_info_-t_board_-i_0_-c_0.txt"))
     assert (chip.npu_id, chip.chip_id, chip.chip_type, chip.chip_name, chip.npu_name, chip.vdie_id) == (

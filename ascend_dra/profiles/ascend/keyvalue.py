@@ -296,12 +296,24 @@ def die_id(command: str, line_no: int, line: str, value: str, what: str = "die I
     return "-".join(g.upper() for g in groups)
 
 
+def _without_chip_version(value: str) -> str:
+    """The groups of a 310/310B ``Die ID``: npu-smi prints the chip version and a comma before them
+    (``Die ID : V1, 409921D4 2140A100 ...``; ``print_die_id_info`` prints ``chip_ver`` there for
+    ``NPU_CHIP_310`` and ``NPU_CHIP_310B``, and so does the board CPU's block). Other values unchanged."""
+    version, comma, groups = value.partition(",")
+    if comma and version.strip() and len(version.split()) == 1:
+        return groups.strip()
+    return value
+
+
 def parse_chip_board(text: str, *, command: str = "npu-smi info -t board -i <N> -c <C>") -> ChipBoardInfo:
     """Parse chip-level ``npu-smi info -t board -i N -c C``.
 
     Samples: ``910A_info_-t_board_-i_-c_VDieID.txt``, ``910_info_-t_board_-i_-c_VDie_NDie_gpustack.txt``,
     ``310P_info_-t_board_-i_-c_DieID.txt`` (``Die ID``), ``910B4_A2_info_-t_board_-i_0_-c_0.txt`` and
-    ``910C_A3_info_-t_board_-i_0_-c_0.txt`` (truncated by their authors). ``DDie ID`` (950) is read
+    ``910C_A3_info_-t_board_-i_0_-c_0.txt`` (truncated by their authors). On 310 and 310B the
+    ``Die ID`` value starts with the chip version and a comma (source only, :func:`_without_chip_version`),
+    which is dropped. ``DDie ID`` (950) is read
     as the npu-smi source prints it (``print_die_id_info``); no published chip-level 950 sample
     exists, since the 950's npu-smi takes no ``-c`` (its card-level ``DDie ID`` is in :func:`parse_board`).
 
@@ -310,6 +322,8 @@ def parse_chip_board(text: str, *, command: str = "npu-smi info -t board -i <N> 
     block = KeyValueBlock.merged(parse_key_values(text, command=command))
     vdie_key = block.first_key("VDie ID", "DDie ID", "Die ID")
     vdie = block.get(vdie_key)
+    if vdie_key == "Die ID" and vdie is not None:
+        vdie = _without_chip_version(vdie)
     ndie = block.get("NDie ID")
     return ChipBoardInfo(
         npu_id=block.required_integer(command, "NPU ID"),
