@@ -153,6 +153,9 @@ def _webhook_parser(sub: Any) -> None:
     flag(hook, "--conversion-mode", "CONVERSION_MODE", "template",
           "template: a ResourceClaimTemplate per distinct request; claim: direct claims named as HAMi-DRA does, "
           "owned by their pod", choices=("template", "claim"))
+    flag(hook, "--hami-device-config", "HAMI_DEVICE_CONFIG", None,
+         "HAMi's device config (the device-config.yaml of its hami-scheduler-device ConfigMap): convert the "
+         "resources its vnpus entries name, for their chipName (default: HAMi's built-in Ascend list)", type=Path)
     flag(hook, "--orphan-grace", "ORPHAN_GRACE", 60.0,
           "seconds a direct claim waits for its pod before it is deleted (claim mode)", type=float)
     flag(hook, "--metrics-port", "METRICS_PORT", 0, "TCP port for Prometheus /metrics (0: off)", type=int)
@@ -317,11 +320,19 @@ def _webhook(args: argparse.Namespace) -> int:
     if args.kubeconfig and (problem := cluster_access_problem(args.kubeconfig)) is not None:
         print(f"ascend-dra webhook: {problem}", file=sys.stderr)  # not the bare errno text, after a log line
         return 2
+    from ascend_dra.webhook.hamichips import DEFAULT_CHIPS, DeviceConfigError, load_device_config
+
+    try:
+        chips = DEFAULT_CHIPS if args.hami_device_config is None else load_device_config(args.hami_device_config)
+    except DeviceConfigError as exc:
+        print(f"ascend-dra webhook: --hami-device-config {exc}", file=sys.stderr)
+        return 2
     try:
         settings = WebhookSettings(
             tls_cert_file=args.tls_cert_file, tls_private_key_file=args.tls_private_key_file, port=args.port,
             address=args.address, driver_name=args.driver_name, profiles=args.profiles, kubeconfig=args.kubeconfig,
-            conversion_mode=args.conversion_mode, orphan_grace_s=args.orphan_grace,
+            conversion_mode=args.conversion_mode, orphan_grace_s=args.orphan_grace, hami_chips=chips,
+            hami_device_config=args.hami_device_config,
             metrics_port=args.metrics_port or None, metrics_address=args.metrics_address,
             log_level=args.log_level, log_format=args.log_format, warnings=misspelled(args))
     except WebhookSettingsError as exc:

@@ -55,6 +55,7 @@ import orjson
 
 from ascend_dra.model import canonical_quantity, parse_quantity
 from ascend_dra.webhook.claimnames import claim_name, go_quote, random5, template_name, truncate_dns_label
+from ascend_dra.webhook.hamichips import CHIP_SELECTORS, COMMON_WORDS, DEFAULT_CHIPS, RESOURCE_PREFIX, HamiChip
 
 __all__ = (
     "CHIP_SELECTORS",
@@ -74,25 +75,6 @@ __all__ = (
     "unconverted_resources",
 )
 
-#: Ascend commonWords in HAMi's device-config order (``DefaultAscendVNPUs()``,
-#: docs/ascend-hardware.md#hami-resource-names), then ``Ascend910B``: HAMi's name for 910B3 chips
-#: before v2.7.0 (Project-HAMi/HAMi commit 20f54c89 renamed it ``Ascend910B3``), which pods written
-#: for those releases and ascend-device-plugin's docs still use.
-COMMON_WORDS = ("Ascend910A", "Ascend910B2", "Ascend910B3", "Ascend910B4-1", "Ascend910B4", "Ascend310P",
-                "Ascend910C", "Ascend910B")
-#: commonWord -> (attribute, value) of the chips it names. HAMi gives a request only chips of its
-#: own commonWord (the device plugin registers a chip under the commonWord whose ``chipName`` equals
-#: the chip's name; the scheduler's ``checkType`` compares them), so a 910B3 pod never lands on a
-#: 310P3. The HAMivNPUCore class selects every chip the profile publishes, so the claim says which
-#: (HAMi-DRA leaves it out). As our whole-chip classes (examples/deviceclasses/
-#: ascend-extended-resources.yaml): the 310P and 910C by family, the others by chip name.
-CHIP_SELECTORS = {
-    "Ascend910A": ("chipName", "910A"), "Ascend910B2": ("chipName", "910B2"), "Ascend910B3": ("chipName", "910B3"),
-    "Ascend910B4-1": ("chipName", "910B4-1"), "Ascend910B4": ("chipName", "910B4"),
-    "Ascend310P": ("chipFamily", "Ascend310P"), "Ascend910C": ("chipFamily", "Ascend910C"),
-    "Ascend910B": ("chipName", "910B3"),
-}
-RESOURCE_PREFIX = "huawei.com/"
 #: The DeviceClass HAMi-DRA's claims name (``pkg/constants`` ``AscendDeviceClassName``,
 #: docs/ascend-hardware.md#peer-deviceclasses).
 DEVICE_CLASS = "hami-vnpu-core.project-hami.io"
@@ -167,12 +149,14 @@ def _type_selector(driver_name: str) -> str:
             f'device.attributes["{driver_name}"].type == "HAMivNPUCore"')
 
 
-def _chip_selector(word: str, driver_name: str) -> str:
-    """The chips ``word`` names (:data:`CHIP_SELECTORS`). ``.?x.orValue("")``: a device without
-    the attribute (its chip name unknown) does not match; a plain ``.x`` would be a CEL evaluation
-    error that aborts the allocation."""
-    attribute, value = CHIP_SELECTORS[word]
-    return f'device.attributes["{driver_name}"].?{attribute}.orValue("") == {go_quote(value)}'
+def _chip_selector(chip: HamiChip, driver_name: str) -> str:
+    """The chips ``chip`` names (:data:`CHIP_SELECTORS` by default). ``.?x.orValue("")``: a device
+    without the attribute (its chip name unknown) does not match; a plain ``.x`` would be a CEL
+    evaluation error that aborts the allocation."""
+    value = f'device.attributes["{driver_name}"].?{chip.attribute}.orValue("")'
+    if len(chip.values) == 1:
+        return f"{value} == {go_quote(chip.values[0])}"
+    return f"{value} in [{','.join(go_quote(v) for v in chip.values)}]"
 
 
 def _values(annotations: Mapping[str, Any], key: str) -> list[str] | None:
@@ -222,15 +206,6 @@ def _limit_path(path: str, section: str, key: str) -> str:
     return f'{path}.resources.{section}["{key}"]'
 
 
-def _resource_names(word: str) -> tuple[str, str, str]:
-    """The HAMi resource names of one commonWord: the chip count, its ``-memory`` and its ``-core``."""
-    key = RESOURCE_PREFIX + word
-    return key, key + "-memory", key + "-core"
-
-
-#: Every name the conversion reads (and takes out of the pod), for every commonWord.
-_CONVERTED = frozenset(name for word in COMMON_WORDS for name in _resource_names(word))
-
 #: A claim holds at most this many devices (resource.k8s.io/v1 ``AllocationResultsMaxSize``, 32 in
 #: 1.35-1.37): a larger HAMi count could never be allocated.
 MAX_CHIPS = 32
@@ -238,13 +213,18 @@ MAX_CHIPS = 32
 
 @attrs.frozen
 class _Chip:
-    common_word: str
+    hami: HamiChip
     count: int
     memory_bytes: int | None
     cores: str | None
 
+    @property
+    def common_word(self) -> str:
+        return self.hami.common_word
 
-def _chips(container: Mapping[str, Any], path: str, problems: list[tuple[str, str]]) -> list[_Chip]:
+
+def _chips(container: Mapping[str, Any], path: str, problems: list[tuple[str, str]],
+           table: Sequence[HamiChip]) -> list[_Chip]:
     resources = container.get("resources") or {}
     limits = resources.get("limits") or {}
     requests = resources.get("requests") or {}
@@ -259,8 +239,8 @@ def _chips(container: Mapping[str, Any], path: str, problems: list[tuple[str, st
         return None
 
     chips = []
-    for word in COMMON_WORDS:
-        key, memory_key, core_key = _resource_names(word)
+    for hami in table:
+        key, memory_key, core_key = hami.count_name, hami.memory_name, hami.core_name
         if key not in limits:
             continue
         count = memory = cores = None
@@ -274,13 +254,13 @@ def _chips(container: Mapping[str, Any], path: str, problems: list[tuple[str, st
             count = int(number)
         except ValueError as exc:
             problems.append((_limit_path(path, "limits", key), str(exc)))
-        if (found := entry(memory_key)) is not None:
+        if memory_key is not None and (found := entry(memory_key)) is not None:
             section, value = found
             try:
                 memory = _memory_bytes(value)
             except ValueError as exc:
                 problems.append((_limit_path(path, section, memory_key), str(exc)))
-        if (found := entry(core_key)) is not None:
+        if core_key is not None and (found := entry(core_key)) is not None:
             section, value = found
             try:
                 number = _quantity(value)
@@ -290,14 +270,15 @@ def _chips(container: Mapping[str, Any], path: str, problems: list[tuple[str, st
             except ValueError as exc:
                 problems.append((_limit_path(path, section, core_key), str(exc)))
         if count is not None:
-            chips.append(_Chip(word, count, memory, cores))
+            chips.append(_Chip(hami, count, memory, cores))
     return chips
 
 
-def _selectors(word: str, annotations: Mapping[str, Any], driver_name: str,
+def _selectors(chip: HamiChip, annotations: Mapping[str, Any], driver_name: str,
                problems: list[tuple[str, str]]) -> list[dict[str, Any]]:
     attribute = f'device.attributes["{driver_name}"]'
-    expressions = [_type_selector(driver_name), _chip_selector(word, driver_name)]
+    expressions = [_type_selector(driver_name), _chip_selector(chip, driver_name)]
+    word = chip.common_word
     for key, field, negate in ((f"hami.io/use-{word}-uuid", "uuid", False),
                                (f"hami.io/no-use-{word}-uuid", "uuid", True),
                                ("hami.io/use-nputype", "productName", False),
@@ -326,12 +307,14 @@ def _covers(app: _Chip, init: _Chip) -> bool:
         fits(init.memory_bytes, app.memory_bytes) and fits(init.cores, app.cores)
 
 
-def unconverted_resources(pod: Mapping[str, Any]) -> list[str]:
+def unconverted_resources(pod: Mapping[str, Any], chips: Sequence[HamiChip] = DEFAULT_CHIPS) -> list[str]:
     """The ``huawei.com/`` resource names in the pod's containers (and init containers) that no
-    :data:`COMMON_WORDS` entry converts, as ``<container path>: <name>``: a chip name of a HAMi device
-    config edited beyond its defaults (HAMi reads it from its config, so ``Ascend910B1`` or a renamed
-    resource work there), or a typo. Such a pod is let through unchanged and waits for a node that
-    advertises the name; the webhook says so in a warning."""
+    entry of ``chips`` converts, as ``<container path>: <name>``: a chip name of a HAMi device
+    config edited beyond the table (HAMi reads it from its config, so ``Ascend910B1`` or a renamed
+    resource work there; ``--hami-device-config`` gives the webhook that config), or a typo. Such a
+    pod is let through unchanged and waits for a node that advertises the name; the webhook says so
+    in a warning."""
+    converted = {name for chip in chips for name in chip.resource_names}
     found: list[str] = []
     spec = pod.get("spec")
     for section in ("initContainers", "containers"):
@@ -341,7 +324,7 @@ def unconverted_resources(pod: Mapping[str, Any]) -> list[str]:
                 values = (resources or {}).get(part) if isinstance(resources, Mapping) else None
                 for name in values if isinstance(values, Mapping) else ():
                     entry = f"spec.{section}[{index}]: {name}"
-                    if name.startswith(RESOURCE_PREFIX) and name not in _CONVERTED and entry not in found:
+                    if name.startswith(RESOURCE_PREFIX) and name not in converted and entry not in found:
                         found.append(entry)
     return found
 
@@ -403,12 +386,15 @@ def _privileged(spec: Mapping[str, Any], problems: list[tuple[str, str]]) -> Non
 def convert_pod(
     pod: Mapping[str, Any], namespace: str, *, mode: Mode = Mode.TEMPLATE,
     driver_name: str = "ascend.project-hami.io", random5: Callable[[], str] = random5,
+    chips: Sequence[HamiChip] = DEFAULT_CHIPS,
 ) -> PodConversion | None:
     """Plan the conversion of a pod's HAMi resources.
 
     :param pod: the Pod as the API server sent it (``request.object``).
     :param namespace: ``request.namespace`` (the object's may be empty at admission).
     :param driver_name: the driver in the CEL selectors (HAMi-DRA: ``ascend.project-hami.io``).
+    :param chips: the resources converted and the chips each names, in order (HAMi's default
+        device config, or one loaded with :func:`~ascend_dra.webhook.hamichips.load_device_config`).
     :param random5: the 5 characters that stand for the name of a pod created with ``generateName``.
     :returns: None when the pod asks for no Ascend chip in ``limits`` (it passes untouched).
     :raises ConversionError: with every problem, each naming its field.
@@ -421,12 +407,12 @@ def convert_pod(
     for section in ("initContainers", "containers"):
         for index, container in enumerate(spec.get(section) or ()):
             path = f"spec.{section}[{index}]"
-            chips = _chips(container, path, problems)
-            if chips:
-                found.append((section, index, container, chips))
+            asked = _chips(container, path, problems, chips)
+            if asked:
+                found.append((section, index, container, asked))
     if not found and not problems:
         return None
-    if any(chip.count for _, _, _, chips in found for chip in chips):
+    if any(chip.count for _, _, _, asked in found for chip in asked):
         _bound_to_a_node(spec, problems)
         _privileged(spec, problems)
     pod_name = metadata.get("name") or random5()
@@ -435,11 +421,11 @@ def convert_pod(
     patch: list[dict[str, Any]] = []
     shareable: list[tuple[_Chip, str]] = []  # the app containers' chips and their pod claim names
     # App containers first (sorted() is stable): an init container may use one of their claims.
-    for section, index, container, chips in sorted(found, key=lambda f: f[0] == "initContainers"):
+    for section, index, container, asked in sorted(found, key=lambda f: f[0] == "initContainers"):
         path = f"spec.{section}[{index}]"
         name = str(container.get("name", ""))
         resources = dict(container.get("resources") or {})
-        converted = {name for c in chips for name in _resource_names(c.common_word)}
+        converted = {name for c in asked for name in c.hami.resource_names}
         for part in ("limits", "requests"):
             kept = {k: v for k, v in (resources.get(part) or {}).items() if k not in converted}
             if kept:
@@ -447,7 +433,7 @@ def convert_pod(
             else:
                 resources.pop(part, None)
         claims = list(resources.get("claims") or ())
-        for chip in chips:
+        for chip in asked:
             if not chip.count:
                 continue  # no chip asked for (a chart's `npu: 0`): its entries leave, no claim is made
             if section == "initContainers" and container.get("restartPolicy") != "Always":
@@ -455,7 +441,7 @@ def convert_pod(
                 if shared is not None:  # it ends before the app containers start: the pod books the larger
                     claims.append({"name": shared})
                     continue
-            selectors = _selectors(chip.common_word, annotations, driver_name, problems)
+            selectors = _selectors(chip.hami, annotations, driver_name, problems)
             claim_spec = _claim_spec(chip, selectors, driver_name)
             if mode is Mode.CLAIM:
                 object_name = pod_claim = claim_name(namespace, pod_name, name, chip.common_word)

@@ -30,7 +30,6 @@ import anyio
 
 from ascend_dra.webhook import review
 from ascend_dra.webhook.hami import (
-    COMMON_WORDS,
     DRA_LABEL,
     MANAGED_BY,
     OPT_OUT_LABEL,
@@ -42,6 +41,7 @@ from ascend_dra.webhook.hami import (
     convert_pod,
     unconverted_resources,
 )
+from ascend_dra.webhook.hamichips import DEFAULT_CHIPS, HamiChip, chip_names
 from ascend_dra.webhook.kubeapi import ApiError, KubeApi
 
 __all__ = ("PodMutator",)
@@ -70,12 +70,15 @@ class PodMutator:
     :param api: the API client the claims and templates are created with.
     :param mode: :class:`~ascend_dra.webhook.hami.Mode` (``template`` by default).
     :param driver_name: the driver named in the CEL selectors.
+    :param chips: the HAMi resources converted and the chips each names (``--hami-device-config``).
     """
 
-    def __init__(self, api: KubeApi, mode: Mode, driver_name: str) -> None:
+    def __init__(self, api: KubeApi, mode: Mode, driver_name: str,
+                 chips: tuple[HamiChip, ...] = DEFAULT_CHIPS) -> None:
         self.api = api
         self.mode = mode
         self.driver_name = driver_name
+        self.chips = chips
 
     async def review(self, request: review.ReviewRequest) -> tuple[bytes, str]:
         """Answer one review; returns ``(response body, outcome)`` with outcome ``allowed``,
@@ -89,15 +92,17 @@ class PodMutator:
         pod_name = request.name or metadata.get("name") or ""
         shown = f"pod {request.namespace}/{pod_name or str(metadata.get('generateName', '')) + '<generated>'}"
         try:
-            conversion = convert_pod(pod, request.namespace, mode=self.mode, driver_name=self.driver_name)
+            conversion = convert_pod(pod, request.namespace, mode=self.mode, driver_name=self.driver_name,
+                                     chips=self.chips)
         except ConversionError as exc:
             problems = "; ".join(f"{path}: {message}" for path, message in exc.problems)
             return review.denied(request.uid, f"{shown}: cannot convert its HAMi resources: {problems}"), "denied"
         # Names a HAMi config can define beyond its defaults (or typos): the pod passes as written and
         # waits for a node that advertises them; the user is told why at once (kubectl prints warnings).
-        warnings = [f"{entry} is not a HAMi resource this webhook converts (it converts huawei.com/<chip>, "
-                    f"-memory and -core for {', '.join(COMMON_WORDS)}); the pod keeps it and waits for a node "
-                    "that advertises it" for entry in unconverted_resources(pod)]
+        warnings = [f"{entry} is not a HAMi resource this webhook converts (it converts the count, -memory and "
+                    f"-core of {chip_names(self.chips)}; --hami-device-config gives it a HAMi config's names); "
+                    "the pod keeps it and waits for a node that advertises it"
+                    for entry in unconverted_resources(pod, self.chips)]
         if conversion is None:
             return review.allowed(request.uid, warnings), "allowed"
         for_pod = pod_name or f"{metadata.get('generateName', '')}*"

@@ -37,6 +37,7 @@ from ascend_dra.profiles.base import Profile
 from ascend_dra.signals import run_until_signal
 from ascend_dra.webhook import review
 from ascend_dra.webhook.hami import Mode
+from ascend_dra.webhook.hamichips import chip_names
 from ascend_dra.webhook.metrics import WebhookMetrics
 from ascend_dra.webhook.mutate import PodMutator
 from ascend_dra.webhook.settings import WebhookSettings
@@ -236,8 +237,8 @@ async def serve(settings: WebhookSettings, *, task_status: TaskStatus[dict[str, 
     prepared = prepared or prepare(settings)
     metrics, certificate, profiles = prepared.metrics, prepared.certificate, prepared.profiles
     api = KubeApi.open(settings.kubeconfig)
-    webhook = Webhook(settings.driver_name, profiles, PodMutator(api, settings.conversion_mode, settings.driver_name),
-                      metrics)
+    mutator = PodMutator(api, settings.conversion_mode, settings.driver_name, settings.hami_chips)
+    webhook = Webhook(settings.driver_name, profiles, mutator, metrics)
     runners = []
     try:
         runner = web.AppRunner(build_app(webhook), access_log=None, handle_signals=False, shutdown_timeout=5)
@@ -260,6 +261,7 @@ async def serve(settings: WebhookSettings, *, task_status: TaskStatus[dict[str, 
             webhook.ready = True
             logger.info("webhook serving", extra={**ports, "profiles": ",".join(profiles),
                                                   "conversion_mode": settings.conversion_mode.value,
+                                                  "hami_chips": chip_names(settings.hami_chips),
                                                   "sha256": certificate.fingerprint})
             task_status.started(ports)
             await anyio.sleep_forever()

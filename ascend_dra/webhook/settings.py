@@ -10,6 +10,7 @@ import attrs
 
 from ascend_dra.listen import address_problem
 from ascend_dra.webhook.hami import Mode
+from ascend_dra.webhook.hamichips import DEFAULT_CHIPS, HamiChip
 
 __all__ = ("WebhookSettings", "WebhookSettingsError")
 
@@ -33,6 +34,9 @@ class WebhookSettings:
         (direct claims named as HAMi-DRA names them, owned by their pod once it exists).
     :ivar metrics_port: plain-HTTP port of ``/metrics``; None turns it off.
     :ivar orphan_grace_s: seconds a direct claim may wait for its pod before it is deleted.
+    :ivar hami_chips: the HAMi resources converted and the chips each names: HAMi's defaults, or
+        the table of ``--hami-device-config`` (:func:`~ascend_dra.webhook.hamichips.load_device_config`).
+    :ivar hami_device_config: that file, for the start-up log; None with the defaults.
     :ivar warnings: lines the CLI found worth a WARNING at start-up (a variable named almost like a
         setting, ignored).
     """
@@ -48,6 +52,8 @@ class WebhookSettings:
     metrics_port: int | None = None
     metrics_address: str = "*"
     orphan_grace_s: float = 60.0
+    hami_chips: tuple[HamiChip, ...] = DEFAULT_CHIPS
+    hami_device_config: Path | None = None
     log_level: str = "info"
     log_format: str = "text"
     warnings: tuple[str, ...] = ()

@@ -120,6 +120,7 @@ def test_no_profile_is_refused_at_render():
     ("webhook.conversionMode=direct", "at '/webhook/conversionMode': value must be one of 'template', 'claim'"),
     ("webhook.failurePolicy.validating=ignore", "at '/webhook/failurePolicy/validating'"),
     ("webhook.timeoutSeconds.mutating=60", "at '/webhook/timeoutSeconds/mutating'"),
+    ("webhook.hamiDeviceConfig.configMap=HAMi_Device", "at '/webhook/hamiDeviceConfig/configMap'"),
     ("daemon.metricsPort=70000", "at '/daemon/metricsPort'"),
     ("kubeletRootDir=relative/kubelet", "at '/kubeletRootDir'"),
     ("daemon.metricPort=1", "at '/daemon': additional properties 'metricPort' not allowed"),
@@ -216,6 +217,22 @@ def test_hami_vnpu_core_mounts_its_dirs_and_passes_them_as_profile_options():
     webhook = deployment["spec"]["template"]["spec"]
     assert webhook["securityContext"]["runAsNonRoot"] is True
     assert _env(webhook["containers"][0])["PROFILES"] == "HAMivNPUCore,npu-910,npu-310P"
+
+
+def test_a_hami_device_config_is_mounted_into_the_webhook_and_named_to_it():
+    """docs/webhook.md#a-hami-device-config: the ConfigMap's key is the file HAMI_DEVICE_CONFIG names."""
+    def webhook(*values: str) -> dict:
+        [deployment] = by_kind(render("ns", "webhook-values.yaml", set_values=values), "Deployment")
+        return deployment["spec"]["template"]["spec"]
+
+    spec = webhook("webhook.hamiDeviceConfig.configMap=hami-device", "webhook.hamiDeviceConfig.key=vnpus.yaml")
+    [container] = spec["containers"]
+    assert _env(container)["HAMI_DEVICE_CONFIG"] == "/etc/ascend-dra/hami/vnpus.yaml"
+    assert _mounts(container)["hami-device-config"] == "/etc/ascend-dra/hami"
+    assert {"name": "hami-device-config", "configMap": {"name": "hami-device"}} in spec["volumes"]
+    default = webhook()
+    assert "HAMI_DEVICE_CONFIG" not in _env(default["containers"][0])
+    assert [v["name"] for v in default["volumes"]] == ["tls", "tmp"]
 
 
 def test_user_profile_options_are_passed_and_win_over_the_charts_paths():

@@ -7,6 +7,7 @@ default). The webhook configurations are deployments/webhook/webhook-configurati
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
@@ -389,6 +390,44 @@ def test_a_huawei_resource_the_webhook_does_not_convert_passes_with_a_warning(cp
     assert beside["allowed"] is True and beside["patch"]
     assert [w.split(" is not ")[0] for w in beside["warnings"]] == ["spec.containers[0]: huawei.com/Ascend310p-core"]
     assert "warnings" not in answer({"huawei.com/Ascend310P": "1"})
+
+
+def test_a_hami_device_config_makes_its_own_chips_convert(cp, hook, tmp_path):
+    """With ``--hami-device-config`` a chip HAMi's defaults lack (``Ascend910B1``) converts, and the
+    API server takes the claim it makes (a dry-run create); a default name the config drops is
+    warned about instead (docs/webhook.md#a-hami-device-config)."""
+    import ssl
+    import urllib.request
+
+    config = tmp_path / "device-config.yaml"
+    config.write_text("vnpus:\n  hamiVnpuCore: true\n  configs:\n"
+                      "  - {chipName: 910B1, commonWord: Ascend910B1, resourceName: huawei.com/Ascend910B1,\n"
+                      "     resourceMemoryName: huawei.com/Ascend910B1-memory, memoryAllocatable: 65536}\n")
+    proc = hook.use("claim", ("--hami-device-config", str(config)))
+    assert "hami_chips=Ascend910B1" in proc.log_text()
+    ns = hook.namespace()
+    context = ssl.create_default_context(cafile=str(hook.ca[0]))
+
+    def answer(limits: dict) -> dict:
+        pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x", "resources": {
+            "limits": limits}}]}}
+        review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+            "uid": "r-1", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "operation": "CREATE",
+            "namespace": ns, "name": "p", "object": pod, "dryRun": True}}
+        request = urllib.request.Request(f"https://127.0.0.1:{proc.port}/mutate-pods", data=json.dumps(review).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, context=context, timeout=10) as reply:
+            return json.loads(reply.read())["response"]
+
+    converted = answer({"huawei.com/Ascend910B1": "1", "huawei.com/Ascend910B1-memory": "16384"})
+    assert converted["allowed"] is True and converted["patch"] and "warnings" not in converted, converted
+    patch = json.loads(base64.b64decode(converted["patch"]))
+    assert {"op": "add", "path": "/spec/resourceClaims", "value": [
+        {"name": f"{ns}-p-c-ascend910b1", "resourceClaimName": f"{ns}-p-c-ascend910b1"}]} in patch
+    dropped = answer({"huawei.com/Ascend310P": "1"})
+    assert dropped["allowed"] is True and "patch" not in dropped
+    assert dropped["warnings"][0].startswith("spec.containers[0]: huawei.com/Ascend310P is not a HAMi resource")
+    assert "of Ascend910B1;" in dropped["warnings"][0]
 
 
 def test_certificate_rotation_while_reviews_flow_loses_none(cp, hook):

@@ -38,7 +38,7 @@ class WebhookProcess:
 
     def __init__(self, workdir: Path, kubeconfig: Path, cert: Path, key: Path, ca: Path, *, mode: str = "claim",
                  profiles: str = "fake,gpu,npu-310P", orphan_grace: float = 15.0, port: int | None = None,
-                 detach: bool = False) -> None:
+                 detach: bool = False, extra_args: tuple[str, ...] = ()) -> None:
         self.workdir = workdir
         self.kubeconfig = kubeconfig
         self.cert, self.key, self.ca = cert, key, ca
@@ -51,13 +51,14 @@ class WebhookProcess:
         self.log = workdir / f"webhook-{mode}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.detach = detach  # its own session: it outlives ``webhook_process.py up``
+        self.extra_args = extra_args
 
     def start(self) -> WebhookProcess:
         argv = [sys.executable, "-m", "ascend_dra.cli", "webhook", "--port", str(self.port),  # default address: *
                 "--tls-cert-file", str(self.cert), "--tls-private-key-file", str(self.key),
                 "--kubeconfig", str(self.kubeconfig), "--conversion-mode", self.mode, "--profiles", self.profiles,
                 "--orphan-grace", str(self.orphan_grace), "--metrics-port", str(self.metrics_port),
-                "--log-level", "debug"]
+                "--log-level", "debug", *self.extra_args]
         logged = self.log.stat().st_size if self.log.exists() else 0  # what earlier starts wrote
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -158,13 +159,15 @@ class Hook:
         self.first_mode = mode
         self.profiles = profiles
 
-    def use(self, mode: str) -> WebhookProcess:
-        """The running webhook in ``mode``, restarted on the same port if it runs in the other mode or not at all."""
-        if self.proc is not None and self.proc.mode == mode and self.proc.proc is not None:
+    def use(self, mode: str, extra_args: tuple[str, ...] = ()) -> WebhookProcess:
+        """The running webhook in ``mode`` with ``extra_args``, restarted on the same port if it runs
+        otherwise or not at all."""
+        if self.proc is not None and (self.proc.mode, self.proc.extra_args) == (mode, extra_args) \
+                and self.proc.proc is not None:
             return self.proc
         self.stop()
         self.proc = WebhookProcess(self.workdir, self.cp.kubeconfig, self.cert, self.key, self.ca[0], mode=mode,
-                                   profiles=self.profiles, port=self.port or None).start()
+                                   profiles=self.profiles, port=self.port or None, extra_args=extra_args).start()
         self.port = self.proc.port
         return self.proc
 
