@@ -359,27 +359,32 @@ def test_reinvocation_reuses_the_claim_and_an_orphan_is_swept(cp, hook):
     assert ok(cp, "GET", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/users-idle")
 
 
-def test_a_huawei_resource_the_webhook_does_not_convert_passes_with_a_warning(cp, hook):
-    """A chip name a HAMi device config adds beyond its defaults (``Ascend910B1``), or a typo, passed
-    silently: the pod then waited for good as Insufficient huawei.com/... with nothing to say why."""
-    import json
+def dry_run_pod_review(hook, proc, ns: str, limits: dict) -> dict:
+    """The webhook's answer (``response``) to a dry-run CREATE review of pod ``p`` whose one container
+    ``c`` has ``limits``, sent straight to its /mutate-pods over TLS."""
     import ssl
     import urllib.request
 
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x", "resources": {
+        "limits": limits}}]}}
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "r-1", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "operation": "CREATE",
+        "namespace": ns, "name": "p", "object": pod, "dryRun": True}}
+    request = urllib.request.Request(f"https://127.0.0.1:{proc.port}/mutate-pods", data=json.dumps(review).encode(),
+                                     headers={"Content-Type": "application/json"})
+    context = ssl.create_default_context(cafile=str(hook.ca[0]))
+    with urllib.request.urlopen(request, context=context, timeout=10) as reply:
+        return json.loads(reply.read())["response"]
+
+
+def test_a_huawei_resource_the_webhook_does_not_convert_passes_with_a_warning(cp, hook):
+    """A chip name a HAMi device config adds beyond its defaults (``Ascend910B1``), or a typo, passed
+    silently: the pod then waited for good as Insufficient huawei.com/... with nothing to say why."""
     proc = hook.use("template")
     ns = hook.namespace()
-    context = ssl.create_default_context(cafile=str(hook.ca[0]))
 
     def answer(limits: dict) -> dict:
-        pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x", "resources": {
-            "limits": limits}}]}}
-        review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-            "uid": "r-1", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "operation": "CREATE",
-            "namespace": ns, "name": "p", "object": pod, "dryRun": True}}
-        request = urllib.request.Request(f"https://127.0.0.1:{proc.port}/mutate-pods", data=json.dumps(review).encode(),
-                                         headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, context=context, timeout=10) as reply:
-            return json.loads(reply.read())["response"]
+        return dry_run_pod_review(hook, proc, ns, limits)
 
     alone = answer({"huawei.com/Ascend910B1": "1", "huawei.com/Ascend910B1-memory": "16384"})
     assert alone["allowed"] is True and "patch" not in alone
@@ -396,9 +401,6 @@ def test_a_hami_device_config_makes_its_own_chips_convert(cp, hook, tmp_path):
     """With ``--hami-device-config`` a chip HAMi's defaults lack (``Ascend910B1``) converts, and the
     API server takes the claim it makes (a dry-run create); a default name the config drops is
     warned about instead (docs/webhook.md#a-hami-device-config)."""
-    import ssl
-    import urllib.request
-
     config = tmp_path / "device-config.yaml"
     config.write_text("vnpus:\n  hamiVnpuCore: true\n  configs:\n"
                       "  - {chipName: 910B1, commonWord: Ascend910B1, resourceName: huawei.com/Ascend910B1,\n"
@@ -406,18 +408,9 @@ def test_a_hami_device_config_makes_its_own_chips_convert(cp, hook, tmp_path):
     proc = hook.use("claim", ("--hami-device-config", str(config)))
     assert "hami_chips=Ascend910B1" in proc.log_text()
     ns = hook.namespace()
-    context = ssl.create_default_context(cafile=str(hook.ca[0]))
 
     def answer(limits: dict) -> dict:
-        pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x", "resources": {
-            "limits": limits}}]}}
-        review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-            "uid": "r-1", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "operation": "CREATE",
-            "namespace": ns, "name": "p", "object": pod, "dryRun": True}}
-        request = urllib.request.Request(f"https://127.0.0.1:{proc.port}/mutate-pods", data=json.dumps(review).encode(),
-                                         headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, context=context, timeout=10) as reply:
-            return json.loads(reply.read())["response"]
+        return dry_run_pod_review(hook, proc, ns, limits)
 
     converted = answer({"huawei.com/Ascend910B1": "1", "huawei.com/Ascend910B1-memory": "16384"})
     assert converted["allowed"] is True and converted["patch"] and "warnings" not in converted, converted
