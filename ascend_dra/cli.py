@@ -29,6 +29,7 @@ from ascend_dra.cliflags import (
     log_level,
     node_flags,
     options,
+    path,
 )
 
 __all__ = ("main",)
@@ -43,13 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
                                      "kubelet's registration and DRA gRPC services on unix sockets.")
     node_flags(run, node_required=True)
     flag(run, "--standalone", "STANDALONE_DIR", None,
-          "run with no cluster: sockets, CDI specs, checkpoint, slices and claims under DIR", type=Path,
+          "run with no cluster: sockets, CDI specs, checkpoint, slices and claims under DIR", type=path,
           metavar="DIR")
     flag(run, "--kubeconfig", "KUBECONFIG", None, "kubeconfig file (cluster mode; in-cluster config if unset)")
-    flag(run, "--cdi-root", "CDI_ROOT", Path("/var/run/cdi"), "directory for CDI spec files", type=Path)
+    flag(run, "--cdi-root", "CDI_ROOT", Path("/var/run/cdi"), "directory for CDI spec files", type=path)
     kubelet_dir_flags(run)
     flag(run, "--boot-id-file", "BOOT_ID_FILE", Path("/proc/sys/kernel/random/boot_id"),
-          "file holding the node's boot id", type=Path)
+          "file holding the node's boot id", type=path)
     flag(run, "--discovery-timeout", "DISCOVERY_TIMEOUT", 30.0, "seconds one profile's discovery may take",
           type=float)
     flag(run, "--rediscover-interval", "REDISCOVER_INTERVAL", 60.0,
@@ -89,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     call = sub.add_parser("call", help="act as the kubelet against a running daemon",
                           description="Act as the kubelet: register (GetInfo + NotifyRegistrationStatus), prepare "
                                       "or unprepare a claim (its uid read from the claim file), or watch health.")
-    flag(call, "--standalone", "STANDALONE_DIR", None, "the daemon's standalone DIR", type=Path, metavar="DIR")
+    flag(call, "--standalone", "STANDALONE_DIR", None, "the daemon's standalone DIR", type=path, metavar="DIR")
     flag(call, "--driver-name", "DRIVER_NAME", DEFAULT_DRIVER_NAME, "DRA driver name")
     kubelet_dir_flags(call)
     flag(call, "--api", "DRA_API", "v1", "DRA service version to call: v1 or v1beta1",
@@ -143,9 +144,9 @@ def _webhook_parser(sub: Any) -> None:
     flag(hook, "--address", "WEBHOOK_ADDRESS", "*", "address the HTTPS server listens on (*: every address, IPv4 "
           "and IPv6 where the kernel has it; '::' dual-stack; '0.0.0.0' IPv4 only)")
     flag(hook, "--tls-cert-file", "TLS_CERT_FILE", None, "PEM serving certificate, required (reloaded when it "
-          "changes; hack/webhook-certs.sh makes one for a cluster, make webhook-up for the local one)", type=Path)
+          "changes; hack/webhook-certs.sh makes one for a cluster, make webhook-up for the local one)", type=path)
     flag(hook, "--tls-private-key-file", "TLS_PRIVATE_KEY_FILE", None, "PEM private key of the certificate",
-          type=Path)
+          type=path)
     flag(hook, "--driver-name", "DRIVER_NAME", DEFAULT_DRIVER_NAME, "DRA driver name")
     flag(hook, "--profiles", "PROFILES", ("npu-910",),
           "comma-separated profiles whose config kinds are validated (only these are imported)", type=comma_list)
@@ -155,7 +156,7 @@ def _webhook_parser(sub: Any) -> None:
           "owned by their pod", choices=("template", "claim"))
     flag(hook, "--hami-device-config", "HAMI_DEVICE_CONFIG", None,
          "HAMi's device config (the device-config.yaml of its hami-scheduler-device ConfigMap): convert the "
-         "resources its vnpus entries name, for their chipName (default: HAMi's built-in Ascend list)", type=Path)
+         "resources its vnpus entries name, for their chipName (default: HAMi's built-in Ascend list)", type=path)
     flag(hook, "--orphan-grace", "ORPHAN_GRACE", 60.0,
           "seconds a direct claim waits for its pod before it is deleted (claim mode)", type=float)
     flag(hook, "--metrics-port", "METRICS_PORT", 0, "TCP port for Prometheus /metrics (0: off)", type=int)
@@ -357,9 +358,12 @@ def _discover(args: argparse.Namespace) -> int:
 
     from ascend_dra.commands import discover
     from ascend_dra.logs import setup_logging
-    from ascend_dra.settings import name_problems
+    from ascend_dra.settings import fake_devices_problem, name_problems
 
-    if problems := name_problems(args.driver_name, args.node_name):
+    problems = name_problems(args.driver_name, args.node_name)
+    if (problem := fake_devices_problem(args.fake_devices)) is not None:
+        problems.append(problem)
+    if problems:
         for problem in problems:
             print(f"ascend-dra discover: {problem}", file=sys.stderr)
         return 2

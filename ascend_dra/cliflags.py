@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, NoReturn
 
 __all__ = ("DEFAULT_DRIVER_NAME", "UNHEALTHY_DEVICES", "Parser", "VersionAction", "boolean", "comma_list", "flag",
-           "kubelet_dir_flags", "kubelet_dirs", "log_flags", "log_level", "node_flags", "option", "options")
+           "kubelet_dir_flags", "kubelet_dirs", "log_flags", "log_level", "node_flags", "option", "options", "path")
 
 DEFAULT_DRIVER_NAME = "ascend.project-hami.io"  # = settings.DEFAULT_DRIVER_NAME (not imported: keep --help light)
 UNHEALTHY_DEVICES = ("taint", "withdraw", "publish")  # = settings.UNHEALTHY_DEVICES
@@ -82,6 +82,8 @@ class Parser(argparse.ArgumentParser):
 
     def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:
         parsed, rest = super().parse_known_args(args, namespace)
+        if rest and " " in self.prog:  # a subcommand's parser: say it here, with its own --help
+            self.error(f"unrecognized arguments: {' '.join(rest)}")
         #: dest -> where its value came from: the flag (``--x``), its variable (``X``), or None (default).
         given: dict[str, str | None] = getattr(parsed, "given", {})
         for twin in self.twins:
@@ -142,6 +144,14 @@ def log_level(value: str) -> str:
     return value
 
 
+def path(value: str) -> Path:
+    """A path flag's value; an empty one is refused (``Path("")`` is the working directory, so
+    ``--standalone ''`` wrote the daemon's files there)."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("is empty: give a path")
+    return Path(value)
+
+
 def comma_list(value: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in value.split(",") if v.strip())
 
@@ -166,8 +176,8 @@ def node_flags(p: Parser, node_required: bool) -> None:
     flag(p, "--fake-devices", "FAKE_DEVICES", 4, "number of simulated devices (fake profile, simulated tiers)",
           type=int)
     flag(p, "--npu-smi", "NPU_SMI", "npu-smi", "npu-smi executable")
-    flag(p, "--dev-root", "DEV_ROOT", Path("/dev"), "where device nodes are looked for", type=Path)
-    flag(p, "--sys-root", "SYS_ROOT", Path("/sys"), "where sysfs is read", type=Path)
+    flag(p, "--dev-root", "DEV_ROOT", Path("/dev"), "where device nodes are looked for", type=path)
+    flag(p, "--sys-root", "SYS_ROOT", Path("/sys"), "where sysfs is read", type=path)
     p.add_argument("--profile-option", action="append", type=option, default=[], metavar="PROFILE.KEY=VALUE",
                    help="a profile option, repeatable, e.g. npu-910.simulate=fallback; env PROFILE_OPTIONS takes "
                         "a comma-separated list [env PROFILE_OPTIONS; default none]")
@@ -185,11 +195,11 @@ def log_flags(p: Parser) -> None:
 def kubelet_dir_flags(p: Parser) -> None:
     """The kubelet's root dir and the two dirs under it (derived unless given)."""
     flag(p, "--kubelet-root-dir", "KUBELET_ROOT_DIR", Path("/var/lib/kubelet"),
-          "the kubelet's --root-dir; the DRA socket must be inside it (kubelet 1.38 checks)", type=Path)
+          "the kubelet's --root-dir; the DRA socket must be inside it (kubelet 1.38 checks)", type=path)
     flag(p, "--kubelet-registrar-directory-path", "KUBELET_REGISTRAR_DIRECTORY_PATH", "<root-dir>/plugins_registry",
-          "kubelet plugin registration directory", type=Path)
+          "kubelet plugin registration directory", type=path)
     flag(p, "--kubelet-plugins-directory-path", "KUBELET_PLUGINS_DIRECTORY_PATH", "<root-dir>/plugins",
-          "kubelet plugins directory (our data dir is <this>/<driver>)", type=Path)
+          "kubelet plugins directory (our data dir is <this>/<driver>)", type=path)
 
 
 def kubelet_dirs(args: argparse.Namespace) -> tuple[Path, Path]:

@@ -162,10 +162,11 @@ class Daemon(UpkeepMixin):
                 await self._start_and_serve(task_status=task_status)
                 tg.cancel_scope.cancel()
         finally:
-            log.info("longest event-loop stalls (late wake-ups, and the same with the CPU wait included)", extra={
-                **{f"{phase}_ms": round(seconds * 1000, 2) for phase, seconds in self.stalls.longest.items()},
-                **{f"{phase}_late_ms": round(seconds * 1000, 2)
-                   for phase, seconds in self.stalls.longest_late.items()}})
+            if self.stalls.phase == "serving":  # a start-up refusal is said alone, in one line
+                log.info("longest event-loop stalls (late wake-ups, and the same with the CPU wait included)", extra={
+                    **{f"{phase}_ms": round(seconds * 1000, 2) for phase, seconds in self.stalls.longest.items()},
+                    **{f"{phase}_late_ms": round(seconds * 1000, 2)
+                       for phase, seconds in self.stalls.longest_late.items()}})
 
     async def _start_and_serve(self, *, task_status: TaskStatus[None]) -> None:
         s = self.settings
@@ -428,6 +429,11 @@ def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
     return found
 
 
+def _one_line(exc: BaseException) -> str:
+    """An error's text on one line (a YAML parser's message spans three: what, where, the mark)."""
+    return " ".join(str(exc).split())
+
+
 def _import_cluster_side() -> None:
     """Import cluster mode's modules and their dependencies before the event loop starts
     (:func:`~ascend_dra.apiclient.import_client_modules` says why)."""
@@ -448,11 +454,12 @@ def main(settings: Settings) -> int:
         anyio.run(_run_until_signal, Daemon(settings), backend="asyncio")
     except* (CheckpointCorrupt, RuntimeError) as group:
         for exc in _leaves(group):  # the traceback only at debug level: the message says what to do
-            log.error("refusing to start: %s", exc, exc_info=exc if log.isEnabledFor(logging.DEBUG) else None)
+            log.error("refusing to start: %s", _one_line(exc),
+                      exc_info=exc if log.isEnabledFor(logging.DEBUG) else None)
         code = 1
     except* OSError as group:
         for exc in _leaves(group):
-            log.error("stopped: %s", exc, exc_info=exc if log.isEnabledFor(logging.DEBUG) else None)
+            log.error("stopped: %s", _one_line(exc), exc_info=exc if log.isEnabledFor(logging.DEBUG) else None)
         code = 1
     log.info("stopped", extra={"exit_code": code})
     return code

@@ -31,11 +31,20 @@ import attrs
 from ascend_dra.kubelet.rules import UNIX_PATH_MAX, endpoint_problems
 from ascend_dra.listen import address_problem
 
-__all__ = ("DEFAULT_DRIVER_NAME", "Settings", "SettingsError", "name_problems", "rolling_update_sockets")
+__all__ = ("DEFAULT_DRIVER_NAME", "Settings", "SettingsError", "fake_devices_problem", "name_problems",
+           "rolling_update_sockets")
 
 #: What a --rolling-update-id may be: it goes into socket file names (a pod UID is 36 characters).
 _ROLLING_UPDATE_ID = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_.]{0,62}")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def fake_devices_problem(count: int) -> str | None:
+    """What is wrong with ``--fake-devices`` (``run`` and ``discover`` alike), or None: a billion
+    held the event loop for minutes."""
+    if 0 <= count <= MAX_FAKE_DEVICES:
+        return None
+    return f"--fake-devices {count} must be from 0 to {MAX_FAKE_DEVICES}"
 
 
 def name_problems(driver_name: str, node_name: str) -> list[str]:
@@ -194,8 +203,8 @@ class Settings:
             found.append("--profiles (PROFILES) is empty: name at least one profile (`ascend-dra profiles` lists them)")
         elif len(set(self.profiles)) != len(self.profiles):
             found.append(f"--profiles {','.join(self.profiles)} names a profile twice")
-        if not 0 <= self.fake_devices <= MAX_FAKE_DEVICES:  # a billion held the loop for minutes
-            found.append(f"--fake-devices {self.fake_devices} must be from 0 to {MAX_FAKE_DEVICES}")
+        if (problem := fake_devices_problem(self.fake_devices)) is not None:
+            found.append(problem)
         for name in ("discovery_timeout", "rediscover_interval", "health_interval"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):  # nan passed `<= 0`
                 found.append(f"--{name.replace('_', '-')} {getattr(self, name)} must be a number of seconds, more "

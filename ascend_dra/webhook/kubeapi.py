@@ -52,6 +52,21 @@ def _data_file(data: str, directory: str, name: str) -> str:
     return path
 
 
+def _named(doc: dict, section: str, inner: str, kubeconfig: str) -> dict[str, dict]:
+    """A kubeconfig's ``contexts``/``clusters``/``users`` as name -> its ``context``/``cluster``/``user``.
+
+    :raises ValueError: an entry without a name or without its mapping, naming it (``contexts[0]``).
+    """
+    found: dict[str, dict] = {}
+    entries = doc.get(section) or []
+    for index, entry in enumerate(entries if isinstance(entries, list) else [entries]):
+        body = entry.get(inner) if isinstance(entry, dict) else None
+        if not isinstance(entry, dict) or "name" not in entry or not isinstance(body, dict | None):
+            raise ValueError(f"kubeconfig {kubeconfig}: {section}[{index}] must be a mapping with name and {inner}")
+        found[str(entry["name"])] = body or {}
+    return found
+
+
 class KubeApi:
     """JSON calls to one API server. Open with :meth:`open` inside the event loop; :meth:`close` ends it."""
 
@@ -80,14 +95,17 @@ class KubeApi:
             ctx = ssl.create_default_context(cafile=str(SERVICE_ACCOUNT / "ca.crt"))
             host = f"[{host}]" if ":" in host else host
             return cls(f"https://{host}:{port}", ctx, token_file=SERVICE_ACCOUNT / "token")
-        doc = yaml.safe_load(Path(kubeconfig).read_text())
+        try:
+            doc = yaml.safe_load(Path(kubeconfig).read_text())
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise ValueError(f"kubeconfig {kubeconfig} is not YAML: {' '.join(str(exc).split())}") from None
         if not isinstance(doc, dict):
             raise ValueError(f"kubeconfig {kubeconfig} is not a kubeconfig (a YAML mapping)")
         base = Path(kubeconfig).parent
-        contexts = {c["name"]: c["context"] for c in doc.get("contexts") or ()}
+        contexts = _named(doc, "contexts", "context", kubeconfig)
         context = contexts.get(doc.get("current-context")) or next(iter(contexts.values()), {})
-        cluster = {c["name"]: c["cluster"] for c in doc.get("clusters") or ()}.get(context.get("cluster"), {})
-        user = {u["name"]: u["user"] for u in doc.get("users") or ()}.get(context.get("user"), {}) or {}
+        cluster = _named(doc, "clusters", "cluster", kubeconfig).get(context.get("cluster"), {})
+        user = _named(doc, "users", "user", kubeconfig).get(context.get("user"), {})
         if not cluster.get("server"):
             raise ValueError(f"kubeconfig {kubeconfig}: the current context has no cluster server")
         ctx = ssl.create_default_context()

@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -43,9 +44,9 @@ RUN_FLAGS = {
 }
 
 
-def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "ascend_dra.cli", *args], capture_output=True, text=True,
-                          env=env, timeout=60)
+                          env=env, timeout=60, cwd=cwd)
 
 
 def test_run_help_lists_every_flag_with_its_env_var_and_default():
@@ -189,6 +190,41 @@ def test_bad_flags_are_refused_before_anything_starts(short_tmp, args, message):
     assert result.returncode == 2
     assert message in result.stderr
     assert not (short_tmp / "plugins").exists()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--fake-devices", "-1"], "ascend-dra discover: --fake-devices -1 must be from 0 to 10000\n"),
+    (["--fake-devices", "10001"], "ascend-dra discover: --fake-devices 10001 must be from 0 to 10000\n"),
+    (["--bogus", "1"], "ascend-dra discover: unrecognized arguments: --bogus 1 (see ascend-dra discover --help)\n"),
+], ids=["negative-devices", "too-many-devices", "unknown-flag"])
+def test_discover_refuses_what_run_refuses(args, message):
+    """A README trial: discover printed "(no devices)" for -1 and 10,002 lines for 10001, rc 0,
+    where run refuses both; an unknown flag pointed at the top-level --help, which lists no flag."""
+    result = cli("discover", "--profiles", "fake", *args, env=BASE_ENV)
+    assert (result.returncode, result.stdout, result.stderr) == (2, "", message)
+
+
+@pytest.mark.parametrize("flag", ["--standalone", "--cdi-root", "--dev-root", "--kubelet-root-dir"])
+def test_an_empty_path_is_refused_not_read_as_the_working_directory(short_tmp, flag):
+    """A README trial: ``--standalone ''`` ran the daemon with its files in the working directory."""
+    args = ["--standalone", str(short_tmp)] if flag != "--standalone" else []
+    result = cli("run", "--node-name", "n", "--profiles", "fake", *args, flag, "", env=BASE_ENV, cwd=short_tmp)
+    assert (result.returncode, result.stderr) == (
+        2, f"ascend-dra run: argument {flag}: is empty: give a path (see ascend-dra run --help)\n")
+    assert list(short_tmp.iterdir()) == []
+
+
+def test_a_malformed_kubeconfig_stops_run_in_one_line(short_tmp):
+    """A README trial: three lines (the YAML parser's what, where and mark), after a line of stall figures."""
+    (short_tmp / "bad.kc").write_text("garbage: [\n")
+    dirs = ["--cdi-root", str(short_tmp / "cdi"), "--kubelet-root-dir", str(short_tmp),
+            "--kubelet-registrar-directory-path", str(short_tmp / "reg"),
+            "--kubelet-plugins-directory-path", str(short_tmp / "plugins")]
+    result = cli("run", "--node-name", "n", "--profiles", "fake", "--kubeconfig", str(short_tmp / "bad.kc"),
+                 "--log-level", "warning", *dirs, env=BASE_ENV)
+    assert result.returncode == 1
+    [line] = [line for line in result.stderr.splitlines() if line.strip()]
+    assert "refusing to start: cluster mode cannot use the kubeconfig" in line and "while parsing" in line, line
 
 
 @pytest.mark.parametrize("command", ["run", "webhook"])

@@ -168,3 +168,20 @@ def test_a_variable_named_almost_like_a_setting_is_a_warning_at_start(tmp_path, 
             proc.wait(10)
     assert first.rstrip().endswith("environment variable WEBHOOK_PRT is not a setting of ascend-dra webhook and is "
                                    "ignored; did you mean WEBHOOK_PORT?"), first
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ("garbage: [\n", "is not YAML: while parsing a flow node"),
+    ("contexts:\n- foo: 1\n", "contexts[0] must be a mapping with name and context"),
+    ("users: [{name: u, user: token}]\nclusters: []\n", "users[0] must be a mapping with name and user"),
+], ids=["not yaml", "context without name", "user not a mapping"])
+def test_a_malformed_kubeconfig_is_one_line(pair, tmp_path, text, said):
+    """A README trial: a YAML error or an entry without its name was a 60-line traceback."""
+    kubeconfig = tmp_path / "bad.kc"
+    kubeconfig.write_text(text)
+    result = webhook("--tls-cert-file", str(pair[0]), "--tls-private-key-file", str(pair[1]), "--profiles", "fake",
+                     "--port", "0", "--kubeconfig", str(kubeconfig))
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    line = result.stderr.splitlines()[-1]  # after the INFO lines of the profiles loaded
+    assert line.startswith(f"ascend-dra webhook: kubeconfig {kubeconfig}") and said in line, line

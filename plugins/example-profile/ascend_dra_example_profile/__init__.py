@@ -71,6 +71,9 @@ class ExampleProfile:
     name = "example"
     cdi_class = "example"
     config_types: Mapping[str, type] = {"ExampleConfig": ExampleConfig}
+    #: It reads no ``--profile-option``: an empty map says so, and ``example.<key>=...`` then stops
+    #: start-up naming the key (docs/writing-a-profile.md, section 3), instead of being ignored.
+    profile_options: Mapping[str, object] = {}
 
     def default_config(self) -> ExampleConfig:
         """Exclusive use of the whole memory."""

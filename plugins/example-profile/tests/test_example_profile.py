@@ -86,3 +86,12 @@ async def test_apply_config_lists_the_request_devices(loaded: registry.LoadedPro
         device_nodes=(DeviceNode(path="/dev/example2", host_path="/dev/null"),),
     )
     assert edits["example-0"].device_nodes == (DeviceNode(path="/dev/example0", host_path="/dev/null"),)
+
+
+def test_it_declares_that_it_takes_no_profile_options() -> None:
+    """A README trial: without the declaration ``--profile-option example.foo=1`` started a serving
+    daemon with no word about it (docs/writing-a-profile.md: ``profile_options = {}`` takes none)."""
+    from ascend_dra.profiles.options import option_problems
+
+    assert option_problems({"example.foo": "1"}, {"example": ExampleProfile()}, source="--profile-option") == [
+        "--profile-option example.foo: unknown; example takes no options"]
