@@ -151,6 +151,10 @@ def load_device_config(path: Path) -> tuple[HamiChip, ...]:
             if name is not None and not _RESOURCE.fullmatch(name):
                 raise DeviceConfigError(f"{where}: {path_}.{key} {name!r} is not a resource name "
                                         "(<domain>/<name>, e.g. huawei.com/Ascend310P)")
+            if name is not None and not name.startswith(RESOURCE_PREFIX):
+                # The webhook configurations' matchConditions send only pods asking for huawei.com/*.
+                raise DeviceConfigError(f"{where}: {path_}.{key} {name} is not under {RESOURCE_PREFIX}: the API "
+                                        f"server sends the webhook only pods that ask for {RESOURCE_PREFIX}* resources")
             if name is not None and owner.setdefault(name, word) != word:
                 raise DeviceConfigError(f"{where}: {path_}.{key} {name} is also a resource of commonWord "
                                         f"{owner[name]}; one resource can name one commonWord")

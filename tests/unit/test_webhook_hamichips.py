@@ -95,10 +95,12 @@ def test_the_older_layout_a_bare_vnpus_list_is_read_too(tmp_path):
      "vnpus[1].resourceName huawei.com/Ascend910B is also a resource of commonWord Ascend910B3"),
     ("vnpus: [{chipName: 910B1, commonWord: Ascend910B1, resourceName: huawei.com/a,\n"
      "          resourceCoreName: huawei.com/a}]\n", "vnpus[0] names one resource twice"),
+    ("vnpus: [{chipName: 910B1, commonWord: Ascend910B1, resourceName: example.com/npu}]\n",
+     "vnpus[0].resourceName example.com/npu is not under huawei.com/: the API server sends the webhook only pods"),
     ("vnpus: [\n", "not YAML: "),
 ], ids=["no vnpus", "empty configs", "empty list", "entry not a mapping", "no commonWord", "no chipName",
         "no resourceName", "not a string", "bad commonWord", "bad resource", "shared word, other resources",
-        "shared resource", "one resource twice", "not yaml"])
+        "shared resource", "one resource twice", "other domain", "not yaml"])
 def test_a_config_that_cannot_be_used_names_the_file_and_the_field(tmp_path, text, message):
     path = write(tmp_path, text)
     with pytest.raises(DeviceConfigError) as caught:
