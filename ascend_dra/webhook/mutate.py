@@ -23,12 +23,12 @@ are never touched.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
 
-from ascend_dra.webhook import review
+from ascend_dra.webhook import review, volcano
 from ascend_dra.webhook.hami import (
     DRA_LABEL,
     MANAGED_BY,
@@ -38,6 +38,7 @@ from ascend_dra.webhook.hami import (
     ConversionError,
     Mode,
     PlannedClaim,
+    PodConversion,
     convert_pod,
     unconverted_resources,
 )
@@ -83,53 +84,98 @@ class PodMutator:
     async def review(self, request: review.ReviewRequest) -> tuple[bytes, str]:
         """Answer one review; returns ``(response body, outcome)`` with outcome ``allowed``,
         ``converted`` or ``denied``."""
-        if (request.group, request.kind) != ("", "Pod") or request.operation != "CREATE" or request.object is None:
+        if request.operation != "CREATE" or request.object is None:
             return review.allowed(request.uid), "allowed"
+        if (request.group, request.kind) == ("", "Pod"):
+            return await self._review_pod(request)
+        if (request.group, request.kind) == (volcano.GROUP, volcano.KIND):
+            return await self._review_job(request)
+        return review.allowed(request.uid), "allowed"
+
+    def _warnings(self, pod: Mapping[str, Any], prefix: str = "") -> list[str]:
+        """Names a HAMi config can define beyond the chip table (or typos): the object passes as
+        written and waits for a node that advertises them; the user is told why at once (kubectl
+        prints admission warnings)."""
+        return [f"{prefix}{entry} is not a HAMi resource this webhook converts (it converts the count, -memory and "
+                f"-core of {chip_names(self.chips)}; --hami-device-config gives it a HAMi config's names); "
+                "the pod keeps it and waits for a node that advertises it"
+                for entry in unconverted_resources(pod, self.chips)]
+
+    async def _review_pod(self, request: review.ReviewRequest) -> tuple[bytes, str]:
         pod = request.object
+        assert pod is not None
         metadata = pod.get("metadata") or {}
         if (metadata.get("labels") or {}).get(OPT_OUT_LABEL) == OPT_OUT_VALUE:
             return review.allowed(request.uid), "allowed"
         pod_name = request.name or metadata.get("name") or ""
         shown = f"pod {request.namespace}/{pod_name or str(metadata.get('generateName', '')) + '<generated>'}"
+        for_pod = pod_name or f"{metadata.get('generateName', '')}*"
+        answer, outcome, conversion = await self._convert(
+            request, shown, for_pod, self.mode, self._warnings(pod),
+            lambda: convert_pod(pod, request.namespace, mode=self.mode, driver_name=self.driver_name,
+                                chips=self.chips))
+        if conversion is not None:
+            logger.info("pod converted", extra={"pod_namespace": request.namespace, "pod_name": for_pod,
+                                                "mode": self.mode.value, "dry_run": request.dry_run,
+                                                "objects": [c.object_name for c in conversion.claims]})
+        return answer, outcome
+
+    async def _review_job(self, request: review.ReviewRequest) -> tuple[bytes, str]:
+        """A Volcano Job: its task templates converted (:mod:`ascend_dra.webhook.volcano`), always
+        with ResourceClaimTemplates, whatever the pod conversion mode."""
+        job = request.object
+        assert job is not None
+        metadata = job.get("metadata") or {}
+        if (metadata.get("labels") or {}).get(OPT_OUT_LABEL) == OPT_OUT_VALUE:
+            return review.allowed(request.uid), "allowed"
+        name = request.name or metadata.get("name") or f"{metadata.get('generateName', '')}*"
+        tasks = (job.get("spec") or {}).get("tasks") if isinstance(job.get("spec"), Mapping) else None
+        warnings = [w for index, task in enumerate(tasks if isinstance(tasks, list) else ())
+                    if isinstance(task, Mapping) and isinstance(task.get("template"), Mapping)
+                    for w in self._warnings(task["template"], f"spec.tasks[{index}].template.")]
+        answer, outcome, conversion = await self._convert(
+            request, f"volcano job {request.namespace}/{name}", name, Mode.TEMPLATE, warnings,
+            lambda: volcano.convert_job(job, request.namespace, driver_name=self.driver_name, chips=self.chips))
+        if conversion is not None:
+            logger.info("volcano job converted", extra={"job_namespace": request.namespace, "job_name": name,
+                                                        "dry_run": request.dry_run,
+                                                        "objects": sorted({c.object_name for c in conversion.claims})})
+        return answer, outcome
+
+    async def _convert(self, request: review.ReviewRequest, shown: str, owner: str, mode: Mode,
+                       warnings: list[str], plan: Callable[[], PodConversion | None],
+                       ) -> tuple[bytes, str, PodConversion | None]:
+        """Plan, create what the plan names, and answer: ``(body, outcome, the conversion if made)``."""
         try:
-            conversion = convert_pod(pod, request.namespace, mode=self.mode, driver_name=self.driver_name,
-                                     chips=self.chips)
+            conversion = plan()
         except ConversionError as exc:
             problems = "; ".join(f"{path}: {message}" for path, message in exc.problems)
-            return review.denied(request.uid, f"{shown}: cannot convert its HAMi resources: {problems}"), "denied"
-        # Names a HAMi config can define beyond its defaults (or typos): the pod passes as written and
-        # waits for a node that advertises them; the user is told why at once (kubectl prints warnings).
-        warnings = [f"{entry} is not a HAMi resource this webhook converts (it converts the count, -memory and "
-                    f"-core of {chip_names(self.chips)}; --hami-device-config gives it a HAMi config's names); "
-                    "the pod keeps it and waits for a node that advertises it"
-                    for entry in unconverted_resources(pod, self.chips)]
+            return review.denied(request.uid, f"{shown}: cannot convert its HAMi resources: {problems}"), "denied", None
         if conversion is None:
-            return review.allowed(request.uid, warnings), "allowed"
-        for_pod = pod_name or f"{metadata.get('generateName', '')}*"
+            return review.allowed(request.uid, warnings), "allowed", None
         try:
-            await self._create_all(conversion.claims, request.namespace, for_pod, request.dry_run)
+            await self._create_all(conversion.claims, request.namespace, owner, request.dry_run, mode)
         except _Refused as exc:
             return review.denied(request.uid, f"{shown}: {exc.message}", code=exc.code,
-                                 reason="Conflict" if exc.code == 409 else "InternalError"), "denied"
-        logger.info("pod converted", extra={"pod_namespace": request.namespace, "pod_name": for_pod,
-                                            "mode": self.mode.value, "dry_run": request.dry_run,
-                                            "objects": [c.object_name for c in conversion.claims]})
-        return review.patched(request.uid, conversion.patch, warnings), "converted"
+                                 reason="Conflict" if exc.code == 409 else "InternalError"), "denied", None
+        return review.patched(request.uid, conversion.patch, warnings), "converted", conversion
 
-    def _body(self, claim: PlannedClaim, namespace: str, for_pod: str) -> dict[str, Any]:
+    def _body(self, claim: PlannedClaim, namespace: str, for_pod: str, mode: Mode) -> dict[str, Any]:
         metadata: dict[str, Any] = {"name": claim.object_name, "namespace": namespace, "labels": _labels()}
-        if self.mode is Mode.CLAIM:
+        if mode is Mode.CLAIM:
             metadata["annotations"] = {POD_ANNOTATION: for_pod}
             return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": metadata,
                     "spec": claim.spec}
         return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": metadata,
                 "spec": {"spec": claim.spec}}
 
-    def _collection(self, namespace: str) -> str:
-        plural = "resourceclaims" if self.mode is Mode.CLAIM else "resourceclaimtemplates"
+    @staticmethod
+    def _collection(namespace: str, mode: Mode) -> str:
+        plural = "resourceclaims" if mode is Mode.CLAIM else "resourceclaimtemplates"
         return f"{RESOURCE_V1}/namespaces/{namespace}/{plural}"
 
-    async def _create_all(self, claims: tuple[PlannedClaim, ...], namespace: str, for_pod: str, dry_run: bool) -> None:
+    async def _create_all(self, claims: tuple[PlannedClaim, ...], namespace: str, for_pod: str, dry_run: bool,
+                          mode: Mode) -> None:
         """Create (or reuse) every object; on failure delete the claims created here, then raise _Refused."""
         created: list[str] = []
         query = {"dryRun": "All"} if dry_run else None
@@ -140,40 +186,41 @@ class PodMutator:
                     continue  # template mode: two containers with the same request share one template
                 done.add(claim.object_name)
                 try:
-                    body = self._body(claim, namespace, for_pod)
-                    await self.api.request("POST", self._collection(namespace), body=body, query=query,
+                    body = self._body(claim, namespace, for_pod, mode)
+                    await self.api.request("POST", self._collection(namespace, mode), body=body, query=query,
                                            timeout_s=CALL_TIMEOUT_S)
                     if not dry_run:
                         created.append(claim.object_name)
                 except ApiError as exc:
                     if exc.status != 409:
-                        raise _Refused(f"creating {self._what(claim, namespace)} failed: {exc}", 500) from None
-                    await self._reuse(claim, namespace, for_pod)
+                        raise _Refused(f"creating {self._what(claim, namespace, mode)} failed: {exc}", 500) from None
+                    await self._reuse(claim, namespace, for_pod, mode)
         except BaseException:
-            if self.mode is Mode.CLAIM and created:
+            if mode is Mode.CLAIM and created:
                 # Also when the review is cancelled (client gone, shutdown): bounded, shielded.
                 with anyio.CancelScope(shield=True), anyio.move_on_after(2 * CALL_TIMEOUT_S):
-                    await self._roll_back(created, namespace)
+                    await self._roll_back(created, namespace, mode)
             raise
 
-    def _what(self, claim: PlannedClaim, namespace: str) -> str:
-        kind = "ResourceClaim" if self.mode is Mode.CLAIM else "ResourceClaimTemplate"
+    @staticmethod
+    def _what(claim: PlannedClaim, namespace: str, mode: Mode) -> str:
+        kind = "ResourceClaim" if mode is Mode.CLAIM else "ResourceClaimTemplate"
         return f"{kind} {namespace}/{claim.object_name} (for {claim.container})"
 
-    async def _reuse(self, claim: PlannedClaim, namespace: str, for_pod: str) -> None:
+    async def _reuse(self, claim: PlannedClaim, namespace: str, for_pod: str, mode: Mode) -> None:
         """Accept an existing object of the planned name only if it is the one we would create."""
-        what = self._what(claim, namespace)
+        what = self._what(claim, namespace, mode)
         try:
-            existing = await self.api.request("GET", f"{self._collection(namespace)}/{claim.object_name}",
+            existing = await self.api.request("GET", f"{self._collection(namespace, mode)}/{claim.object_name}",
                                               timeout_s=CALL_TIMEOUT_S)
         except ApiError as exc:
             raise _Refused(f"{what} exists but cannot be read: {exc}", 500) from None
         metadata: Mapping[str, Any] = existing.get("metadata") or {}
-        spec = existing.get("spec") if self.mode is Mode.CLAIM else (existing.get("spec") or {}).get("spec")
+        spec = existing.get("spec") if mode is Mode.CLAIM else (existing.get("spec") or {}).get("spec")
         ours = (metadata.get("labels") or {}).get(MANAGED_BY[0]) == MANAGED_BY[1]
         if not ours:
             raise _Refused(f"{what} already exists and was not made by this webhook; delete or rename it", 409)
-        if self.mode is Mode.CLAIM:
+        if mode is Mode.CLAIM:
             if (metadata.get("annotations") or {}).get(POD_ANNOTATION) != for_pod or metadata.get("ownerReferences"):
                 owner = ", ".join(f"{o.get('kind')} {o.get('name')} uid {o.get('uid')}"
                                   for o in metadata.get("ownerReferences") or ()) or "no owner"
@@ -184,10 +231,11 @@ class PodMutator:
         if not _same_spec(spec, claim.spec):
             raise _Refused(f"{what} already exists with a different spec", 409)
 
-    async def _roll_back(self, names: list[str], namespace: str) -> None:
+    async def _roll_back(self, names: list[str], namespace: str, mode: Mode) -> None:
         for name in names:
             try:
-                await self.api.request("DELETE", f"{self._collection(namespace)}/{name}", timeout_s=CALL_TIMEOUT_S)
+                await self.api.request("DELETE", f"{self._collection(namespace, mode)}/{name}",
+                                       timeout_s=CALL_TIMEOUT_S)
             except ApiError as exc:
                 if exc.status != 404:
                     # The owner loop's sweep deletes it later: it has our label and no owner.

@@ -423,6 +423,56 @@ def test_a_hami_device_config_makes_its_own_chips_convert(cp, hook, tmp_path):
     assert "of Ascend910B1;" in dropped["warnings"][0]
 
 
+#: Volcano's Job resource as far as the API server needs it to store one (no schema: Volcano's own CRD
+#: has one, and its webhooks; neither changes what ours is sent).
+VOLCANO_JOB_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "jobs.batch.volcano.sh"},
+    "spec": {"group": "batch.volcano.sh", "scope": "Namespaced",
+             "names": {"plural": "jobs", "singular": "job", "kind": "Job", "shortNames": ["vcjob"]},
+             "versions": [{"name": "v1alpha1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                 "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
+
+
+def test_a_volcano_jobs_task_templates_are_converted_and_their_claim_templates_made(cp, hook):
+    """docs/webhook.md#volcano-jobs: Volcano sizes a job from its task templates, so huawei.com/* left
+    there queued it for good once HAMi's device plugin was gone; the pods it makes then carry a
+    claim template each, as a converted pod in template mode does."""
+    status, reply = cp.api("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", VOLCANO_JOB_CRD)
+    assert status in (201, 409), reply
+    jobs = "/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs"
+    hook.use("claim")  # the pod conversion mode does not matter: a job's templates always get claim templates
+    ns = hook.namespace()
+    wait_until(lambda: cp.api("GET", jobs.format(ns=ns))[0] == 200, "the Job CRD served", within=30)
+    worker = {"metadata": {"annotations": {"hami.io/use-Ascend310P-uuid": "U-1"}}, "spec": {
+        "restartPolicy": "Never", "containers": [{"name": "infer", "image": "x", "resources": {"limits": {
+            "huawei.com/Ascend310P": "1", "huawei.com/Ascend310P-memory": "4096", "cpu": "1"}}}]}}
+    plain = {"spec": {"containers": [{"name": "c", "image": "x"}]}}
+    body = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "vjob"},
+            "spec": {"minAvailable": 2, "schedulerName": "volcano", "tasks": [
+                {"name": "worker", "replicas": 2, "template": worker},
+                {"name": "plain", "replicas": 1, "template": plain}]}}
+    stored = ok(cp, "POST", jobs.format(ns=ns), body)
+    converted = stored["spec"]["tasks"][0]["template"]
+    [entry] = converted["spec"]["resourceClaims"]
+    assert entry["name"] == "infer-ascend310p" and entry["resourceClaimTemplateName"].startswith("hami-ascend310p-")
+    assert converted["spec"]["containers"][0]["resources"] == {"limits": {"cpu": "1"},
+                                                               "claims": [{"name": "infer-ascend310p"}]}
+    assert converted["metadata"]["labels"]["hami.io/dra"] == "true"
+    assert stored["spec"]["tasks"][1]["template"] == plain
+    template = ok(cp, "GET", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaimtemplates/"
+                             f"{entry['resourceClaimTemplateName']}")
+    exactly = template["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+    assert exactly["capacity"]["requests"]["memory"] == "4294967296"  # stored as sent
+    assert any('uuid in ["U-1"]' in s["cel"]["expression"] for s in exactly["selectors"])
+    # A job that asks for nothing is not even sent (matchConditions); one that asks for too much is refused.
+    assert ok(cp, "POST", jobs.format(ns=ns), {**body, "metadata": {"name": "plain"}, "spec": {
+        "tasks": [{"name": "plain", "replicas": 1, "template": plain}]}})["spec"]["tasks"][0]["template"] == plain
+    worker["spec"]["containers"][0]["resources"]["limits"]["huawei.com/Ascend310P-core"] = "150"
+    status, reply = cp.api("POST", jobs.format(ns=ns), {**body, "metadata": {"name": "too-much"}})
+    assert status == 422 and "spec.tasks[0].template.spec.containers[0].resources.limits" in reply["message"], reply
+
+
 def test_certificate_rotation_while_reviews_flow_loses_none(cp, hook):
     proc = hook.use("claim")
     ns = hook.namespace()
