@@ -4,23 +4,47 @@ frame) and a burst of requests read in steps.
 grpclib writes to the transport after each step of an answer (initial headers, the message, the
 trailers) and after each batch of events read: three or four ``send`` syscalls for one unary RPC,
 each waking the kubelet's reader. :class:`CorkedServer` hands its connections a transport that
-collects what is written during one turn of the event loop and sends it at the end of that turn,
-in order, as one write. Nothing is held longer than the turn that produced it.
+collects what is written and sends it, in order, as one write: at once when the bytes end a stream
+(a HEADERS or DATA frame with END_STREAM: the trailers of an answer) and no other request of the
+connection is still being answered, else at the end of the loop turn that wrote them. Nothing is
+held longer than that turn.
+
+Waiting for the end of the turn alone cost a lone answer one more pass of the event loop: an empty
+``NodePrepareResources`` one at a time took 0.08 to 0.12 ms longer than with grpclib uncorked, on 2
+cores (docs/performance.md). With calls in flight the answers of one turn still leave in one write.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from grpclib.protocol import H2Protocol
 from grpclib.server import Server
 
-__all__ = ("CorkedServer", "CorkedTransport")
+__all__ = ("CorkedServer", "CorkedTransport", "ends_a_stream")
+
+
+#: HTTP/2 frame types that can carry END_STREAM (RFC 9113 §6.1, §6.2) and the flag's bit.
+_DATA, _HEADERS, _END_STREAM = 0x0, 0x1, 0x1
+
+
+def ends_a_stream(data: bytes) -> bool:
+    """Whether ``data`` (whole HTTP/2 frames, as h2's ``data_to_send`` returns them) holds a DATA or
+    HEADERS frame with END_STREAM. Reads the 9-byte frame headers only (RFC 9113 §4.1: 24-bit length,
+    type, flags, stream id); a frame cut short at the end is not looked into."""
+    offset, size = 0, len(data)
+    while offset + 9 <= size:
+        if data[offset + 3] in (_DATA, _HEADERS) and data[offset + 4] & _END_STREAM:
+            return True
+        offset += 9 + int.from_bytes(data[offset:offset + 3], "big")
+    return False
 
 
 class CorkedTransport:
-    """Wraps an asyncio transport: :meth:`write` buffers until the current loop turn ends.
+    """Wraps an asyncio transport: :meth:`write` buffers until the bytes end a stream or the
+    current loop turn ends, whichever comes first.
 
     Every other attribute is the wrapped transport's. ``close`` sends what is buffered first;
     ``abort`` drops it, as the wrapped transport's own ``abort`` drops its buffer.
@@ -30,6 +54,10 @@ class CorkedTransport:
         self._transport = transport
         self._loop = loop
         self._pending: list[bytes] = []
+        #: How many requests of the connection are still being answered (h2's open inbound
+        #: streams); while others are, an ended answer waits for the end of the turn, so the
+        #: answers one turn completes still leave in one write.
+        self.streams_open: Callable[[], int] = lambda: 0
 
     def write(self, data: bytes) -> None:
         if not data:
@@ -37,6 +65,8 @@ class CorkedTransport:
         if not self._pending:
             self._loop.call_soon(self.flush)
         self._pending.append(data)
+        if ends_a_stream(data) and not self.streams_open():
+            self.flush()  # the last answer in flight is complete: the scheduled flush then finds nothing
 
     def flush(self) -> None:
         """Send what is buffered, as one write (a closed transport drops it, as it would have)."""
@@ -81,7 +111,13 @@ class _CorkedProtocol(H2Protocol):
 
     def connection_made(self, transport: Any) -> None:
         self._loop = asyncio.get_running_loop()
-        super().connection_made(CorkedTransport(transport, self._loop))
+        corked = CorkedTransport(transport, self._loop)
+        super().connection_made(corked)
+        # grpclib's H2Connection of this connection (private to grpclib: without it, as before, an
+        # answer waits for the end of the loop turn; test_corked_server.py checks it is found).
+        h2 = getattr(getattr(self, "connection", None), "_connection", None)
+        if h2 is not None:
+            corked.streams_open = lambda: h2.open_inbound_streams
 
     def data_received(self, data: bytes) -> None:
         if self._backlog is not None:
