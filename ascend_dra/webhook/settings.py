@@ -36,7 +36,7 @@ class WebhookSettings:
     :ivar orphan_grace_s: seconds a direct claim may wait for its pod before it is deleted.
     :ivar hami_chips: the HAMi resources converted and the chips each names: HAMi's defaults, or
         the table of ``--hami-device-config`` (:func:`~ascend_dra.webhook.hamichips.load_device_config`).
-    :ivar hami_device_config: that file, for the start-up log; None with the defaults.
+    :ivar hami_device_config: the file ``hami_chips`` was read from; None with the defaults.
     :ivar warnings: lines the CLI found worth a WARNING at start-up (a variable named almost like a
         setting, ignored).
     """
