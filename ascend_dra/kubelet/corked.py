@@ -26,13 +26,13 @@ from grpclib.server import Server
 __all__ = ("CorkedServer", "CorkedTransport", "ends_a_stream")
 
 
-#: HTTP/2 frame types that can carry END_STREAM (RFC 9113 §6.1, §6.2) and the flag's bit.
+#: HTTP/2 frame types that can carry END_STREAM (RFC 9113 sections 6.1 and 6.2) and the flag's bit.
 _DATA, _HEADERS, _END_STREAM = 0x0, 0x1, 0x1
 
 
 def ends_a_stream(data: bytes) -> bool:
     """Whether ``data`` (whole HTTP/2 frames, as h2's ``data_to_send`` returns them) holds a DATA or
-    HEADERS frame with END_STREAM. Reads the 9-byte frame headers only (RFC 9113 §4.1: 24-bit length,
+    HEADERS frame with END_STREAM. Reads the 9-byte frame headers only (RFC 9113 section 4.1: 24-bit length,
     type, flags, stream id); a frame cut short at the end is not looked into."""
     offset, size = 0, len(data)
     while offset + 9 <= size:

@@ -79,7 +79,7 @@ async def test_a_unary_answer_is_one_socket_write(tmp_path, monkeypatch):
 
 
 def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
-    """One HTTP/2 frame (RFC 9113 §4.1)."""
+    """One HTTP/2 frame (RFC 9113 section 4.1)."""
     return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
 
 
