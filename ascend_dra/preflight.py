@@ -117,11 +117,11 @@ def _make_dir(path: Path, mode: int, flag: str, standalone: bool, *, writable: b
 
 
 def check_paths(settings: Settings) -> None:
-    """Check the socket paths' length, create the directories the daemon writes and read the boot id.
+    """Check the socket paths' length, read the boot id, and create the directories the daemon writes.
 
-    :raises PreflightError: a directory that cannot be created or written (permission denied says
-        to run as root or which flag picks another directory), a boot id file that is missing,
-        unreadable or empty, and then, in cluster mode, no kubeconfig file and no in-cluster service
+    :raises PreflightError: a boot id file that is missing, unreadable or empty, a directory that
+        cannot be created or written (permission denied says to run as root or which flag picks
+        another directory), and then, in cluster mode, no kubeconfig file and no in-cluster service
         account (:func:`~ascend_dra.apiclient.cluster_access_problem`).
     """
     standalone = settings.standalone is not None
@@ -136,12 +136,7 @@ def check_paths(settings: Settings) -> None:
             # Found here, before anything is published, not when the socket is bound.
             raise PreflightError(f"{flag}: {socket} exists and is not a socket; the daemon replaces only a socket "
                                  "there, so move it away")
-    _make_dir(settings.plugin_dir, 0o750, flag_plugins, standalone)
-    _make_dir(settings.registrar_dir, 0o755, flag_registrar, standalone)  # shared: the kubelet's mode
-    # An existing read-only CDI dir is not refused: the daemon serves and reports each spec it cannot
-    # write or remove on its claim (docs/durable-state.md), so only its creation is checked here.
-    _make_dir(settings.cdi_root, 0o755, "--standalone" if standalone else "--cdi-root", standalone, writable=False)
-    path = settings.boot_id_file
+    path = settings.boot_id_file  # read before any directory is made for a daemon that cannot start
     try:
         text = path.read_text().strip()
     except FileNotFoundError:
@@ -154,6 +149,11 @@ def check_paths(settings: Settings) -> None:
         raise PreflightError(f"--boot-id-file {path}: cannot be read: {exc.strerror or exc}") from None
     if not text:
         raise PreflightError(f"--boot-id-file {path} is empty")
+    _make_dir(settings.plugin_dir, 0o750, flag_plugins, standalone)
+    _make_dir(settings.registrar_dir, 0o755, flag_registrar, standalone)  # shared: the kubelet's mode
+    # An existing read-only CDI dir is not refused: the daemon serves and reports each spec it cannot
+    # write or remove on its claim (docs/durable-state.md), so only its creation is checked here.
+    _make_dir(settings.cdi_root, 0o755, "--standalone" if standalone else "--cdi-root", standalone, writable=False)
     if not standalone:  # after the paths: a run as non-root is told about those first
         from ascend_dra.apiclient import cluster_access_problem
 

@@ -214,6 +214,16 @@ def test_an_empty_path_is_refused_not_read_as_the_working_directory(short_tmp, f
     assert list(short_tmp.iterdir()) == []
 
 
+def test_a_missing_boot_id_file_stops_run_before_any_directory_is_made(short_tmp):
+    """A README trial: the refusal was one line, but the standalone dir had cdi/ and plugins/ made."""
+    result = cli("run", "--node-name", "n", "--profiles", "fake", "--standalone", str(short_tmp / "sa"),
+                 "--boot-id-file", str(short_tmp / "no-boot-id"), env=BASE_ENV)
+    assert (result.returncode, result.stderr) == (
+        1, f"ascend-dra run: --boot-id-file {short_tmp}/no-boot-id does not exist (the kernel's is "
+           "/proc/sys/kernel/random/boot_id)\n")
+    assert not (short_tmp / "sa").exists()
+
+
 def test_a_malformed_kubeconfig_stops_run_in_one_line(short_tmp):
     """A README trial: three lines (the YAML parser's what, where and mark), after a line of stall figures."""
     (short_tmp / "bad.kc").write_text("garbage: [\n")
