@@ -68,7 +68,7 @@ class _Twin(NamedTuple):
 
 def _accepts(type_: Callable[[str], Any]) -> str:
     return {int: "an integer", float: "a number", boolean: "true or false (true, false, yes, no, on, off, 1, 0)",
-            Path: "a path",
+            Path: "a path", path: "a path",
             log_level: "a log level"}.get(type_, "a valid value")
 
 

@@ -162,7 +162,8 @@ class Daemon(UpkeepMixin):
                 await self._start_and_serve(task_status=task_status)
                 tg.cancel_scope.cancel()
         finally:
-            if self.stalls.phase == "serving":  # a start-up refusal is said alone, in one line
+            # A start-up refusal (nothing measured yet) is said alone, in one line.
+            if self.stalls.phase == "serving" or any(self.stalls.longest.values()):
                 log.info("longest event-loop stalls (late wake-ups, and the same with the CPU wait included)", extra={
                     **{f"{phase}_ms": round(seconds * 1000, 2) for phase, seconds in self.stalls.longest.items()},
                     **{f"{phase}_late_ms": round(seconds * 1000, 2)

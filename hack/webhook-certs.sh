@@ -31,7 +31,13 @@ openssl req -x509 -CA "$CA_DIR/ca.crt" -CAkey "$CA_DIR/ca.key" -newkey ec -pkeyo
   --dry-run=client -o yaml | "$KUBECTL" apply -f -
 bundle=$(base64 -w0 <"$CA_DIR/ca.crt")
 for kind in validatingwebhookconfiguration mutatingwebhookconfiguration; do
-  "$KUBECTL" patch "$kind" "$CONFIG" --type=json \
-    -p "[{\"op\": \"add\", \"path\": \"/webhooks/0/clientConfig/caBundle\", \"value\": \"$bundle\"}]"
+  # Every webhook of the configuration (the mutating one has two: pods and Volcano jobs).
+  names=$("$KUBECTL" get "$kind" "$CONFIG" -o jsonpath='{.webhooks[*].name}')
+  ops="" i=0
+  for _ in $names; do
+    ops="$ops${ops:+,}{\"op\": \"add\", \"path\": \"/webhooks/$i/clientConfig/caBundle\", \"value\": \"$bundle\"}"
+    i=$((i + 1))
+  done
+  "$KUBECTL" patch "$kind" "$CONFIG" --type=json -p "[$ops]"
 done
 echo "serving certificate for $SERVICE.$NAMESPACE.svc stored; caBundle set on $CONFIG (CA in $CA_DIR/ca.crt)"

@@ -135,7 +135,8 @@ class PodMutator:
                     for w in self._warnings(task["template"], f"spec.tasks[{index}].template.")]
         answer, outcome, conversion = await self._convert(
             request, f"volcano job {request.namespace}/{name}", name, Mode.TEMPLATE, warnings,
-            lambda: volcano.convert_job(job, request.namespace, driver_name=self.driver_name, chips=self.chips))
+            lambda: volcano.convert_job(job, request.namespace, driver_name=self.driver_name, chips=self.chips),
+            also_if_converted=volcano.conversion_warnings(job))
         if conversion is not None:
             logger.info("volcano job converted", extra={"job_namespace": request.namespace, "job_name": name,
                                                         "dry_run": request.dry_run,
@@ -144,8 +145,9 @@ class PodMutator:
 
     async def _convert(self, request: review.ReviewRequest, shown: str, owner: str, mode: Mode,
                        warnings: list[str], plan: Callable[[], PodConversion | None],
-                       ) -> tuple[bytes, str, PodConversion | None]:
-        """Plan, create what the plan names, and answer: ``(body, outcome, the conversion if made)``."""
+                       also_if_converted: list[str] | None = None) -> tuple[bytes, str, PodConversion | None]:
+        """Plan, create what the plan names, and answer: ``(body, outcome, the conversion if made)``;
+        ``also_if_converted``: warnings given only with a conversion."""
         try:
             conversion = plan()
         except ConversionError as exc:
@@ -158,7 +160,8 @@ class PodMutator:
         except _Refused as exc:
             return review.denied(request.uid, f"{shown}: {exc.message}", code=exc.code,
                                  reason="Conflict" if exc.code == 409 else "InternalError"), "denied", None
-        return review.patched(request.uid, conversion.patch, warnings), "converted", conversion
+        return review.patched(request.uid, conversion.patch, warnings + (also_if_converted or [])), "converted", \
+            conversion
 
     def _body(self, claim: PlannedClaim, namespace: str, for_pod: str, mode: Mode) -> dict[str, Any]:
         metadata: dict[str, Any] = {"name": claim.object_name, "namespace": namespace, "labels": _labels()}

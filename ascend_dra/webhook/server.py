@@ -3,7 +3,7 @@
 Endpoints on ``--port`` (TLS, certificate reloaded on change, :mod:`.tls`):
 
 - ``POST /validate-resource-claim-parameters``: :mod:`.validate` (ResourceClaim, ResourceClaimTemplate);
-- ``POST /mutate-pods``: :mod:`.mutate` (Pod CREATE);
+- ``POST /mutate-pods``: :mod:`.mutate` (Pod CREATE, and Volcano Job CREATE: :mod:`.volcano`);
 - ``GET /healthz`` (the event loop answers) and ``GET /readyz`` (profiles loaded, certificate
   loaded, and in claim mode the owner loop has listed the pods once).
 

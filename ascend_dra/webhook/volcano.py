@@ -19,11 +19,31 @@ import attrs
 from ascend_dra.webhook.hami import ConversionError, Mode, PodConversion, convert_pod
 from ascend_dra.webhook.hamichips import DEFAULT_CHIPS, HamiChip
 
-__all__ = ("GROUP", "KIND", "convert_job")
+__all__ = ("GROUP", "KIND", "VOLCANO_VERSION_WARNING", "conversion_warnings", "convert_job")
 
 #: ``batch.volcano.sh/v1alpha1`` ``Job`` (the version Volcano serves; its v1beta1 is the PodGroup's).
 GROUP = "batch.volcano.sh"
 KIND = "Job"
+
+
+#: Given with every converted Job: Volcano's Job CRD keeps the converted fields, in this shape,
+#: from v1.11 (v1.7-v1.8 prune them, v1.8.2-v1.10 nest the template name under ``source``).
+VOLCANO_VERSION_WARNING = (
+    "its task templates now ask for ResourceClaimTemplates (spec.resourceClaims, containers[].resources.claims): "
+    "Volcano 1.11 or later keeps them; an older Volcano drops them and its pods start without an NPU "
+    "(label such jobs and their task templates ascend.project-hami.io/webhook=ignore)")
+
+
+def conversion_warnings(job: Mapping[str, Any]) -> list[str]:
+    """Admission warnings for a Job that is converted: the Volcano version it needs, and each
+    ``spec.minResources`` entry that asks for ``huawei.com/*`` (left as the user wrote it: no node
+    advertises it any more, so the job waits for it)."""
+    spec = job.get("spec")
+    minimum = spec.get("minResources") if isinstance(spec, Mapping) else None
+    stale = [name for name in (minimum if isinstance(minimum, Mapping) else ()) if str(name).startswith("huawei.com/")]
+    return [VOLCANO_VERSION_WARNING] + [
+        f"spec.minResources: {name} is not converted and no node advertises it once HAMi's device plugin is gone; "
+        "remove it, or the job waits for it" for name in stale]
 
 
 def _no_name() -> str:

@@ -362,14 +362,20 @@ def test_reinvocation_reuses_the_claim_and_an_orphan_is_swept(cp, hook):
 def dry_run_pod_review(hook, proc, ns: str, limits: dict) -> dict:
     """The webhook's answer (``response``) to a dry-run CREATE review of pod ``p`` whose one container
     ``c`` has ``limits``, sent straight to its /mutate-pods over TLS."""
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x", "resources": {
+        "limits": limits}}]}}
+    return dry_run_review(hook, proc, ns, pod, {"group": "", "version": "v1", "kind": "Pod"})
+
+
+def dry_run_review(hook, proc, ns: str, obj: dict, kind: dict) -> dict:
+    """The webhook's answer (``response``) to a dry-run CREATE review of ``obj`` (its GVK ``kind``),
+    sent straight to its /mutate-pods over TLS."""
     import ssl
     import urllib.request
 
-    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x", "resources": {
-        "limits": limits}}]}}
     review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": "r-1", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "operation": "CREATE",
-        "namespace": ns, "name": "p", "object": pod, "dryRun": True}}
+        "uid": "r-1", "kind": kind, "operation": "CREATE",
+        "namespace": ns, "name": obj["metadata"]["name"], "object": obj, "dryRun": True}}
     request = urllib.request.Request(f"https://127.0.0.1:{proc.port}/mutate-pods", data=json.dumps(review).encode(),
                                      headers={"Content-Type": "application/json"})
     context = ssl.create_default_context(cafile=str(hook.ca[0]))
@@ -465,9 +471,19 @@ def test_a_volcano_jobs_task_templates_are_converted_and_their_claim_templates_m
     exactly = template["spec"]["spec"]["devices"]["requests"][0]["exactly"]
     assert exactly["capacity"]["requests"]["memory"] == "4294967296"  # stored as sent
     assert any('uuid in ["U-1"]' in s["cel"]["expression"] for s in exactly["selectors"])
-    # A job that asks for nothing is not even sent (matchConditions); one that asks for too much is refused.
+    # A job that asks for nothing is stored as written; one that asks for too much is refused.
     assert ok(cp, "POST", jobs.format(ns=ns), {**body, "metadata": {"name": "plain"}, "spec": {
         "tasks": [{"name": "plain", "replicas": 1, "template": plain}]}})["spec"]["tasks"][0]["template"] == plain
+    # What the user is told (kubectl prints admission warnings): the Volcano version the converted
+    # fields need, and a minResources entry left asking for huawei.com/*.
+    answer = dry_run_review(hook, hook.use("claim"), ns, {**body, "metadata": {"name": "warned"}, "spec": {
+        **body["spec"], "minResources": {"cpu": "1", "huawei.com/Ascend310P": "2"}}},
+        {"group": "batch.volcano.sh", "version": "v1alpha1", "kind": "Job"})
+    assert answer["allowed"] is True and answer["patch"]
+    assert [w.split(":")[0] for w in answer["warnings"]] == ["its task templates now ask for ResourceClaimTemplates "
+                                                             "(spec.resourceClaims, containers[].resources.claims)",
+                                                             "spec.minResources"]
+    assert "Volcano 1.11 or later" in answer["warnings"][0] and "huawei.com/Ascend310P" in answer["warnings"][1]
     worker["spec"]["containers"][0]["resources"]["limits"]["huawei.com/Ascend310P-core"] = "150"
     status, reply = cp.api("POST", jobs.format(ns=ns), {**body, "metadata": {"name": "too-much"}})
     assert status == 422 and "spec.tasks[0].template.spec.containers[0].resources.limits" in reply["message"], reply

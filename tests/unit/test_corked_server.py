@@ -147,11 +147,97 @@ async def test_the_server_tells_its_corked_transport_how_many_requests_are_being
         ours.close()
 
 
-def burst(calls: int) -> tuple[h2.connection.H2Connection, bytes]:
-    """A client's HTTP/2 preface and ``calls`` unary Health.Check requests (HEADERS + DATA each, as
-    grpc-go and grpcio send them), as one byte string."""
-    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-    conn.initiate_connection()
+async def test_a_health_watch_open_on_the_connection_does_not_hold_the_answers_of_other_calls(tmp_path):
+    """The kubelet keeps NodeWatchResources open on the connection it prepares on: a stream that
+    already answers is not a request waiting for its answer, so the count stays 0 beside it (with
+    h2's open streams it was 1 for the connection's life and no answer went out early)."""
+    first = asyncio.Event()
+
+    class Watching(Health):
+        async def watch(self, message: HealthCheckRequest):
+            yield HealthCheckResponse(status=SERVING)
+            first.set()
+            await asyncio.sleep(60)
+
+    made = []
+
+    class Recording(CorkedServer):
+        def _protocol_factory(self):
+            made.append(super()._protocol_factory())
+            return made[-1]
+
+    path = str(tmp_path / "watch.sock")
+    server = Recording([Watching()])
+    await server.start(path=path)
+    channel = Channel(path=path)
+    try:
+        stub = HealthStub(channel)
+        assert (await stub.check(HealthCheckRequest())).status is SERVING
+        watch = asyncio.create_task(anext(stub.watch(HealthCheckRequest())))
+        with anyio.fail_after(10):
+            await first.wait()
+            await watch
+        [protocol] = made
+        corked = protocol.connection._transport
+        assert corked.streams_open() == 0
+        assert (await stub.check(HealthCheckRequest())).status is SERVING  # answered beside it
+    finally:
+        channel.close()
+        server.close()
+        await server.wait_closed()
+
+
+async def test_the_answers_of_calls_that_arrive_together_leave_in_one_write(tmp_path, monkeypatch):
+    """Two requests in one read: the first answer waits for the second (its request still waits),
+    and the second sends both, one write; flushing every ended answer at once would make two."""
+    path = str(tmp_path / "two.sock")
+    server = CorkedServer([Health()])
+    await server.start(path=path)
+    loop = asyncio.get_running_loop()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    writes: list[int] = []
+    original = asyncio.selector_events._SelectorSocketTransport.write
+
+    def counting(transport, data):
+        if transport.get_extra_info("sockname") == path:
+            writes.append(len(data))
+        return original(transport, data)
+
+    try:
+        await loop.sock_connect(sock, path)
+        client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        client.initiate_connection()
+        await loop.sock_sendall(sock, client.data_to_send())  # settings exchanged first
+        with anyio.fail_after(10):
+            while not any(isinstance(e, h2.events.SettingsAcknowledged)
+                          for e in client.receive_data(await loop.sock_recv(sock, 65536))):
+                pass
+        _, data = burst(2, client)
+        monkeypatch.setattr(asyncio.selector_events._SelectorSocketTransport, "write", counting)
+        await loop.sock_sendall(sock, data)
+        ended: set[int] = set()
+        with anyio.fail_after(10):
+            while len(ended) < 2:
+                for event in client.receive_data(await loop.sock_recv(sock, 65536)):
+                    if isinstance(event, h2.events.StreamEnded):
+                        ended.add(event.stream_id)
+        monkeypatch.setattr(asyncio.selector_events._SelectorSocketTransport, "write", original)
+    finally:
+        sock.close()
+        server.close()
+        await server.wait_closed()
+    assert ended == {1, 3}
+    assert len(writes) == 1, writes
+
+
+def burst(calls: int, conn: h2.connection.H2Connection | None = None) -> tuple[h2.connection.H2Connection, bytes]:
+    """A client's HTTP/2 preface (unless ``conn``, a client already connected, is given) and
+    ``calls`` unary Health.Check requests (HEADERS + DATA each, as grpc-go and grpcio send them),
+    as one byte string."""
+    if conn is None:
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        conn.initiate_connection()
     message = bytes(HealthCheckRequest(service="default/" + "c" * 40 + "/" + "u" * 36))  # a claim's size
     for i in range(calls):
         stream = 2 * i + 1

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from ascend_dra.webhook.hami import ConversionError, Mode, convert_pod
-from ascend_dra.webhook.volcano import convert_job
+from ascend_dra.webhook.volcano import VOLCANO_VERSION_WARNING, conversion_warnings, convert_job
 from tests.jsonpatch import apply_patch
 
 
@@ -76,3 +76,13 @@ def test_problems_name_the_task():
     assert list(caught.value.problems) == [(
         'spec.tasks[0].template.spec.containers[0].resources.limits["huawei.com/Ascend310P-core"]',
         "'150' is out of range 0..100 (percent of a chip)")]
+
+
+def test_a_converted_job_is_told_the_volcano_it_needs_and_its_stale_min_resources():
+    source = job()
+    assert conversion_warnings(source) == [VOLCANO_VERSION_WARNING]
+    source["spec"]["minResources"] = {"cpu": "2", "huawei.com/Ascend310P": "2", "huawei.com/Ascend310P-memory": "8192"}
+    warnings = conversion_warnings(source)
+    assert warnings[0] == VOLCANO_VERSION_WARNING and "Volcano 1.11 or later" in warnings[0]
+    assert [w.split(" is not")[0] for w in warnings[1:]] == ["spec.minResources: huawei.com/Ascend310P",
+                                                              "spec.minResources: huawei.com/Ascend310P-memory"]
