@@ -45,6 +45,8 @@ CHIP_SELECTORS = {
     "Ascend910B": ("chipName", "910B3"),
 }
 
+#: The keys of an entry that name its pod resources: the count, the memory and the cores.
+_NAME_KEYS = ("resourceName", "resourceMemoryName", "resourceCoreName")
 #: A commonWord becomes part of claim and template names (lower-cased) and of annotation keys.
 _COMMON_WORD = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?")
 #: An extended resource name: ``<DNS subdomain>/<name>`` (what the API server accepts in ``limits``).
@@ -145,20 +147,20 @@ def load_device_config(path: Path) -> tuple[HamiChip, ...]:
         if len(word) > 40 or not _COMMON_WORD.fullmatch(word):
             raise DeviceConfigError(f"{where}: {path_}.commonWord {word!r} must be letters, digits and '-' (at most "
                                     "40; it becomes part of claim names)")
-        names = tuple(_text(entry, key, path_, where, required=key == "resourceName")
-                      for key in ("resourceName", "resourceMemoryName", "resourceCoreName"))
-        for key, name in zip(("resourceName", "resourceMemoryName", "resourceCoreName"), names, strict=True):
-            if name is not None and not _RESOURCE.fullmatch(name):
+        names = tuple(_text(entry, key, path_, where, required=key == "resourceName") for key in _NAME_KEYS)
+        given = [(key, name) for key, name in zip(_NAME_KEYS, names, strict=True) if name is not None]
+        for key, name in given:
+            if not _RESOURCE.fullmatch(name):
                 raise DeviceConfigError(f"{where}: {path_}.{key} {name!r} is not a resource name "
                                         "(<domain>/<name>, e.g. huawei.com/Ascend310P)")
-            if name is not None and not name.startswith(RESOURCE_PREFIX):
+            if not name.startswith(RESOURCE_PREFIX):
                 # The webhook configurations' matchConditions send only pods asking for huawei.com/*.
                 raise DeviceConfigError(f"{where}: {path_}.{key} {name} is not under {RESOURCE_PREFIX}: the API "
                                         f"server sends the webhook only pods that ask for {RESOURCE_PREFIX}* resources")
-            if name is not None and owner.setdefault(name, word) != word:
+            if owner.setdefault(name, word) != word:
                 raise DeviceConfigError(f"{where}: {path_}.{key} {name} is also a resource of commonWord "
                                         f"{owner[name]}; one resource can name one commonWord")
-        if len({n for n in names if n is not None}) != len([n for n in names if n is not None]):
+        if len({name for _, name in given}) != len(given):
             raise DeviceConfigError(f"{where}: {path_} names one resource twice")
         if word in words:
             first, first_names, chips = words[word]

@@ -129,10 +129,8 @@ class PodMutator:
         if (metadata.get("labels") or {}).get(OPT_OUT_LABEL) == OPT_OUT_VALUE:
             return review.allowed(request.uid), "allowed"
         name = request.name or metadata.get("name") or f"{metadata.get('generateName', '')}*"
-        tasks = (job.get("spec") or {}).get("tasks") if isinstance(job.get("spec"), Mapping) else None
-        warnings = [w for index, task in enumerate(tasks if isinstance(tasks, list) else ())
-                    if isinstance(task, Mapping) and isinstance(task.get("template"), Mapping)
-                    for w in self._warnings(task["template"], f"spec.tasks[{index}].template.")]
+        warnings = [w for index, template in volcano.task_templates(job)
+                    for w in self._warnings(template, f"spec.tasks[{index}].template.")]
         answer, outcome, conversion = await self._convert(
             request, f"volcano job {request.namespace}/{name}", name, Mode.TEMPLATE, warnings,
             lambda: volcano.convert_job(job, request.namespace, driver_name=self.driver_name, chips=self.chips),

@@ -17,9 +17,9 @@ from typing import Any
 import attrs
 
 from ascend_dra.webhook.hami import ConversionError, Mode, PodConversion, convert_pod
-from ascend_dra.webhook.hamichips import DEFAULT_CHIPS, HamiChip
+from ascend_dra.webhook.hamichips import DEFAULT_CHIPS, RESOURCE_PREFIX, HamiChip
 
-__all__ = ("GROUP", "KIND", "VOLCANO_VERSION_WARNING", "conversion_warnings", "convert_job")
+__all__ = ("GROUP", "KIND", "VOLCANO_VERSION_WARNING", "conversion_warnings", "convert_job", "task_templates")
 
 #: ``batch.volcano.sh/v1alpha1`` ``Job`` (the version Volcano serves; its v1beta1 is the PodGroup's).
 GROUP = "batch.volcano.sh"
@@ -40,10 +40,24 @@ def conversion_warnings(job: Mapping[str, Any]) -> list[str]:
     advertises it any more, so the job waits for it)."""
     spec = job.get("spec")
     minimum = spec.get("minResources") if isinstance(spec, Mapping) else None
-    stale = [name for name in (minimum if isinstance(minimum, Mapping) else ()) if str(name).startswith("huawei.com/")]
+    stale = [name for name in (minimum if isinstance(minimum, Mapping) else ())
+             if str(name).startswith(RESOURCE_PREFIX)]
     return [VOLCANO_VERSION_WARNING] + [
         f"spec.minResources: {name} is not converted and no node advertises it once HAMi's device plugin is gone; "
         "remove it, or the job waits for it" for name in stale]
+
+
+def task_templates(job: Mapping[str, Any]) -> list[tuple[int, Mapping[str, Any]]]:
+    """``(index, template)`` of every task of ``job`` that has a pod template with a ``spec``
+    (Volcano's own validation refuses a task without one; a malformed job yields fewer)."""
+    spec = job.get("spec")
+    tasks = spec.get("tasks") if isinstance(spec, Mapping) else None
+    found = []
+    for index, task in enumerate(tasks if isinstance(tasks, list) else ()):
+        template = task.get("template") if isinstance(task, Mapping) else None
+        if isinstance(template, Mapping) and isinstance(template.get("spec"), Mapping):
+            found.append((index, template))
+    return found
 
 
 def _no_name() -> str:
@@ -64,14 +78,10 @@ def convert_job(job: Mapping[str, Any], namespace: str, *, driver_name: str = "a
     :raises ConversionError: with every problem of every task, each path starting
         ``spec.tasks[<i>].template.``.
     """
-    tasks = (job.get("spec") or {}).get("tasks") if isinstance(job.get("spec"), Mapping) else None
     problems: list[tuple[str, str]] = []
     planned = []
     patch: list[Mapping[str, Any]] = []
-    for index, task in enumerate(tasks if isinstance(tasks, list) else ()):
-        template = task.get("template") if isinstance(task, Mapping) else None
-        if not isinstance(template, Mapping) or not isinstance(template.get("spec"), Mapping):
-            continue  # Volcano's own validation refuses a task without a pod template
+    for index, template in task_templates(job):
         where = f"spec.tasks[{index}].template"
         pod = {"metadata": template.get("metadata") or {}, "spec": template["spec"]}
         try:
