@@ -120,9 +120,12 @@ def test_without_the_flag_a_second_instance_still_waits_for_the_first(short_tmp)
     second = DaemonProcess(short_tmp / "sa", env={}, rolling_update_id="pod-b")
     second.start(wait=False)
     try:
-        time.sleep(2)
+        deadline = time.monotonic() + 20  # the second process's start-up on a loaded machine
+        while "waiting for it to stop" not in second.log_text():
+            assert time.monotonic() < deadline, second.log_text()
+            time.sleep(0.05)
+        time.sleep(1)  # it would have made its socket by now had it not waited
         assert not second.registration_socket.exists()  # an instance without the flag excludes the others
-        assert "waiting for it to stop" in second.log_text()
         first.stop()
         second.wait_serving()
     finally:

@@ -46,7 +46,10 @@ def test_the_kubelet_registers_our_plugin_from_its_registry_dir(node, daemon):
     supports (1.35 serves v1 and v1beta1: v1, our first), connects and opens the health stream."""
     log = wait_for(lambda: (t := node.kubelet_log.read_text()) and "Registered DRA plugin" in t and t,
                    "the kubelet's registration log", within=30)
-    assert "registered with the kubelet" in daemon.log_text()
+    # The daemon logs its side only when the kubelet's NotifyRegistrationStatus arrives, which the
+    # kubelet sends after its own line: another process's event, so wait for it too.
+    wait_for(lambda: "registered with the kubelet" in daemon.log_text(), "the daemon told of its registration",
+             within=30)
     kubelet = Kubelet(daemon)
     try:
         offered = list(kubelet.get_info().supported_versions)
@@ -96,7 +99,10 @@ def test_kubelet_restart_wipes_our_slices_we_restore_them_and_running_pods_keep_
     wait_for(lambda: "Deleted ResourceSlices" in new_log(node, offset), "the kubelet's slice wipe", within=30)
     wait_for(lambda: (u := {s["metadata"]["uid"] for s in our_slices(cp, node.node_name)}) and not u & before,
              "our slices re-created after the wipe", within=30)
-    assert 'chosenService="v1.DRAPlugin"' in new_log(node, offset)
+    # Our slices come back from our own slice watch, not from the kubelet's re-registration: wait for
+    # the kubelet's line rather than assume it came first.
+    wait_for(lambda: 'chosenService="v1.DRAPlugin"' in new_log(node, offset), "the kubelet registered us again",
+             within=30)
     pod = wait_running(cp, namespace, "survivor")
     [status] = pod["status"]["containerStatuses"]
     assert status["containerID"] == container_id and status.get("restartCount", 0) == 0
