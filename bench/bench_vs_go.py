@@ -127,6 +127,9 @@ class Driver:
         root.mkdir(parents=True, exist_ok=True)
         self.cdi_dir = root / "cdi"
         self.cdi_tmpfs = tmpfs_cdi_dir(self.cdi_dir)  # as /var/run/cdi on a node
+        # Each driver is given the real directory, as on a node: the Go driver's CDI library rescans
+        # its spec dirs after every write and finds nothing in a symlinked one, which made its Prepare look cheap.
+        self.cdi_root = self.cdi_tmpfs or self.cdi_dir
         self.pid = 0
 
     # -- process
@@ -197,7 +200,8 @@ class Ours(Driver):
     def __init__(self, cp, root: Path, devices: int, status: bool = True) -> None:
         super().__init__(cp, root, devices)
         self.daemon = DaemonProcess(root, node=cp.node_name, fake_devices=devices, kubeconfig=cp.kubeconfig,
-                                    extra_args=[] if status else ["--claim-status", "false"])
+                                    extra_args=["--cdi-root", str(self.cdi_root)]  # the last one given wins
+                                    + ([] if status else ["--claim-status", "false"]))
 
     def spawn(self) -> None:
         self.daemon.start(wait=False)
@@ -236,7 +240,7 @@ class Go(Driver):
         r = self.root
         (r / "plugins_registry").mkdir(exist_ok=True)  # the kubelet's; the plugin does not create it
         args = [str(self.binary), "--node-name", self.cp.node_name, "--kubeconfig", str(self.cp.kubeconfig),
-                "--cdi-root", str(self.cdi_dir), "--num-devices", str(self.devices),
+                "--cdi-root", str(self.cdi_root), "--num-devices", str(self.devices),
                 "--kubelet-registrar-directory-path", str(r / "plugins_registry"),
                 "--kubelet-plugins-directory-path", str(r / "plugins"),
                 # client-go's token bucket off (QPS <= 0 makes no rate limiter): only its code is measured
