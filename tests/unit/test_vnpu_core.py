@@ -142,8 +142,7 @@ async def test_old_driver_and_missing_assets_refuse_every_chip(tmp_path) -> None
     assert inventory.devices == ()
     host = lab.host_root
     reason = (f"driver 23.0.rc3 is older than 25.5 (HAMivNPUCore needs >= 25.5); hami-vnpu-core assets missing: "
-              f"{host}/usr/local/hami-vnpu-core/libvnpu.so, {host}/usr/local/hami-vnpu-core/ld.so.preload, "
-              f"{host}/usr/local/hami-shared-region")
+              f"{host}/usr/local/hami-vnpu-core/libvnpu.so, {host}/usr/local/hami-shared-region")
     assert [n for n in profile.discovery_notes() if "not offered" in n] == [
         f"npu-0-0 (NPU 4 chip 0) not offered: {reason}", f"npu-1-0 (NPU 5 chip 0) not offered: {reason}"]
 
@@ -168,6 +167,8 @@ async def test_a_shared_region_not_mode_0777_refuses_every_chip(lab, tmp_path) -
 @pytest.mark.anyio
 async def test_discover_command_shows_reasons_and_the_aarch64_note(lab, tmp_path, monkeypatch) -> None:
     monkeypatch.setattr("platform.machine", lambda: "x86_64")
+    library = lab.host_root / "usr/local/hami-vnpu-core/libvnpu.so"
+    library.write_bytes(labnode.elf_header("x86_64"))  # built for the host it pretends to be
     lab.set_device_share(4, 0, False)
     text = await discover_run([loaded()], context(lab, tmp_path), "table")
     lines = text.splitlines()
@@ -177,6 +178,7 @@ async def test_discover_command_shows_reasons_and_the_aarch64_note(lab, tmp_path
     assert ("HAMivNPUCore: npu-0-0 (NPU 4 chip 0) not offered: device-share is off (enable it with: npu-smi set "
             "-t device-share -i 4 -c 0 -d 1)") in lines
     monkeypatch.setattr("platform.machine", lambda: "aarch64")
+    library.write_bytes(labnode.elf_header("aarch64"))
     text = await discover_run([loaded()], context(lab, tmp_path), "table")
     assert "aarch64" not in text
 
@@ -243,7 +245,7 @@ async def test_lab_share_gets_the_labs_env_device_nodes_and_mounts(lab, tmp_path
         Mount(f"{host}/usr/local/Ascend/driver/lib64/driver", "/usr/local/Ascend/driver/lib64/driver", ro),
         Mount(f"{host}/usr/local/Ascend/driver/version.info", "/usr/local/Ascend/driver/version.info", ro),
         Mount(core, "/hami-vnpu-core", ro),
-        Mount(f"{core}/ld.so.preload", "/etc/ld.so.preload", ro),
+        Mount(f"{core}/containers/{CLAIM_UID}/ld.so.preload", "/etc/ld.so.preload", ro),  # the claim's own
         Mount(f"{host}/usr/local/hami-shared-region", "/hami-shared-region", rw),
         Mount(f"{core}/containers/{CLAIM_UID}/npu", "/hami-vnpu-shmem", rw))
     assert edits.problems("npu-0-0") == []
@@ -360,7 +362,7 @@ async def test_two_shares_of_one_chip_in_one_claim_each_get_their_own_quota(lab,
         mine = edits[f"{CLAIM_UID}-npu-0-0-{share}"]
         assert f"NPU_MEM_QUOTA={int(memory[:-2]) * 1024}" in mine["env"], (request, mine["env"])
         assert f"NPU_PRIORITY={cores}" in mine["env"], (request, mine["env"])
-        assert [m["hostPath"] for m in mine["mounts"] if f"/{CLAIM_UID}/" in m["hostPath"]] == [
+        assert [m["hostPath"] for m in mine["mounts"] if m["containerPath"] == "/hami-vnpu-shmem"] == [
             str(lab.host_root / "usr/local/hami-vnpu-core/containers" / CLAIM_UID / request)]
 
 

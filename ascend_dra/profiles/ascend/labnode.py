@@ -23,10 +23,12 @@ NPU IDs 4 and 5, chip 0 each, logic IDs 0/1, physical IDs 0/2, PCIe ``0000:81:00
 * ``dev/`` -- ``davinci0``, ``davinci2``, ``davinci_manager``, ``devmm_svm``, ``hisi_hdc``: character
   devices 1:3 (the null device) when we may ``mknod`` (root), else empty files (discovery only);
 * ``host/`` -- a host root for ``HAMivNPUCore.hostRoot``: the driver (``version.info`` with
-  ``Version=25.5.1``, ``lib64/driver``), ``etc/ascend_install.info``, the hami-vnpu-core assets
-  (``libvnpu.so`` is a placeholder file, not a library; ``ld.so.preload`` names
-  ``/hami-vnpu-core/libvnpu.so``), ``containers/`` and the shared region (mode 0777), ``usr/local/dcmi``
-  and a copy of the stand-in as ``usr/local/bin/npu-smi`` (for ``VnpuCoreConfig.mountTools``).
+  ``Version=25.5.1``, ``lib64/driver``), ``etc/ascend_install.info``, the hami-vnpu-core assets as
+  HAMi's Ascend device plugin installs them (``libvnpu.so`` is a placeholder: the 64-byte ELF header
+  of a shared object for this host's machine, :func:`elf_header`, which passes the profile's checks
+  but is no library; ``ld.so.preload`` names ``/hami-vnpu-core/libvnpu.so``), ``containers/`` and the
+  shared region (mode 0777), ``usr/local/dcmi`` and a copy of the stand-in as
+  ``usr/local/bin/npu-smi`` (for ``VnpuCoreConfig.mountTools``).
 
 Use from a shell: ``python -m ascend_dra.profiles.ascend.labnode DIR`` prints the daemon flags.
 """
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import platform
 import shlex
 import stat
 import sys
@@ -43,7 +46,9 @@ from pathlib import Path
 
 import attrs
 
-__all__ = ("LAB_CHIPS", "LabChip", "LabNode", "build", "render_info")
+from ascend_dra.profiles.ascend.vnpu_core_assets import HOST_ELF
+
+__all__ = ("LAB_CHIPS", "LabChip", "LabNode", "build", "elf_header", "render_info")
 
 DRIVER_VERSION = "25.5.1"
 FIRMWARE_VERSION = "7.8.0.6.201"
@@ -266,6 +271,17 @@ def _device_nodes(dev: Path, names: Sequence[str]) -> bool:
     return real
 
 
+def elf_header(machine: str | int | None = None, *, elf_class: int = 2, kind: int = 3) -> bytes:
+    """A 64-byte little-endian ELF header (elf(5)): ``kind`` is ``e_type`` (3, a shared object; 2,
+    an executable), ``elf_class`` 1 (32-bit) or 2 (64-bit), ``machine`` a ``platform.machine()`` name
+    (default: this host's) or an ``e_machine`` number (0 for a machine :data:`HOST_ELF` does not know).
+    The rest of the header is zero: it is not a loadable file."""
+    if not isinstance(machine, int):
+        machine = HOST_ELF.get(machine or platform.machine(), (2, 1, 0))[2]
+    ident = b"\x7fELF" + bytes([elf_class, 1, 1]) + bytes(9)
+    return ident + kind.to_bytes(2, "little") + machine.to_bytes(2, "little") + bytes(44)
+
+
 def _host_root(host: Path, driver_version: str, assets: bool) -> None:
     files: Mapping[str, str] = {
         "usr/local/Ascend/driver/version.info": f"Version={driver_version}\npackage_version={driver_version}\n",
@@ -275,14 +291,15 @@ def _host_root(host: Path, driver_version: str, assets: bool) -> None:
         "usr/local/dcmi/libdcmi.so": "ascend-dra lab placeholder\n",
     }
     if assets:
-        files = {**files,
-                 "usr/local/hami-vnpu-core/libvnpu.so": "ascend-dra lab placeholder for hami-vnpu-core's libvnpu.so\n",
-                 "usr/local/hami-vnpu-core/ld.so.preload": "/hami-vnpu-core/libvnpu.so\n"}
+        files = {**files, "usr/local/hami-vnpu-core/ld.so.preload": "/hami-vnpu-core/libvnpu.so\n"}
     for relative, text in files.items():
         path = host / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     if assets:
+        library = host / "usr/local/hami-vnpu-core/libvnpu.so"
+        library.write_bytes(elf_header())
+        library.chmod(0o644)
         (host / "usr/local/hami-vnpu-core/containers").mkdir(parents=True, exist_ok=True)
         region = host / "usr/local/hami-shared-region"
         region.mkdir(parents=True, exist_ok=True)

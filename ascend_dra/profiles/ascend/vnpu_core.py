@@ -32,10 +32,13 @@ every allocation
 nodes ``/dev/davinci<physicalID>`` plus the shared nodes found at discovery; the mounts of
 docs/ascend-hardware.md#vnpu-core-container-edits:
 ``/etc/ascend_install.info``, the driver's ``lib64/driver`` and ``version.info`` (ro), the assets
-dir at ``/hami-vnpu-core`` (ro), its ``ld.so.preload`` onto ``/etc/ld.so.preload`` (ro), the shared
-region at ``/hami-shared-region`` and the claim's local dir at ``/hami-vnpu-shmem`` (rw, nosuid,
-nodev). The local dir is ``<vnpuCoreDir>/containers/<claimUID>/<request>``, mode 0777, created by
-:meth:`VnpuCoreProfile.prepare_side_effects` and removed by :meth:`unprepare_side_effects`.
+dir at ``/hami-vnpu-core`` (ro), the claim's own preload file onto ``/etc/ld.so.preload`` (ro; it
+names ``/hami-vnpu-core/libvnpu.so``, :mod:`.vnpu_core_assets`: the host's ``ld.so.preload`` may
+name a path the container does not have), the shared region at ``/hami-shared-region`` and the
+claim's local dir at ``/hami-vnpu-shmem`` (rw, nosuid, nodev). The claim's dir is
+``<vnpuCoreDir>/containers/<claimUID>``: ``ld.so.preload`` (mode 0644) and one local dir per request,
+``<request>/`` (mode 0777), created by :meth:`VnpuCoreProfile.prepare_side_effects` and removed
+with everything in it by :meth:`unprepare_side_effects`.
 
 Host paths are profile options (:mod:`.vnpu_core_host`); prerequisites in :mod:`.vnpu_core_prereq`.
 """
@@ -64,6 +67,7 @@ from ascend_dra.profiles.ascend.errors import NpuSmiError
 from ascend_dra.profiles.ascend.keyvalue import DeviceShare
 from ascend_dra.profiles.ascend.npusmi import NpuSmi
 from ascend_dra.profiles.ascend.profile import AscendChipProfile
+from ascend_dra.profiles.ascend.vnpu_core_assets import LibraryMissing, library_problem, preload_path, write_preload
 from ascend_dra.profiles.ascend.vnpu_core_host import (
     CONTAINER_LOCAL_DIR,
     CONTAINER_SHARED_REGION,
@@ -183,7 +187,8 @@ class VnpuCoreProfile(AscendChipProfile):
                 share = await NpuSmi(executable, timeout_s=self.timeout_s).device_share()
             except NpuSmiError as exc:
                 share_problem = str(exc)
-        facts = await anyio.to_thread.run_sync(probe_host, host, abandon_on_cancel=True)
+        machine = platform.machine()
+        facts = await anyio.to_thread.run_sync(probe_host, host, machine, abandon_on_cancel=True)
         self.layout = await anyio.to_thread.run_sync(ascend_host.probe, ctx.dev_root, self.host_root,
                                                      abandon_on_cancel=True)
         self.install_info_exists = await anyio.to_thread.run_sync(os.path.isfile, host.install_info)
@@ -191,7 +196,7 @@ class VnpuCoreProfile(AscendChipProfile):
         self.last_discovery = found
         self._dropped = (*found.dropped, *unknown)
         verdict = judge([c for c in found.chips if c.family is not None], tier=found.source, device_share=share,
-                        device_share_problem=share_problem, facts=facts, machine=platform.machine())
+                        device_share_problem=share_problem, facts=facts, machine=machine)
         self._log_refusals(verdict.refused)
         for note in set(verdict.notes) - set(self.node_notes):
             logger.info("HAMivNPUCore note", extra={"profile": self.name, "note": note})
@@ -257,7 +262,7 @@ class VnpuCoreProfile(AscendChipProfile):
             if shares:
                 physical = [self._physical_id(ctx, m.device) for m in shares]
                 env = limiter_env(shares, physical)
-                mounts = self._mounts(host, config, f"{claim_dir}/{_component(request, 'request name')}")
+                mounts = self._mounts(host, config, claim_dir, _component(request, "request name"))
                 for allocated, number in zip(shares, physical, strict=True):
                     edits[allocated.device] = ContainerEdits(env=env, device_nodes=self._nodes(ctx, number),
                                                              mounts=mounts)
@@ -291,13 +296,15 @@ class VnpuCoreProfile(AscendChipProfile):
             mounts += [Mount(host.on_host(p), p, _RO) for p in self.layout.tool_mounts]
         return mounts
 
-    def _mounts(self, host: VnpuCoreHost, config: VnpuCoreConfig, local_dir: str) -> tuple[Mount, ...]:
+    def _mounts(self, host: VnpuCoreHost, config: VnpuCoreConfig, claim_dir: str, request: str) -> tuple[Mount, ...]:
         mounts = self._driver_mounts(host, config, tools=False)
         mounts += [
             Mount(host.vnpu_core_dir, CONTAINER_VNPU_CORE_DIR, _RO),
-            Mount(host.ld_so_preload, "/etc/ld.so.preload", _RO),
+            # The claim's own file, not the host's: what that one names may not exist in the
+            # container, and the loader then skips it without a word (vnpu_core_assets).
+            Mount(preload_path(claim_dir), "/etc/ld.so.preload", _RO),
             Mount(host.shared_region_dir, CONTAINER_SHARED_REGION, _RW),
-            Mount(local_dir, CONTAINER_LOCAL_DIR, _RW),
+            Mount(f"{claim_dir}/{request}", CONTAINER_LOCAL_DIR, _RW),
         ]
         if config.mount_tools:
             mounts += [Mount(host.on_host(p), p, _RO) for p in self.layout.tool_mounts]
@@ -306,17 +313,24 @@ class VnpuCoreProfile(AscendChipProfile):
     async def prepare_side_effects(
         self, claim: ClaimAllocation, devices: Sequence[AllocatedDevice], ctx: ApplyContext
     ) -> dict[str, Any]:
-        """Create the claim's local dir and one mode-0777 subdir per request (idempotent: an
-        existing dir from an interrupted attempt is reused and its mode set again).
+        """Check that containers would load the interceptor library, then create the claim's dir,
+        its preload file and one mode-0777 subdir per request (idempotent: what an interrupted
+        attempt left is reused, its modes set and its preload written again).
 
-        :return: ``{"claimDir": <host path>}``, stored in the checkpoint for :meth:`unprepare_side_effects`.
+        The library is checked again here, not only at discovery: it may have gone or changed since,
+        and a container whose preload names nothing runs with no quota at all.
+
+        :return: ``{"claimDir": <host path>}``, stored in the checkpoint for :meth:`unprepare_side_effects`
+            (the preload file is inside that dir, so it goes with it).
+        :raises ValueError: naming the library and why no container would load it.
+        :raises OSError: naming the dir or file that could not be made.
         """
         host = VnpuCoreHost.from_options(ctx.profile.options, self.name)
         claim_dir = host.claim_dir(_component(claim.uid, "claim UID"))
         requests = sorted({_component(d.base_request, "request name") for d in devices})
-        await anyio.to_thread.run_sync(_make_dirs, claim_dir, requests)
+        preload = await anyio.to_thread.run_sync(_make_claim_files, host, claim_dir, requests, platform.machine())
         logger.info("created the claim's hami-vnpu-core local dir",
-                    extra={"claim_uid": claim.uid, "path": claim_dir, "requests": requests})
+                    extra={"claim_uid": claim.uid, "path": claim_dir, "requests": requests, "preload": preload})
         return {"claimDir": claim_dir}
 
     async def unprepare_side_effects(self, record: Mapping[str, Any] | None, ctx: ApplyContext) -> None:
@@ -339,6 +353,18 @@ def _component(value: str, what: str) -> str:
     if not _COMPONENT.fullmatch(value):
         raise ValueError(f"{what} {value!r} cannot be a path component (lower-case letters, digits and '-')")
     return value
+
+
+def _make_claim_files(host: VnpuCoreHost, claim_dir: str, requests: Sequence[str], machine: str) -> str:
+    """Check the library, make the claim's dirs and write its preload file; return the file's path."""
+    try:
+        problem = library_problem(host, machine)
+    except LibraryMissing as exc:
+        problem = f"hami-vnpu-core library {exc} is missing"
+    if problem is not None:
+        raise ValueError(f"{problem}; no container of this claim would enforce its quota")
+    _make_dirs(claim_dir, requests)
+    return write_preload(claim_dir)
 
 
 def _make_dirs(claim_dir: str, requests: Sequence[str]) -> None:

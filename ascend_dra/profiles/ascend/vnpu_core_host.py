@@ -1,10 +1,11 @@
 """Host paths of the HAMivNPUCore soft split, from profile options, and the mounts they give a container.
 
 Layout (docs/ascend-hardware.md#vnpu-core-host-layout, the peer chart's init container): ``/usr/local/hami-vnpu-core``
-holds ``libvnpu.so`` and ``ld.so.preload`` (which preloads ``/hami-vnpu-core/libvnpu.so``, the
-container path of that directory); its ``containers/<claimUID>/`` are the per-claim local dirs
-(mode **0777**); ``/usr/local/hami-shared-region`` (``mkdir -m 0777``) holds the per-chip global
-registries. The driver paths are those of docs/ascend-hardware.md#driver-paths.
+holds ``libvnpu.so`` (and, from the installer, an ``ld.so.preload`` we do not use: each claim gets
+its own, :mod:`.vnpu_core_assets`); its ``containers/<claimUID>/`` are the per-claim dirs (the
+claim's ``ld.so.preload`` and its local dirs, mode **0777**); ``/usr/local/hami-shared-region``
+(``mkdir -m 0777``) holds the per-chip global registries. The driver paths are those of
+docs/ascend-hardware.md#driver-paths.
 
 Profile options (``--profile-option HAMivNPUCore.KEY=VALUE``; every value an absolute host path):
 
@@ -43,7 +44,7 @@ __all__ = (
     "max_shares",
 )
 
-#: Where the assets directory appears in the container (``ld.so.preload`` names
+#: Where the assets directory appears in the container (each claim's ``ld.so.preload`` names
 #: ``/hami-vnpu-core/libvnpu.so``; docs/ascend-hardware.md#vnpu-core-container-edits).
 CONTAINER_VNPU_CORE_DIR = "/hami-vnpu-core"
 #: Where the shared region appears (``NPU_GLOBAL_SHM_PATH`` lives here, docs/ascend-hardware.md#vnpu-core-environment).
@@ -131,13 +132,8 @@ class VnpuCoreHost:
         return f"{self.vnpu_core_dir}/libvnpu.so"
 
     @property
-    def ld_so_preload(self) -> str:
-        """``<vnpuCoreDir>/ld.so.preload``, mounted onto the container's ``/etc/ld.so.preload``."""
-        return f"{self.vnpu_core_dir}/ld.so.preload"
-
-    @property
     def containers_dir(self) -> str:
-        """Parent of the per-claim local dirs, ``<vnpuCoreDir>/containers``."""
+        """Parent of the per-claim dirs, ``<vnpuCoreDir>/containers``."""
         return f"{self.vnpu_core_dir}/containers"
 
     @property

@@ -7,9 +7,12 @@ Prerequisites (docs/ascend-hardware.md#device-share-mode; Lab 18 "前置条件";
   a prompt about security risks that the operator answers (docs/ascend-hardware.md#npu-smi-commands,
   docs/ascend-hardware.md#device-share-mode);
 * the driver is **25.5 or newer** (``version.info``, :mod:`.versioninfo`);
-* the host has the hami-vnpu-core assets: ``libvnpu.so`` and ``ld.so.preload`` in the assets
-  directory, and the shared region directory (docs/ascend-hardware.md#vnpu-core-host-layout; the peer chart's init
-  container puts them there);
+* the host has the hami-vnpu-core assets: ``libvnpu.so`` in the assets directory and the shared
+  region directory (docs/ascend-hardware.md#vnpu-core-host-layout; the peer chart's init container
+  puts them there). The host's ``ld.so.preload`` is not needed: each claim gets its own;
+* every container would load ``libvnpu.so`` (:func:`.vnpu_core_assets.library_problem`: it resolves
+  inside the container to a file under our mount, readable by every user, an ELF shared object of
+  this host's machine); otherwise the loader skips it and the quota is never enforced;
 * the shared region has mode **0777** (:data:`SHARED_REGION_MODE`): every container's limiter
   creates (``open(O_CREAT|O_RDWR)``) its chip's ``<physicalID>_global_registry`` there, as whatever
   user the container runs as (Project-HAMi/hami-vnpu-core ``crates/limiter/src/shmem/setup.rs``
@@ -19,7 +22,8 @@ Prerequisites (docs/ascend-hardware.md#device-share-mode; Lab 18 "前置条件";
 * the chip's memory size is known (the ``memory`` capacity is exactly what npu-smi reports).
 
 The soft split is documented for **aarch64** hosts only (Lab 18: "HAMivNPUCore 软切分仅支持 ARM");
-another architecture is a note, not a refusal, because the assets are what decide.
+another architecture is a note, not a refusal, because the assets are what decide. A ``limiter``
+binary in the assets directory is a note too (:func:`.vnpu_core_assets.limiter_binary`).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import attrs
 from ascend_dra.profiles.ascend.chip import NpuChip
 from ascend_dra.profiles.ascend.keyvalue import DeviceShare
 from ascend_dra.profiles.ascend.versioninfo import DriverRelease, VersionInfoError, parse_version_info
+from ascend_dra.profiles.ascend.vnpu_core_assets import LibraryMissing, library_problem, limiter_binary
 from ascend_dra.profiles.ascend.vnpu_core_host import VnpuCoreHost
 
 __all__ = ("MIN_DRIVER", "SHARED_REGION_MODE", "SUPPORTED_MACHINES", "HostFacts", "Verdict", "judge", "probe_host")
@@ -48,17 +53,22 @@ SHARED_REGION_MODE = 0o777
 @attrs.frozen
 class HostFacts:
     """What the node's files say: the driver release (or why it is unknown), missing asset paths,
-    and the shared region's permission bits (None when it is missing or unreadable)."""
+    the shared region's permission bits (None when it is missing or unreadable), why containers
+    would not load the interceptor library (None when they would, or when it is missing), and the
+    path of an older design's ``limiter`` binary in the assets dir (None when there is none)."""
 
     driver: DriverRelease | None
     driver_problem: str | None
     missing_assets: tuple[str, ...]
     shared_region_mode: int | None = None
     shared_region_path: str = ""
+    library_problem: str | None = None
+    limiter_binary: str | None = None
 
 
-def probe_host(host: VnpuCoreHost) -> HostFacts:
-    """Read ``version.info`` and check the assets (blocking; run it in a worker thread)."""
+def probe_host(host: VnpuCoreHost, machine: str) -> HostFacts:
+    """Read ``version.info`` and check the assets as containers will see them (blocking; run it in a
+    worker thread). ``machine`` is ``platform.machine()`` (the library must be built for it)."""
     driver: DriverRelease | None = None
     problem: str | None = None
     try:
@@ -68,15 +78,21 @@ def probe_host(host: VnpuCoreHost) -> HostFacts:
         problem = f"cannot read {host.version_info}: {exc.strerror or exc}"
     except VersionInfoError as exc:
         problem = f"{host.version_info}: {exc.reason}"
-    wanted = ((host.libvnpu, os.path.isfile), (host.ld_so_preload, os.path.isfile),
-              (host.shared_region_dir, os.path.isdir))
-    missing = tuple(path for path, check in wanted if not check(path))
+    missing: list[str] = []
+    library: str | None = None
+    try:
+        library = library_problem(host, machine)
+    except LibraryMissing as exc:
+        missing.append(str(exc))
+    if not os.path.isdir(host.shared_region_dir):
+        missing.append(host.shared_region_dir)
     try:
         region_mode: int | None = stat.S_IMODE(os.stat(host.shared_region_dir).st_mode)
     except OSError:
         region_mode = None
-    return HostFacts(driver=driver, driver_problem=problem, missing_assets=missing, shared_region_mode=region_mode,
-                     shared_region_path=host.shared_region_dir)
+    return HostFacts(driver=driver, driver_problem=problem, missing_assets=tuple(missing),
+                     shared_region_mode=region_mode, shared_region_path=host.shared_region_dir,
+                     library_problem=library, limiter_binary=limiter_binary(host))
 
 
 @attrs.frozen
@@ -113,6 +129,8 @@ def judge(
         node_problems.append(f"driver {facts.driver} is older than {MIN_DRIVER} (HAMivNPUCore needs >= {MIN_DRIVER})")
     if facts.missing_assets:
         node_problems.append("hami-vnpu-core assets missing: " + ", ".join(facts.missing_assets))
+    if facts.library_problem is not None:
+        node_problems.append(facts.library_problem)
     mode = facts.shared_region_mode
     if mode is not None and mode & SHARED_REGION_MODE != SHARED_REGION_MODE:
         region = facts.shared_region_path
@@ -144,4 +162,9 @@ def judge(
     if machine not in SUPPORTED_MACHINES:
         notes.append(f"host architecture is {machine or 'unknown'}: the HAMivNPUCore soft split is documented for "
                      "aarch64 hosts only (Lab 18); libvnpu.so must be built for this host and driver")
+    if facts.limiter_binary is not None:
+        notes.append(f"{facts.limiter_binary} is there, and ascend-dra never starts it: it is the older "
+                     "hami-vnpu-core design's manager, which a postStart hook started in each container. The "
+                     "libvnpu.so beside it must run the manager itself (limiter::supervisor), or workloads wait "
+                     "for a manager that never comes (docs/hami-vnpu-core.md)")
     return Verdict(offered=tuple(offered), refused=tuple(refused), notes=tuple(notes))
