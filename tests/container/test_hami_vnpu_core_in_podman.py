@@ -1,9 +1,19 @@
 """podman runs containers from the CDI specs of HAMivNPUCore claims on the simulated lab node: the
-env carries the quotas, ``/etc/ld.so.preload`` is the host's hami-vnpu-core file (read-only, there
-before the entrypoint's first instruction), the device nodes exist, the shared region is shared by
-the containers of one chip, and the claim's local dir is private to it and gone after Unprepare."""
+env carries the quotas, ``/etc/ld.so.preload`` is the claim's own file (read-only, there before the
+entrypoint's first instruction), the device nodes exist, the shared region is shared by the
+containers of one chip, and the claim's local dir is private to it and gone after Unprepare.
+
+And glibc's own loader, in a container of an image with a dynamically linked program, maps the
+library the preload names: with the vNPU-core integration source's host layout, whose own
+``ld.so.preload`` names ``/hami-vnpu-core/target/debug/libvnpu.so`` (a path no container has), the
+library is still loaded (``/proc/self/maps``) and the loader prints no "cannot be preloaded"."""
 
 from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -55,7 +65,7 @@ def test_two_containers_share_one_chip_with_their_own_quota_and_local_dir(podman
                        cdi_dir=d.cdi_dir, label="podman run: HAMivNPUCore share A")
     assert first.returncode == 0, first.stderr
     out = first.stdout
-    assert out.splitlines()[0] == "/hami-vnpu-core/libvnpu.so"  # the host's ld.so.preload
+    assert out.splitlines()[0] == "/hami-vnpu-core/libvnpu.so"  # the claim's own ld.so.preload
     env = container_env(out)
     assert {k_: env[k_] for k_ in ("NPU_MEM_QUOTA", "NPU_PRIORITY", "ASCEND_VISIBLE_DEVICES", "NPU_GLOBAL_SHM_PATH",
                                    "NPU_LOCAL_SHM_PATH")} == {
@@ -91,3 +101,70 @@ def test_two_containers_share_one_chip_with_their_own_quota_and_local_dir(podman
     after = podman.run(ids_a, "true", cdi_dir=d.cdi_dir, label="podman run: share A after unprepare (refused)")
     assert after.returncode != 0 and "unresolvable CDI devices" in after.stderr
     assert k.unprepare(b).claims[uid_b].error == ""
+
+
+GLIBC_IMAGE = "localhost/adra-glibc:latest"
+#: A stub of glibc >= 2.34 (its functions moved into libc.so.6): a real shared object, harmless to preload.
+STUB_LIBRARY = "libutil.so.1"
+
+
+def _libraries(program: str) -> list[Path]:
+    """The shared objects ``program`` needs, by ``ldd`` (the dynamic loader among them)."""
+    out = subprocess.run(["ldd", program], capture_output=True, text=True, check=True).stdout
+    return [Path(m) for m in re.findall(r"(?:=>\s*|^\s*)(/\S+)", out, re.MULTILINE)]
+
+
+@pytest.fixture(scope="module")
+def glibc_image(podman) -> Path:
+    """``localhost/adra-glibc:latest``: the busybox applets plus the host's dynamically linked ``cat``
+    as ``/bin/dyncat``, with the libraries and the loader it needs at their host paths. Returns the
+    host's :data:`STUB_LIBRARY` (found beside its libc), a real library to serve as libvnpu.so."""
+    program = shutil.which("cat")
+    assert program is not None
+    libraries = _libraries(program)
+    rootfs = podman.base / "glibc-rootfs"
+    (rootfs / "bin").mkdir(parents=True)
+    shutil.copy2("/bin/busybox", rootfs / "bin" / "busybox")
+    for applet in ("sh", "cat"):
+        (rootfs / "bin" / applet).symlink_to("busybox")
+    shutil.copy2(program, rootfs / "bin" / "dyncat")
+    for library in libraries:
+        (rootfs / library.relative_to("/")).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(library, rootfs / library.relative_to("/"))  # follows links: the file itself
+    tarball = podman.base / "glibc-rootfs.tar"
+    subprocess.run(["tar", "-C", str(rootfs), "-cf", str(tarball), "."], check=True)
+    podman.check("import", "--quiet", str(tarball), GLIBC_IMAGE, label="podman import (glibc image)")
+    [libc] = [lib for lib in libraries if lib.name == "libc.so.6"]
+    stub = libc.parent / STUB_LIBRARY
+    assert stub.is_file(), f"the host has no {stub} to use as a real shared object"
+    return stub
+
+
+def test_the_loader_in_a_container_maps_the_library_with_the_integration_sources_layout(podman, glibc_image,
+                                                                                        short_tmp):
+    node = labnode.build(short_tmp / "lab")
+    core = node.host_root / "usr/local/hami-vnpu-core"
+    shutil.rmtree(core)
+    core.mkdir()
+    # The integration source's host layout, file for file, with a real shared object as the library.
+    (core / "limiter").write_bytes(labnode.elf_header(kind=2))
+    shutil.copyfile(glibc_image, core / "libvnpu.so")
+    (core / "ld.so.preload").write_text("/hami-vnpu-core/target/debug/libvnpu.so\n")
+    d = DaemonProcess(short_tmp / "sa", node=NODE, profiles="HAMivNPUCore", extra_args=node.flags()).start()
+    k = Kubelet(d)
+    try:
+        claim = lab_claim(d, "dra-ascend-e2e-ascend-share-a-app-ascend310p", "be06132e-0aff-4efc-bd8e-42a4e06ed385")
+        flags = [f"--device={cdi_id}" for cdi_id in prepare(k, claim)]
+        done = podman("run", "--rm", "--network=none", "--pull=never", *flags, GLIBC_IMAGE, "sh", "-c",
+                      "cat /etc/ld.so.preload; /bin/dyncat /proc/self/maps", cdi_dir=d.cdi_dir,
+                      label="podman run: glibc's loader with the integration source's layout")
+        assert done.returncode == 0, done.stderr
+        assert "cannot be preloaded" not in done.stderr, done.stderr
+        lines = done.stdout.splitlines()
+        assert lines[0] == "/hami-vnpu-core/libvnpu.so"
+        mapped = {line.split()[-1] for line in lines[1:] if len(line.split()) == 6}
+        assert "/hami-vnpu-core/libvnpu.so" in mapped, done.stdout
+        assert k.unprepare(claim).claims[claim["metadata"]["uid"]].error == ""
+    finally:
+        k.close()
+        d.stop()
