@@ -1,5 +1,6 @@
-"""kill -9 of a HAMivNPUCore daemon between creating a claim's local dir and its Unprepare: a restart
-(or the kubelet's retry) leaves no local dir that no prepared claim owns, and none is lost. Also
+"""kill -9 of a HAMivNPUCore daemon between creating a claim's local dir (and its ld.so.preload beside
+it) and its Unprepare: a restart (or the kubelet's retry) leaves no claim dir that no prepared claim
+owns, and none is lost. Also
 ``ascend-dra call --uid`` against that daemon, as the README's lab walkthrough uses it."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from tests.integration.daemon import DRIVER, DaemonProcess, Kubelet
 from tests.integration.test_crash import call_and_die
 
 NODE = "aio-node74-arm"
+PRELOAD = "/hami-vnpu-core/libvnpu.so\n"
 
 
 def setup(short_tmp):
@@ -38,6 +40,7 @@ def test_kill9_after_the_local_dir_is_made_rolls_it_back_at_start_up(short_tmp, 
     call_and_die(d, lambda: k.prepare(claim))
     k.close()
     assert (local / "npu").is_dir()  # made; the PrepareStarted record names the profile (its result maybe not)
+    assert (local / "ld.so.preload").read_text() == PRELOAD  # the claim's own, beside its local dir
 
     d.start()
     assert not local.exists()  # start-up rolled the PrepareStarted claim back
@@ -46,6 +49,7 @@ def test_kill9_after_the_local_dir_is_made_rolls_it_back_at_start_up(short_tmp, 
         uid = claim["metadata"]["uid"]
         assert k.prepare(claim).claims[uid].error == ""  # the kubelet's retry
         assert (local / "npu").is_dir()
+        assert (local / "ld.so.preload").read_text() == PRELOAD
         assert k.unprepare(claim).claims[uid].error == ""
         assert not local.exists()
     finally:
