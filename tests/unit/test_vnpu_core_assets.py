@@ -17,6 +17,7 @@ import stat
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
+import attrs
 import pytest
 import yaml
 
@@ -263,3 +264,20 @@ def test_elf_headers_of_other_byte_orders_and_unknown_hosts() -> None:
     assert elf_problem(labnode.elf_header("aarch64", kind=1), "riscv64") == (
         "is a relocatable object (.o), not a shared object")
     assert elf_problem(b"\x7fELF\x02\x07" + bytes(58), "x86_64") == "has an unknown ELF byte order (7)"
+
+
+@pytest.mark.anyio
+async def test_an_assets_dir_reached_through_a_link_is_the_dir_it_links_to(lab, tmp_path) -> None:
+    """The runtime resolves a mount's source on the host: a vnpuCoreDir that is itself a link is fine,
+    and a reason names the library by the path the option gives."""
+    linked = tmp_path / "hami-vnpu-core"
+    linked.symlink_to(lab.host_root / CORE)
+    ctx = context(lab, tmp_path)
+    ctx = attrs.evolve(ctx, options={**ctx.options, "HAMivNPUCore.vnpuCoreDir": str(linked)})
+    profile = loaded()
+    assert [d.name for d in (await profile.discover(ctx)).devices] == ["npu-0-0", "npu-1-0"]
+    (linked / "libvnpu.so").write_bytes(b"ascend-dra lab placeholder\n")
+    assert (await profile.discover(ctx)).devices == ()
+    lib = linked / "libvnpu.so"
+    reason = WHERE.format(lib=lib) + f"{lib} is not an ELF file (it starts with b'ascend-d')"
+    assert f"npu-0-0 (NPU 4 chip 0) not offered: {reason}" in profile.discovery_notes()

@@ -119,10 +119,10 @@ def library_problem(host: VnpuCoreHost, machine: str) -> str | None:
         return f"{where}: {exc}"
     except FileNotFoundError as exc:
         gone = exc.filename if isinstance(exc.filename, str) else named
-        raise LibraryMissing(named if gone == named else f"{named} (-> {gone})") from None
+        raise LibraryMissing(named if _same(gone, named) else f"{named} (-> {gone})") from None
     except OSError as exc:
         return f"{where}: cannot look at {exc.filename or named}: {exc.strerror or exc}"
-    shown = named if file == named else f"{named} (-> {file})"
+    shown = named if _same(file, named) else f"{named} (-> {file})"
     if stat.S_ISDIR(mode):
         return f"{where}: {shown} is a directory, not a file"
     if not stat.S_ISREG(mode):
@@ -135,8 +135,12 @@ def library_problem(host: VnpuCoreHost, machine: str) -> str | None:
             return (f"{where}: directory {directory} is mode {dir_mode:04o}, not searchable by every user "
                     f"(containers may run as any user): chmod o+x {directory}")
     try:
-        with open(file, "rb") as f:
-            header = f.read(64)
+        # O_NONBLOCK: a file swapped for a FIFO since the stat above must not hang discovery.
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+        try:
+            header = os.read(fd, 64)
+        finally:
+            os.close(fd)
     except OSError as exc:
         return f"{where}: cannot read {file}: {exc.strerror or exc}"
     problem = elf_problem(header, machine)
@@ -166,6 +170,11 @@ def elf_problem(header: bytes, machine: str) -> str | None:
         return (f"is built for {_describe(got)}; this host ({machine}) loads {_describe(wanted)} "
                 "(build libvnpu.so for this host and driver)")
     return None
+
+
+def _same(found: str, named: str) -> bool:
+    """Whether ``found`` (under the assets dir's real path) is ``named`` itself, not a link's target."""
+    return found in (named, os.path.join(os.path.realpath(os.path.dirname(named)), os.path.basename(named)))
 
 
 def _describe(elf: tuple[int, int, int]) -> str:
