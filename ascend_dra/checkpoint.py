@@ -18,7 +18,8 @@ fields are ignored and kept when the record is rewritten, ``null`` stands for a 
 a record in a state it does not know is kept as is (its claim is refused loudly, its devices stay
 held), and a record that does not decode at all is kept byte for byte as an
 :class:`UnreadableRecord`. Only a damaged file (bad JSON, checksum, kind, version) stops start-up,
-and even then a file that records no claim is set aside instead (:attr:`CheckpointCorrupt.records_nothing`).
+and even then a file that names no claim is set aside instead, when nothing else on the node says a
+claim was prepared (:attr:`CheckpointCorrupt.records_nothing`, records.py).
 """
 
 from __future__ import annotations
@@ -63,8 +64,9 @@ class CheckpointCorrupt(Exception):
 
     :ivar path: the file; it is left untouched for inspection.
     :ivar reason: what is wrong (truncated JSON, checksum mismatch, unknown version, ...).
-    :ivar records_nothing: the file is provably empty of claims (zero bytes, or JSON whose ``data``
-        names no claim): setting it aside loses nothing, so the daemon may start without it.
+    :ivar records_nothing: the file names no claim (zero bytes, or JSON whose ``data`` names none).
+        That alone proves nothing (a truncated file names none either): the daemon sets it aside only
+        when nothing else says a claim was prepared (records.py).
     """
 
     def __init__(self, path: Path, reason: str, *, records_nothing: bool = False) -> None:
@@ -388,9 +390,9 @@ def decode_records(raw_claims: Mapping[str, Any], *, boot_id: str = "") -> Check
 
 
 def _names_no_claim(doc: Any) -> bool:
-    """Whether a damaged document provably records no claim (so setting it aside loses nothing):
-    nothing at all, or a ``data`` object whose ``claims`` is there and empty. A missing ``data`` or
-    ``claims`` proves nothing: one flipped bit in the key's name hides every record under it."""
+    """Whether a damaged document names no claim: nothing at all, or a ``data`` object whose
+    ``claims`` is there and empty. A missing ``data`` or ``claims`` does not count: one flipped bit
+    in the key's name hides every record under it."""
     if not isinstance(doc, dict):
         return doc is None or doc == [] or doc == ""
     if not doc:

@@ -25,6 +25,7 @@ from typing import Any
 import anyio
 
 from ascend_dra import checkpoint as ckpt
+from ascend_dra.evidence import few
 from ascend_dra.journal import JOURNAL_FILE, Journal, JournalContents, apply_journal, change_lines, read_tail
 from ascend_dra.journal import read as read_journal
 from ascend_dra.sharedlock import POLL_MAX_S, CheckpointLock
@@ -50,11 +51,14 @@ class ClaimRecords:
     :param boot_id: the current boot id, written into every snapshot.
     :param on_change: called with ``(uid, record or None)`` for every record loaded and changed.
     :param shared: other instances use the same files at the same time (see :meth:`exclusive`).
+    :param evidence: what else on the node says claims were prepared (blocking; one line each,
+        naming a file), asked only when the snapshot is damaged and names no claim (see :meth:`_read`).
     """
 
     def __init__(self, plugin_dir: Path, boot_id: str,
                  on_change: Callable[[str, Any], None] | None = None, *, shared: bool = False,
-                 on_started: Callable[[str], None] | None = None) -> None:
+                 on_started: Callable[[str], None] | None = None,
+                 evidence: Callable[[], list[str]] | None = None) -> None:
         self.checkpoint_path = ckpt.checkpoint_path(plugin_dir)
         self.journal = Journal(Path(plugin_dir) / JOURNAL_FILE)
         self.boot_id = boot_id
@@ -63,6 +67,7 @@ class ClaimRecords:
         # ends inside one hold, so such a record is never in flight; it was left by a failed or
         # killed operation (of either instance) and needs rolling back.
         self._on_started = on_started
+        self._evidence = evidence or (lambda: [])
         self.table = ckpt.RecordTable(on_change=on_change)
         self._flush_lock = anyio.Lock(fast_acquire=True)  # see DeviceState._lock_claims
         # Appends and snapshots run on one thread of their own, one at a time, in order; see _on_writer.
@@ -220,25 +225,48 @@ class ClaimRecords:
         return (held.st_dev, held.st_ino) != (now.st_dev, now.st_ino)
 
     def _read(self) -> tuple[ckpt.CheckpointData, JournalContents]:
-        """The snapshot with the journal applied (blocking). A damaged snapshot that records no
-        claim is set aside (renamed ``checkpoint.json.corrupt-<unix time>``): nothing is lost by it."""
+        """The snapshot with the journal applied (blocking).
+
+        A damaged snapshot that names no claim (zero bytes, ``null``, ...: ``records_nothing``) says
+        nothing about what it held. It is set aside (renamed ``checkpoint.json.corrupt-<unix time>``)
+        only when nothing else says a claim was prepared: no change in the journal, nothing that
+        ``evidence`` finds (our claim CDI specs, a profile's own records). Otherwise it is damage
+        like any other, and start-up stops (docs/durable-state.md, "A damaged checkpoint").
+
+        :raises checkpoint.CheckpointCorrupt: either file is damaged (see above).
+        """
         try:
-            data = ckpt.load(self.checkpoint_path)
+            data, damaged = ckpt.load(self.checkpoint_path), None
         except ckpt.CheckpointCorrupt as exc:
             if not exc.records_nothing:
                 raise
-            aside = self.checkpoint_path.with_name(f"{self.checkpoint_path.name}.corrupt-{int(time.time())}")
-            os.replace(self.checkpoint_path, aside)
-            log.warning("the checkpoint is damaged but records no claim; set it aside and starting empty",
-                        extra={"file": str(aside), "error": exc.reason})
-            data = ckpt.CheckpointData()
+            data, damaged = ckpt.CheckpointData(), exc
         journal = read_journal(self.journal.path)
+        if damaged is not None:
+            self._set_aside(damaged, journal)
         if journal.torn_tail:
             log.warning("the checkpoint journal ends in a torn write (an append the daemon never confirmed); "
                         "it is cut off", extra={"file": str(self.journal.path)})
         if self.shared:
             self._remember_snapshot()
         return apply_journal(data, journal), journal
+
+    def _set_aside(self, damaged: ckpt.CheckpointCorrupt, journal: JournalContents) -> None:
+        """Rename a damaged snapshot that names no claim out of the way, if nothing says a claim was
+        prepared (blocking). :raises checkpoint.CheckpointCorrupt: something does; the file stays."""
+        found = []
+        if journal.changes:
+            uids = sorted({uid for uid, _ in journal.changes})
+            found.append(f"{self.journal.path} holds changes of {len(uids)} claim(s) since the snapshot ({few(uids)})")
+        found.extend(self._evidence())
+        if found:
+            raise ckpt.CheckpointCorrupt(
+                self.checkpoint_path, f"{damaged.reason}; it names no claim, but that proves nothing while this node "
+                f"says claims were prepared: {'; '.join(found)}")
+        aside = self.checkpoint_path.with_name(f"{self.checkpoint_path.name}.corrupt-{int(time.time())}")
+        os.replace(self.checkpoint_path, aside)
+        log.warning("the checkpoint is damaged but records no claim, and nothing on the node says a claim was "
+                    "prepared; set it aside and starting empty", extra={"file": str(aside), "error": damaged.reason})
 
     async def save(self, *, compact: bool = False) -> None:
         """Return once every change made to :attr:`table` before this call is durable.

@@ -1,9 +1,10 @@
 """Start-up and cleanup of :class:`~ascend_dra.state.DeviceState`: recovery from the checkpoint,
 orphan specs, and the retries of what could not be cleaned up (docs/durable-state.md).
 
-Nothing here is fatal but an unreadable checkpoint that records claims: a rollback or a spec
-removal that fails (an immutable file, a read-only CDI dir) is logged, its claim's record stays
-(its devices stay held), and :meth:`RecoveryMixin.retry_cleanup` tries again later.
+Nothing here is fatal but an unreadable checkpoint (records.py says when one that names no claim is
+set aside instead): a rollback or a spec removal that fails (an immutable file, a read-only CDI
+dir) is logged, its claim's record stays (its devices stay held), and
+:meth:`RecoveryMixin.retry_cleanup` tries again later.
 """
 
 from __future__ import annotations
@@ -42,9 +43,10 @@ class RecoveryMixin:
         """Load the checkpoint, roll back ``PrepareStarted`` claims, remove orphan CDI specs, write
         the common specs.
 
-        Nothing here is fatal but an unreadable checkpoint that records claims: a rollback or a
-        spec removal that fails (an immutable file, a read-only CDI dir) is logged, its claim's
-        record stays (its devices stay held), and :meth:`retry_cleanup` tries again later.
+        Nothing here is fatal but an unreadable checkpoint (one that names no claim only while the
+        node says claims were prepared: records.py): a rollback or a spec removal that fails (an
+        immutable file, a read-only CDI dir) is logged, its claim's record stays (its devices stay
+        held), and :meth:`retry_cleanup` tries again later.
 
         :raises checkpoint.CheckpointCorrupt: the daemon must not start over an unreadable checkpoint.
         """

@@ -44,6 +44,7 @@ from ascend_dra.cdi.spec import Spec
 from ascend_dra.cdi.store import CdiStore
 from ascend_dra.checkpoint import ClaimRecord
 from ascend_dra.claims import ClaimError, ClaimSource, ClaimUnreadable, PrepareError, check_claim_ref, unique_refs
+from ascend_dra.evidence import prepared_claims_evidence
 from ascend_dra.faults import crash_point
 from ascend_dra.guardnotes import GuardRefusal, name_gone_holders
 from ascend_dra.journal import Journal
@@ -109,7 +110,10 @@ class DeviceState(RecoveryMixin, ReplayMixin, UnprepareMixin):
         self.claim_source = claim_source
         self._holds = guard.HoldIndex()
         self.store = ClaimRecords(plugin_dir, boot_id, on_change=self._holds.update, shared=shared,
-                                  on_started=lambda uid: self._pending_rollback.add(uid))
+                                  on_started=lambda uid: self._pending_rollback.add(uid),
+                                  evidence=lambda: prepared_claims_evidence(
+                                      self.cdi, {self.cdi_kind(p) for p in self.profiles}, self.profiles,
+                                      self.profile_ctx))
         self._pending_rollback: set[str] = set()  # PrepareStarted claims whose rollback failed
         self._stray: set[str] = set()  # orphan spec files that could not be removed
         # claim uid -> (reason, time.monotonic() of the next try, delay) of a failed spec repair

@@ -14,7 +14,9 @@ that satisfies :class:`Profile`. The daemon then calls, in this order:
    profiles that change the node (they must be idempotent; what they did is checkpointed).
    With them, optionally ``created_device_nodes(devices, apply_ctx) -> host paths`` (nodes the side
    effects create: not required to exist when the claim is planned) and
-   ``await reconcile_side_effects(live records, ctx)`` (once at start-up, after recovery).
+   ``await reconcile_side_effects(live records, ctx)`` (once at start-up, after recovery) and
+   ``claim_evidence(ctx) -> lines`` (blocking, in a worker thread: the profile's own files that say
+   a claim was prepared, asked when the checkpoint is damaged and names no claim).
 
 The default config (:meth:`Profile.default_config`) applies to devices no opaque config names.
 

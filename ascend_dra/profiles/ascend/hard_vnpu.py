@@ -317,6 +317,12 @@ class HardVnpuProfile(AscendChipProfile):
         await self.ops(ctx).reconcile(live)
 
 
+    def claim_evidence(self, ctx: ProfileContext) -> list[str]:
+        """Our ledger's entries, one line each (blocking): a vNPU made, or about to be, for a claim.
+        Asked when the checkpoint is damaged and names no claim (docs/durable-state.md)."""
+        return [f"hard-vNPU ledger entry {path}" for path in self.ops(ctx).ledger.files()]
+
+
 def factory() -> HardVnpuProfile:
     """Entry point ``hard-vNPU`` of group ``ascend_dra.profiles``."""
     return HardVnpuProfile()

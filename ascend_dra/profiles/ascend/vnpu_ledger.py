@@ -103,12 +103,15 @@ class Ledger:
         if current is not None and current.claim_uid == entry.claim_uid:
             remove_durably(self.path(entry))
 
+    def files(self) -> list[Path]:
+        """Every entry file, readable or not, sorted by name (each says a vNPU was made or was about
+        to be: evidence that a claim was prepared, docs/durable-state.md)."""
+        return sorted(self.root.glob("vnpu-*.json")) if self.root.is_dir() else []
+
     def entries(self) -> list[LedgerEntry]:
         """Every readable entry, sorted by file name."""
-        if not self.root.is_dir():
-            return []
         found = []
-        for path in sorted(self.root.glob("vnpu-*.json")):
+        for path in self.files():
             entry = self._load(path)
             if entry is not None:
                 found.append(entry)
