@@ -16,7 +16,7 @@ import time
 
 __all__ = ("POINTS", "WRITE_POINTS", "crash_point")
 
-#: Every point, in the order a Prepare / Unprepare passes them.
+#: Every point, in the order a Prepare / a replay after a reboot / an Unprepare passes them.
 POINTS = (
     "prepare:before-started-write",
     "prepare:after-started-write",
@@ -24,6 +24,14 @@ POINTS = (
     "prepare:after-side-effects",
     "prepare:after-cdi-write",
     "prepare:after-completed-write",
+    # A Prepare of a claim prepared before a reboot whose profiles have side effects (replay.py):
+    # the same steps as a first Prepare's.
+    "replay:before-started-write",
+    "replay:after-started-write",
+    "replay:side-effects-done-unrecorded",
+    "replay:after-side-effects",
+    "replay:after-cdi-write",
+    "replay:after-completed-write",
     "unprepare:before-checkpoint-write",
     "unprepare:after-checkpoint-write",
     "unprepare:after-cdi-remove",

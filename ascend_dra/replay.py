@@ -5,10 +5,13 @@ The kubelet sends Prepare again for a claim it prepared before (its own restart,
 lost answer, every pod start of a shared claim). The record answers, after the checks every answer
 passes (:meth:`ReplayMixin._check_answer`): the claim still has the same allocation, every spec
 file its CDI ids need is on disk (re-created when gone) and every device node its specs name exists.
+After a reboot, a claim whose profiles have node side effects is prepared again in the durable steps
+of a first Prepare (:meth:`ReplayMixin._replay_side_effects`), with the same crash points and repair.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import TYPE_CHECKING
 
@@ -19,8 +22,9 @@ from ascend_dra import guard
 from ascend_dra.cdi import naming
 from ascend_dra.checkpoint import ClaimRecord
 from ascend_dra.claims import ClaimUnreadable, PrepareError
+from ascend_dra.faults import crash_point
 from ascend_dra.model import ClaimAllocation, PreparedDevice
-from ascend_dra.planning import PlanError
+from ascend_dra.planning import Plan, PlanError
 from ascend_dra.recovery import checkpoint_write_failed, describe_error, reallocation
 
 if TYPE_CHECKING:
@@ -76,14 +80,13 @@ class ReplayMixin:
                 if isinstance(claim, ClaimUnreadable):
                     return claim  # its spec must be made from the claim
                 plan = self.planner.plan(claim, self._holds, exclude=record.uid)
-                side_effects = await self._run_side_effects(plan) if rebooted else record.side_effects
+                if rebooted and self._has_side_effects(plan):
+                    return await self._replay_side_effects(record, plan)
+                side_effects = {} if rebooted else record.side_effects  # no profile of the claim has any
                 self._write_specs(plan.specs)
                 self._records[record.uid] = attrs.evolve(record, boot_id=self.boot_id, side_effects=side_effects,
                                                          device_nodes=plan.device_nodes)
-                try:
-                    await self._save()
-                except OSError as exc:  # the spec is written; it is the checkpoint that failed
-                    raise checkpoint_write_failed(record.namespace, record.name, exc) from None
+                await self._save_for(record)  # the spec is written; only the checkpoint can fail here
                 log.info("re-created the CDI spec of a prepared claim", extra={"claim_uid": record.uid,
                                                                                "rebooted": rebooted})
             elif missing:  # only common specs (or the whole dir) went away
@@ -100,6 +103,63 @@ class ReplayMixin:
             log.info("a prepared claim is answered from its record; the claim could not be read to check its "
                      "allocation", extra={"claim_uid": record.uid, "error": str(claim)})
         return self._prepared_devices(self._records[record.uid])
+
+    async def _replay_side_effects(self: DeviceState, record: ClaimRecord,
+                                   plan: Plan) -> list[PreparedDevice] | Exception:
+        """Answer a claim prepared in an earlier boot whose profiles have node side effects: run them
+        again in the order of a first Prepare, each step durable before the next
+        (docs/durable-state.md, "Reboot").
+
+        The record goes back to ``PrepareStarted`` with no side-effect result before a hook runs, so
+        a crash from then on is rolled back at start-up as an interrupted first Prepare is (through
+        ``unprepare_side_effects(None, ctx)``, which undoes whatever the claim's side effects left, of
+        this boot or an earlier one), and the kubelet's retry prepares it anew. A failure is rolled
+        back the same way at once and fails the claim; a checkpoint that cannot be written first
+        leaves the record as it was, and nothing runs.
+        """
+        uid, where = record.uid, f"ResourceClaim {record.namespace}/{record.name}"
+        pending = {p: None for p in plan.groups if self._hook(p, "prepare_side_effects") is not None}
+        crash_point("replay:before-started-write")
+        self._records[uid] = attrs.evolve(record, state=ckpt.PREPARE_STARTED, boot_id=self.boot_id,
+                                          side_effects=pending, device_nodes=plan.device_nodes)
+        try:
+            await self._save_for(record)
+        except PrepareError as exc:  # nothing was done: the durable record is still the completed one
+            self._records[uid] = record
+            return exc
+        crash_point("replay:after-started-write")
+        try:
+            side_effects = await self._run_side_effects(plan)
+            crash_point("replay:side-effects-done-unrecorded")  # the node changed, the record does not say how
+            self._records[uid] = attrs.evolve(self._records[uid], side_effects=side_effects)
+            await self._save_for(record)
+            crash_point("replay:after-side-effects")
+            self._write_specs(plan.specs)
+            crash_point("replay:after-cdi-write")
+            self._check_answer(self._records[uid])
+            self._records[uid] = attrs.evolve(self._records[uid], state=ckpt.PREPARE_COMPLETED)
+            try:
+                await self._save_for(record)
+            except PrepareError:  # not completed on disk: the kubelet is told it failed, so roll it back
+                self._records[uid] = attrs.evolve(self._records[uid], state=ckpt.PREPARE_STARTED)
+                raise
+            crash_point("replay:after-completed-write")
+        except Exception as exc:
+            log.warning("prepare failed; rolling back", extra={"claim_uid": uid, "error": describe_error(exc)})
+            if await self._try_rollback(self._records[uid]):
+                with contextlib.suppress(OSError):  # still PrepareStarted on disk: rolled back at start-up
+                    await self._save()
+            return exc if isinstance(exc, PrepareError) else PrepareError(f"{where}: {describe_error(exc)}")
+        log.info("re-created the side effects and CDI spec of a claim prepared before a reboot",
+                 extra={"claim_uid": uid})
+        return self._prepared_devices(self._records[uid])
+
+    async def _save_for(self: DeviceState, record: ClaimRecord) -> None:
+        """Write the checkpoint for ``record``'s claim. :raises PrepareError: naming the file and the cause."""
+        try:
+            await self._save()
+        except OSError as exc:
+            raise checkpoint_write_failed(record.namespace, record.name, exc) from None
 
     def _kinds_of(self: DeviceState, record: ClaimRecord) -> set[str]:
         return {cdi_id.partition("=")[0] for d in record.devices for cdi_id in d.cdi_device_ids}

@@ -8,6 +8,8 @@ the kubelet's retry (Prepare or Unprepare) succeeds and ends clean.
 
 from __future__ import annotations
 
+import shutil
+
 import grpc
 import pytest
 
@@ -19,6 +21,10 @@ from tests.hardvnpu import SimHost, daemon_args, vnpu_keys, vnpus_of_records
 from tests.integration.daemon import DRIVER, DaemonProcess, Kubelet
 
 PREPARE_POINTS = [p for p in POINTS if p.startswith("prepare:")] + list(CRASH_POINTS[:2])
+#: (point, vnpu-cfg-recover enabled): the replay's own points either way; the create's points only
+#: where the vNPUs died with the boot (enabled, the replay takes the restored ones back, creating nothing).
+REPLAY_POINTS = [(p, recover) for p in POINTS if p.startswith("replay:") for recover in (True, False)] + \
+    [(p, False) for p in CRASH_POINTS[:2]]
 UNPREPARE_POINTS = [p for p in POINTS if p.startswith("unprepare:")] + list(CRASH_POINTS[2:])
 DEVICES = ("vnpu-0-0-vir10-3c-16g-0", "vnpu-0-0-vir05-1c-8g-0")
 
@@ -95,6 +101,46 @@ def test_kill9_inside_unprepare_then_restart_leaves_no_orphan_and_retry_unprepar
     d.start()
     assert_no_orphan(d, host)
     k = Kubelet(d)
+    assert k.unprepare(claim).claims[uid].error == ""
+    assert host.vnpus() == [] and host.ledger() == [] and records(d) == {} and specs(d) == set()
+    k.close()
+    d.stop()
+
+
+@pytest.mark.parametrize(("point", "recover"), REPLAY_POINTS)
+def test_kill9_inside_a_replay_after_a_reboot_then_restart_leaves_no_orphan_and_retry_prepares(hard_vnpu, point,
+                                                                                              recover):
+    d, host = hard_vnpu
+    if not recover:
+        npusmi_sim.run(["set", "-t", "vnpu-cfg-recover", "-d", "0"], host.sim_dir)  # the vNPUs die with a reboot
+    d.start()
+    claim = write_claim(d.root, claim_object("two-vnpus", results=[("npu", DEVICES[0]), ("npu", DEVICES[1])]))
+    uid = claim["metadata"]["uid"]
+    k = Kubelet(d)
+    assert k.prepare(claim).claims[uid].error == ""
+    k.close()
+    d.stop()
+    shutil.rmtree(d.cdi_dir)  # a tmpfs: empty after the reboot
+    host.reboot("boot-2")
+    d.start(extra_env={"ASCEND_DRA_CRASH_AT": point})
+    k = Kubelet(d)
+    call_and_die(d, lambda: k.prepare(claim))
+    k.close()
+
+    d.start()
+    # Every vNPU is named by a record (none made and unrecorded) and has its ledger entry; a record
+    # of the earlier boot may still name vNPUs that died with it (cfg-recover off), until the retry.
+    assert all(r["state"] == "PrepareCompleted" for r in records(d).values())
+    assert vnpu_keys(host.vnpus()) <= vnpus_of_records(records(d))
+    assert {f"vnpu-{n}-{c}-{v}.json" for n, c, v in vnpu_keys(host.vnpus())} <= set(host.ledger())
+    k = Kubelet(d)
+    reply = k.prepare(claim)
+    assert reply.claims[uid].error == ""
+    assert [dev.device_name for dev in reply.claims[uid].devices] == list(DEVICES)
+    assert records(d)[uid]["boot_id"] == "boot-2"
+    assert vnpu_keys(host.vnpus()) == {(4, 0, 100), (4, 0, 105)}
+    assert specs(d) == {f"k8s.{DRIVER}-vnpu_{uid}.yaml"}
+    assert_no_orphan(d, host)
     assert k.unprepare(claim).claims[uid].error == ""
     assert host.vnpus() == [] and host.ledger() == [] and records(d) == {} and specs(d) == set()
     k.close()
