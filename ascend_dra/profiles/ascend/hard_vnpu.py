@@ -316,7 +316,6 @@ class HardVnpuProfile(AscendChipProfile):
         """
         await self.ops(ctx).reconcile(live)
 
-
     def claim_evidence(self, ctx: ProfileContext) -> list[str]:
         """Our ledger's entries, one line each (blocking): a vNPU made, or about to be, for a claim.
         Asked when the checkpoint is damaged and names no claim (docs/durable-state.md)."""
