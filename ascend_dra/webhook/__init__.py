@@ -6,7 +6,9 @@ layers):
 
 - :mod:`.review`   AdmissionReview v1 in and out (pure);
 - :mod:`.validate` opaque configs of ResourceClaims / ResourceClaimTemplates (pure, uses profiles);
-- :mod:`.hami`     HAMi resource syntax -> claim specs and the pod patch (pure);
+- :mod:`.hami`     HAMi resource syntax -> claim specs and the pod patch (pure), reading each
+  container's request with :mod:`.hamirequest`, the ``hami.io/use-*`` annotations with
+  :mod:`.hamiannotations` and the chip table of :mod:`.hamichips`;
 - :mod:`.kubeapi`  a small JSON client of the API server on aiohttp;
 - :mod:`.mutate`   the pod conversion with its API calls (create, roll back, adopt);
 - :mod:`.owners`   the loop that makes each pod the owner of its direct claims;

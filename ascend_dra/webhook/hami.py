@@ -12,28 +12,25 @@ books the larger of the two as HAMi's scheduler does (``CollapseInitContainerUsa
   hami-vnpu-core.project-hami.io, capacity.requests: {memory, cores}, selectors}``, and with a
   count above 1 the constraint ``distinctAttribute: <driver>/physicalID`` (HAMi's count is that many
   chips; HAMi-DRA leaves it out, and the scheduler may then put every share on one chip);
-* ``-memory`` is MiB -> ``value * 1024 * 1024`` bytes (``Quantity.Value()`` rounds up, so ``1.5`` ->
-  2 MiB; ``4k`` is a plain ``4000`` as the API server sends it), bytes with a unit from ``M`` up or a
-  binary one; ``-core`` is percent of a chip, copied as a Quantity (``12.5`` -> ``12500m``); both are
-  read from ``limits``, else from ``requests`` (HAMi and HAMi-DRA read ``limits`` only; we keep a
-  value written only in ``requests`` instead of dropping it, docs/webhook.md#conversion-of-hami-syntax);
+* count, ``-memory`` and ``-core`` as :mod:`ascend_dra.webhook.hamirequest` reads them (``-memory``
+  MiB -> bytes, ``-core`` percent as a Quantity, a ``-core`` above 100 capped with a warning, a
+  ``-memory``/``-core`` without its count refused; with a HAMi device config a count alone asks
+  for its ``memoryAllocatable``);
 * selectors, in this order: the type selector, the chip model (:data:`CHIP_SELECTORS`; HAMi-DRA has
-  none, so a 910B3 request could get a 310P3 share), ``uuid in``, ``!(uuid in)``, ``productName in``,
-  ``!(productName in)`` from ``hami.io/use-<commonWord>-uuid``, ``hami.io/no-use-<commonWord>-uuid``,
-  ``hami.io/use-nputype``, ``hami.io/no-use-nputype`` (comma-split, trimmed, empties dropped, each
-  quoted as Go's ``strconv.Quote`` does); ``use-nputype`` goes into every Ascend claim of the pod;
+  none, so a 910B3 request could get a 310P3 share), then those of the ``hami.io/use-*`` annotations
+  (:mod:`ascend_dra.webhook.hamiannotations`); ``use-nputype`` goes into every Ascend claim of the pod;
 * the count, memory and core entries leave both ``limits`` and ``requests``; the pod gets the label
   ``hami.io/dra: "true"``, each container a ``resources.claims`` entry and the pod a
-  ``spec.resourceClaims`` entry.
+  ``spec.resourceClaims`` entry; a device config's ``runtimeClassName`` and ``overwriteEnv`` are
+  applied as HAMi's webhook applies them.
 
 Claim names (direct mode, docs/ascend-hardware.md#conversion-rules step 1-2):
 ``<namespace>-<pod>-<container>-<lower(commonWord)>``,
 ``<namespace>-<rand5>-...`` with ``generateName``; longer than 63 -> ``name[:54].rstrip("-") + "-" +
 sha256(name)[:8 hex]``. Gaps of HAMi-DRA fixed here (issue 10): a dotted pod name has its dots
 turned into ``-`` (a pod claim name must be a DNS label); a memory written with a unit (``8Gi``) is
-read as bytes, never multiplied again; values that are not whole counts, negative, over 100 %, or
-memory over HAMi's 2147483647 MiB are refused naming the field; an annotation with no usable value is
-refused with its name (as HAMi-DRA).
+read as bytes, never multiplied again; values that are not whole counts, negative, or memory over
+HAMi's 2147483647 MiB are refused naming the field.
 
 Template mode (the default): one ResourceClaimTemplate per distinct claim spec, named
 ``hami-<lower(commonWord)>-<sha256(spec)[:10 hex]>`` and shared by every pod with that request; the
@@ -43,19 +40,17 @@ claim with the pod as its owner.
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Callable, Mapping, Sequence
-from decimal import Decimal
 from enum import StrEnum
 from typing import Any
 
 import attrs
-import orjson
 
 from ascend_dra.model import canonical_quantity, parse_quantity
 from ascend_dra.webhook.claimnames import claim_name, go_quote, random5, template_name, truncate_dns_label
+from ascend_dra.webhook.hamiannotations import selector_expressions
 from ascend_dra.webhook.hamichips import CHIP_SELECTORS, COMMON_WORDS, DEFAULT_CHIPS, RESOURCE_PREFIX, HamiChip
+from ascend_dra.webhook.hamirequest import ChipRequest, Problems, read_requests
 
 __all__ = (
     "CHIP_SELECTORS",
@@ -64,6 +59,7 @@ __all__ = (
     "DRA_LABEL",
     "MANAGED_BY",
     "OPT_OUT_LABEL",
+    "VISIBLE_DEVICES",
     "ConversionError",
     "Mode",
     "PlannedClaim",
@@ -88,17 +84,9 @@ OPT_OUT_VALUE = "ignore"
 MANAGED_BY = ("app.kubernetes.io/managed-by", "ascend-dra-webhook")
 #: On a direct claim: the pod it was made for (``<name>`` or ``<generateName>*``), for the owner loop.
 POD_ANNOTATION = "ascend.project-hami.io/pod"
-
-#: The largest ``-memory`` in MiB: HAMi keeps it as an int32 of MiB and refuses more as a wrong unit
-#: ("memory unit is treated as MB not Byte"; Project-HAMi/HAMi pkg/device/ascend/device.go
-#: ``GenerateResourceRequests``, docs/ascend-hardware.md#hami-device-plugin-conventions).
-MAX_MEMORY_MIB = 2**31 - 1
-_SUFFIX = re.compile(r"[+-]?[0-9.]+([a-zA-Z]*|[eE][+-]?[0-9]+)")
-#: Suffixes read as bytes. Not ``k``: the API server hands a webhook every quantity in canonical
-#: form, so a plain ``4000`` (MiB) arrives as ``4k``. A decimal suffix from ``M`` up read as MiB
-#: would be at least 10^6 MiB, more than any chip; as bytes it is what the user meant.
-_BYTE_UNITS = frozenset(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "M", "G", "T", "P", "E"))
-
+#: What HAMi's ``overwriteEnv`` empties in the containers that ask for no chip, so that an Ascend
+#: container runtime gives them none (``MutateAdmission``, Project-HAMi/HAMi pkg/device/ascend/device.go).
+VISIBLE_DEVICES = "ASCEND_VISIBLE_DEVICES"
 
 class Mode(StrEnum):
     """``--conversion-mode``: what the pod references."""
@@ -137,11 +125,16 @@ class PlannedClaim:
 
 @attrs.frozen
 class PodConversion:
-    """What converting one pod needs: the objects to create, then the patch to return."""
+    """What converting one pod needs: the objects to create, then the patch to return.
+
+    :ivar warnings: ``(field path, message)`` pairs the user is told (admission warnings) but that do
+        not refuse the pod, e.g. a ``-core`` above 100 capped.
+    """
 
     mode: Mode
     claims: tuple[PlannedClaim, ...]
     patch: tuple[Mapping[str, Any], ...]
+    warnings: tuple[tuple[str, str], ...] = ()
 
 
 def _type_selector(driver_name: str) -> str:
@@ -159,143 +152,14 @@ def _chip_selector(chip: HamiChip, driver_name: str) -> str:
     return f"{value} in [{','.join(go_quote(v) for v in chip.values)}]"
 
 
-def _values(annotations: Mapping[str, Any], key: str) -> list[str] | None:
-    """The comma-separated values of an annotation; None if absent, [] if it has none usable."""
-    raw = annotations.get(key)
-    if raw is None:
-        return None
-    return [v.strip() for v in str(raw).split(",") if v.strip()]
-
-
-def _quantity(value: object) -> Decimal:
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        raise ValueError(f"{orjson.dumps(value).decode()} is not a quantity")
-    number = parse_quantity(value)
-    if not number.is_finite():
-        raise ValueError(f"{value!r} is not a finite quantity")
-    return number
-
-
-def _memory_bytes(value: object) -> int:
-    """``-memory`` in bytes: a plain number is MiB (rounded up, as ``Quantity.Value()``), and so is
-    one with the suffix ``k`` (``4k`` is how a ``4000`` written in the pod reaches the webhook); a
-    value with a binary unit (``8Gi``) or a decimal one from ``M`` up (``500M``) is bytes (rounded up).
-
-    :raises ValueError: not a quantity, not above 0, a value with a byte unit under 1 MiB
-        (``1023Ki``, ``1M``: no share is that small, so it is a unit slip), or more than
-        :data:`MAX_MEMORY_MIB` MiB (HAMi's int32 bound, also a unit slip: bytes written without a
-        unit, ``8589934592`` for 8 GiB).
-    """
-    number = _quantity(value)
-    text = str(value).strip()
-    match = _SUFFIX.fullmatch(text)
-    has_unit = bool(match) and match.group(1) in _BYTE_UNITS
-    if number <= 0:
-        raise ValueError(f"{text!r} must be more than 0 (MiB, or bytes with a unit such as 8Gi)")
-    if has_unit and number < 1024 * 1024:
-        raise ValueError(f"{text!r} is {math.ceil(number)} bytes, less than 1 MiB: a plain number is MiB "
-                         "(4000 for 4000 MiB), a value with a unit is bytes (4000Mi)")
-    memory = math.ceil(number) if has_unit else math.ceil(number) * 1024 * 1024
-    if memory > MAX_MEMORY_MIB * 1024 * 1024:
-        raise ValueError(f"{text!r} is more than {MAX_MEMORY_MIB} MiB, the most HAMi accepts: a plain number is "
-                         "MiB (8192 for 8 GiB), a value with a unit is bytes (8Gi)")
-    return memory
-
-
-def _limit_path(path: str, section: str, key: str) -> str:
-    return f'{path}.resources.{section}["{key}"]'
-
-
-#: A claim holds at most this many devices (resource.k8s.io/v1 ``AllocationResultsMaxSize``, 32 in
-#: 1.35-1.37): a larger HAMi count could never be allocated.
-MAX_CHIPS = 32
-
-
-@attrs.frozen
-class _Chip:
-    hami: HamiChip
-    count: int
-    memory_bytes: int | None
-    cores: str | None
-
-    @property
-    def common_word(self) -> str:
-        return self.hami.common_word
-
-
-def _chips(container: Mapping[str, Any], path: str, problems: list[tuple[str, str]],
-           table: Sequence[HamiChip]) -> list[_Chip]:
-    resources = container.get("resources") or {}
-    limits = resources.get("limits") or {}
-    requests = resources.get("requests") or {}
-
-    def entry(key: str) -> tuple[str, object] | None:
-        """``(section, value)`` of ``key``: ``limits`` first, then ``requests`` (HAMi's webhook
-        reads ``limits`` only; a value the user wrote in ``requests`` is kept, not dropped); the
-        entry leaves both sections either way (:func:`convert_pod`)."""
-        for section, values in (("limits", limits), ("requests", requests)):
-            if key in values:
-                return section, values[key]
-        return None
-
-    chips = []
-    for hami in table:
-        key, memory_key, core_key = hami.count_name, hami.memory_name, hami.core_name
-        if key not in limits:
-            continue
-        count = memory = cores = None
-        try:
-            number = _quantity(limits[key])
-            if number != number.to_integral_value() or number < 0:
-                raise ValueError(f"{limits[key]!r} must be a whole number of chips (0 for none)")
-            if number > MAX_CHIPS:
-                raise ValueError(f"{limits[key]!r} is more chips than one claim can hold (at most {MAX_CHIPS}, "
-                                 "the API's AllocationResultsMaxSize)")
-            count = int(number)
-        except ValueError as exc:
-            problems.append((_limit_path(path, "limits", key), str(exc)))
-        if memory_key is not None and (found := entry(memory_key)) is not None:
-            section, value = found
-            try:
-                memory = _memory_bytes(value)
-            except ValueError as exc:
-                problems.append((_limit_path(path, section, memory_key), str(exc)))
-        if core_key is not None and (found := entry(core_key)) is not None:
-            section, value = found
-            try:
-                number = _quantity(value)
-                if not 0 <= number <= 100:
-                    raise ValueError(f"{value!r} is out of range 0..100 (percent of a chip)")
-                cores = canonical_quantity(str(value))
-            except ValueError as exc:
-                problems.append((_limit_path(path, section, core_key), str(exc)))
-        if count is not None:
-            chips.append(_Chip(hami, count, memory, cores))
-    return chips
-
-
-def _selectors(chip: HamiChip, annotations: Mapping[str, Any], driver_name: str,
-               problems: list[tuple[str, str]]) -> list[dict[str, Any]]:
-    attribute = f'device.attributes["{driver_name}"]'
-    expressions = [_type_selector(driver_name), _chip_selector(chip, driver_name)]
-    word = chip.common_word
-    for key, field, negate in ((f"hami.io/use-{word}-uuid", "uuid", False),
-                               (f"hami.io/no-use-{word}-uuid", "uuid", True),
-                               ("hami.io/use-nputype", "productName", False),
-                               ("hami.io/no-use-nputype", "productName", True)):
-        values = _values(annotations, key)
-        if values is None:
-            continue
-        if not values:
-            problems.append((f'metadata.annotations["{key}"]',
-                             f"annotation {key} has no usable value: {go_quote(str(annotations[key]))}"))
-            continue
-        test = f"{attribute}.{field} in [{','.join(go_quote(v) for v in values)}]"  # HAMi-DRA joins with ','
-        expressions.append(f"!({test})" if negate else test)
+def _selectors(chip: HamiChip, annotations: Mapping[str, Any], driver_name: str, problems: Problems,
+               warnings: Problems) -> list[dict[str, Any]]:
+    expressions = [_type_selector(driver_name), _chip_selector(chip, driver_name),
+                   *selector_expressions(chip, annotations, f'device.attributes["{driver_name}"]', problems, warnings)]
     return [{"cel": {"expression": e}} for e in expressions]
 
 
-def _covers(app: _Chip, init: _Chip) -> bool:
+def _covers(app: ChipRequest, init: ChipRequest) -> bool:
     """Whether an app container's request ``app`` holds what an init container asks for: the same
     chip family and count, and memory and cores each no larger (unset only where the app's is unset
     too: an unset one is the device class's default, unknown here)."""
@@ -329,7 +193,7 @@ def unconverted_resources(pod: Mapping[str, Any], chips: Sequence[HamiChip] = DE
     return found
 
 
-def _claim_spec(chip: _Chip, selectors: list[dict[str, Any]], driver_name: str) -> dict[str, Any]:
+def _claim_spec(chip: ChipRequest, selectors: list[dict[str, Any]], driver_name: str) -> dict[str, Any]:
     exactly: dict[str, Any] = {"allocationMode": "ExactCount", "count": chip.count, "deviceClassName": DEVICE_CLASS}
     requests = {}
     if chip.cores is not None:
@@ -383,6 +247,31 @@ def _privileged(spec: Mapping[str, Any], problems: list[tuple[str, str]]) -> Non
                                  "cannot be enforced; remove privileged: true (HAMi refuses such pods too)"))
 
 
+def _env_patch(spec: Mapping[str, Any], holders: set[str], chips: Sequence[HamiChip]) -> list[dict[str, Any]]:
+    """HAMi's ``overwriteEnv``: ``ASCEND_VISIBLE_DEVICES=""`` in each container (and init container)
+    whose limits lack the count of a chip whose config sets it (HAMi's ``MutateAdmission``, which
+    appends the variable; the last of a name wins, so one written by the user is replaced here), so
+    that an Ascend runtime gives it no chip. Not in containers that hold a claim of this conversion
+    (``holders``, field paths): HAMi's device plugin sets the variable for them, here the claim's CDI
+    spec does, and either wins over the pod's own value."""
+    overwriting = [chip for chip in chips if chip.overwrite_env]
+    patch: list[dict[str, Any]] = []
+    for section in ("initContainers", "containers"):
+        for index, container in enumerate(spec.get(section) or ()):
+            limits = (container.get("resources") or {}).get("limits") or {}
+            if f"spec.{section}[{index}]" in holders or all(c.count_name in limits for c in overwriting):
+                continue
+            env = [e for e in container.get("env") or () if not (isinstance(e, Mapping) and
+                                                                 e.get("name") == VISIBLE_DEVICES)]
+            patch.append({"op": "replace" if "env" in container else "add", "path": f"/spec/{section}/{index}/env",
+                          "value": [*env, {"name": VISIBLE_DEVICES, "value": ""}]})
+    return patch
+
+
+def _unique(pairs: list[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    return tuple(dict.fromkeys(pairs))  # a use-nputype problem is found once per claim
+
+
 def convert_pod(
     pod: Mapping[str, Any], namespace: str, *, mode: Mode = Mode.TEMPLATE,
     driver_name: str = "ascend.project-hami.io", random5: Callable[[], str] = random5,
@@ -394,7 +283,8 @@ def convert_pod(
     :param namespace: ``request.namespace`` (the object's may be empty at admission).
     :param driver_name: the driver in the CEL selectors (HAMi-DRA: ``ascend.project-hami.io``).
     :param chips: the resources converted and the chips each names, in order (HAMi's default
-        device config, or one loaded with :func:`~ascend_dra.webhook.hamichips.load_device_config`).
+        device config, or one loaded with :func:`~ascend_dra.webhook.hamichips.load_device_config`,
+        whose ``memoryAllocatable``, ``runtimeClassName`` and ``overwriteEnv`` are applied too).
     :param random5: the 5 characters that stand for the name of a pod created with ``generateName``.
     :returns: None when the pod asks for no Ascend chip in ``limits`` (it passes untouched).
     :raises ConversionError: with every problem, each naming its field.
@@ -402,12 +292,13 @@ def convert_pod(
     metadata = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     annotations = metadata.get("annotations") or {}
-    problems: list[tuple[str, str]] = []
-    found: list[tuple[str, int, Mapping[str, Any], list[_Chip]]] = []
+    problems: Problems = []
+    warnings: Problems = []
+    found: list[tuple[str, int, Mapping[str, Any], list[ChipRequest]]] = []
     for section in ("initContainers", "containers"):
         for index, container in enumerate(spec.get(section) or ()):
             path = f"spec.{section}[{index}]"
-            asked = _chips(container, path, problems, chips)
+            asked = read_requests(container, path, chips, problems, warnings)
             if asked:
                 found.append((section, index, container, asked))
     if not found and not problems:
@@ -419,7 +310,8 @@ def convert_pod(
     existing = {c.get("name") for c in spec.get("resourceClaims") or () if isinstance(c, Mapping)}
     planned: list[PlannedClaim] = []
     patch: list[dict[str, Any]] = []
-    shareable: list[tuple[_Chip, str]] = []  # the app containers' chips and their pod claim names
+    holders: set[str] = set()  # the containers that hold a claim (field paths)
+    shareable: list[tuple[ChipRequest, str]] = []  # the app containers' chips and their pod claim names
     # App containers first (sorted() is stable): an init container may use one of their claims.
     for section, index, container, asked in sorted(found, key=lambda f: f[0] == "initContainers"):
         path = f"spec.{section}[{index}]"
@@ -436,12 +328,13 @@ def convert_pod(
         for chip in asked:
             if not chip.count:
                 continue  # no chip asked for (a chart's `npu: 0`): its entries leave, no claim is made
+            holders.add(path)
             if section == "initContainers" and container.get("restartPolicy") != "Always":
                 shared = next((claim for app, claim in shareable if _covers(app, chip)), None)
                 if shared is not None:  # it ends before the app containers start: the pod books the larger
                     claims.append({"name": shared})
                     continue
-            selectors = _selectors(chip.hami, annotations, driver_name, problems)
+            selectors = _selectors(chip.hami, annotations, driver_name, problems, warnings)
             claim_spec = _claim_spec(chip, selectors, driver_name)
             if mode is Mode.CLAIM:
                 object_name = pod_claim = claim_name(namespace, pod_name, name, chip.common_word)
@@ -461,9 +354,16 @@ def convert_pod(
         patch.append({"op": "replace" if "resources" in container else "add",
                       "path": f"/spec/{section}/{index}/resources", "value": resources})
     if problems:
-        raise ConversionError(problems)
+        raise ConversionError(_unique(problems))
+    patch += _env_patch(spec, holders, chips)
+    # HAMi's runtimeClassName: the first chip asked for (init containers first, in config order)
+    # whose config names one, on a pod that names none.
+    runtime_class = next((c.hami.runtime_class for _, _, _, asked in found for c in asked if c.hami.runtime_class),
+                         None)
+    if runtime_class is not None and spec.get("runtimeClassName") is None:
+        patch.append({"op": "add", "path": "/spec/runtimeClassName", "value": runtime_class})
     if not planned:  # only counts of 0: the entries leave the pod (a -memory no node advertises
-        return PodConversion(mode, (), tuple(patch))  # would keep it pending), nothing else changes
+        return PodConversion(mode, (), tuple(patch), _unique(warnings))  # would keep it pending)
     position = {f"spec.{section}[{index}]": n for n, (section, index, _, _) in enumerate(found)}
     planned.sort(key=lambda c: position[c.container])  # the pod's own container order again
     reference = "resourceClaimName" if mode is Mode.CLAIM else "resourceClaimTemplateName"
@@ -476,4 +376,4 @@ def convert_pod(
         patch.append({"op": "add", "path": f"/metadata/labels/{_escape(DRA_LABEL)}", "value": "true"})
     else:
         patch.append({"op": "add", "path": "/metadata/labels", "value": {DRA_LABEL: "true"}})
-    return PodConversion(mode, tuple(planned), tuple(patch))
+    return PodConversion(mode, tuple(planned), tuple(patch), _unique(warnings))

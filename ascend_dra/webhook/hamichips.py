@@ -8,7 +8,11 @@ scheduler does (Project-HAMi/HAMi ``pkg/device/ascend/vnpu.go``, ``VNPUConfig``;
 ``device.go``): each entry's ``resourceName``, ``resourceMemoryName`` and ``resourceCoreName`` are the
 pod's resources, its ``commonWord`` names the claims and the ``hami.io/use-<commonWord>-uuid``
 annotations, and its ``chipName`` is the chip it gives (HAMi gives a request only chips whose name
-equals it). docs/webhook.md#a-hami-device-config says what is read and what is not.
+equals it). Three more keys are applied as HAMi's webhook applies them (``MutateAdmission`` in
+``pkg/device/ascend/device.go``): ``memoryAllocatable`` (MiB) is the memory of a request that gives
+only a count, ``runtimeClassName`` is set on a pod that asks for the chip and names none, and
+``overwriteEnv: true`` gives the containers that ask for no chip ``ASCEND_VISIBLE_DEVICES=""``.
+docs/webhook.md#a-hami-device-config says what is read and what is not.
 """
 
 from __future__ import annotations
@@ -47,9 +51,12 @@ CHIP_SELECTORS = {
 
 #: The keys of an entry that name its pod resources: the count, the memory and the cores.
 _NAME_KEYS = ("resourceName", "resourceMemoryName", "resourceCoreName")
+#: The largest ``memoryAllocatable``: HAMi keeps memory as an int32 of MiB.
+_MAX_MIB = 2**31 - 1
 #: A commonWord becomes part of claim and template names (lower-cased) and of annotation keys.
 _COMMON_WORD = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?")
 #: An extended resource name: ``<DNS subdomain>/<name>`` (what the API server accepts in ``limits``).
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _RESOURCE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/"
                        r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
@@ -63,6 +70,12 @@ class HamiChip:
     :ivar core_name: its core resource (percent of a chip, ``…-core``); None when the config names none.
     :ivar attribute: the device attribute the claim selects on, ``chipName`` or ``chipFamily``.
     :ivar values: the attribute's values that match (one or more).
+    :ivar memory_allocatable_mib: HAMi's ``memoryAllocatable`` (MiB): the memory a count without
+        ``-memory`` asks for (the whole chip in HAMi); None: the device class's default share.
+    :ivar runtime_class: HAMi's ``runtimeClassName``, set on a pod that asks for this chip and
+        names no runtime class; None: not set.
+    :ivar overwrite_env: HAMi's ``overwriteEnv``: containers that ask for no chip get
+        ``ASCEND_VISIBLE_DEVICES=""``, so an Ascend runtime gives them none.
     """
 
     common_word: str
@@ -71,6 +84,9 @@ class HamiChip:
     core_name: str | None
     attribute: str
     values: tuple[str, ...]
+    memory_allocatable_mib: int | None = None
+    runtime_class: str | None = None
+    overwrite_env: bool = False
 
     @property
     def resource_names(self) -> tuple[str, ...]:
@@ -121,10 +137,13 @@ def load_device_config(path: Path) -> tuple[HamiChip, ...]:
 
     Read per entry of ``vnpus`` (a list, or ``vnpus.configs``): ``commonWord``, ``chipName`` and
     ``resourceName`` (required), ``resourceMemoryName`` and ``resourceCoreName`` (optional: a
-    resource the config does not name is not converted, as in HAMi). Entries that share a
-    commonWord (HAMi's 910B4 and 910B4-1 under ``Ascend910B4``) make one chip whose claims select
-    either chip name; they must then name the same resources. Every other key (memory figures,
-    templates, ``runtimeClassName``, ...) is HAMi's and not read.
+    resource the config does not name is not converted, as in HAMi), ``memoryAllocatable`` (a
+    whole number of MiB), ``runtimeClassName`` (a string; empty is none) and ``overwriteEnv`` (a
+    boolean). Entries that share a commonWord (HAMi's 910B4 and 910B4-1 under ``Ascend910B4``) make
+    one chip whose claims select either chip name; they must then name the same resources and
+    runtime class, the smaller ``memoryAllocatable`` is kept (it fits either chip) and
+    ``overwriteEnv`` holds if one of them sets it. Every other key (``memoryCapacity``, templates,
+    ``superPod``, ...) is HAMi's and not read.
 
     :raises DeviceConfigError: the file cannot be read or parsed, or an entry is incomplete or
         contradicts another; the message names the file and the field.
@@ -137,6 +156,7 @@ def load_device_config(path: Path) -> tuple[HamiChip, ...]:
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise DeviceConfigError(f"{where}: not YAML: {str(exc).splitlines()[0]}") from None
     words: dict[str, tuple[str, tuple[str | None, ...], list[str]]] = {}  # word -> (path, names, chips)
+    extras: dict[str, HamiChip] = {}  # word -> its memoryAllocatable, runtimeClassName, overwriteEnv
     owner: dict[str, str] = {}  # resource name -> commonWord
     for path_, entry in _entries(document, where):
         if not isinstance(entry, Mapping):
@@ -162,17 +182,53 @@ def load_device_config(path: Path) -> tuple[HamiChip, ...]:
                                         f"{owner[name]}; one resource can name one commonWord")
         if len({name for _, name in given}) != len(given):
             raise DeviceConfigError(f"{where}: {path_} names one resource twice")
+        applied = _applied_keys(entry, path_, where)
         if word in words:
             first, first_names, chips = words[word]
             if names != first_names:
                 raise DeviceConfigError(f"{where}: {path_} and {first} share commonWord {word} but name different "
                                         "resources")
+            if applied.runtime_class != extras[word].runtime_class:
+                raise DeviceConfigError(f"{where}: {path_} and {first} share commonWord {word} but name different "
+                                        "runtimeClassName")
+            extras[word] = _merged(extras[word], applied)
             if chip not in chips:
                 chips.append(chip)
         else:
             words[word] = (path_, names, [chip])
-    return tuple(HamiChip(word, names[0] or "", names[1], names[2], "chipName", tuple(chips))
+            extras[word] = applied
+    return tuple(attrs.evolve(extras[word], common_word=word, count_name=names[0] or "", memory_name=names[1],
+                              core_name=names[2], values=tuple(chips))
                  for word, (_, names, chips) in words.items())
+
+
+def _applied_keys(entry: Mapping[str, Any], path: str, where: str) -> HamiChip:
+    """The entry's ``memoryAllocatable``, ``runtimeClassName`` and ``overwriteEnv`` (on a chip whose
+    other fields are filled in by the caller).
+
+    :raises DeviceConfigError: a value of the wrong type or out of range, naming the field.
+    """
+    memory = entry.get("memoryAllocatable")
+    if memory is not None and (isinstance(memory, bool) or not isinstance(memory, int) or not 0 < memory <= _MAX_MIB):
+        raise DeviceConfigError(f"{where}: {path}.memoryAllocatable must be a whole number of MiB from 1 to "
+                                f"{_MAX_MIB}, not {memory!r:.60}")
+    runtime_class = _text(entry, "runtimeClassName", path, where, required=False)
+    if runtime_class is not None and not (len(runtime_class) <= 253 and _DNS_SUBDOMAIN.fullmatch(runtime_class)):
+        raise DeviceConfigError(f"{where}: {path}.runtimeClassName {runtime_class!r} is not a RuntimeClass name "
+                                "(a lower-case DNS subdomain, e.g. ascend)")
+    overwrite = entry.get("overwriteEnv", False)
+    if overwrite is None:
+        overwrite = False
+    if not isinstance(overwrite, bool):
+        raise DeviceConfigError(f"{where}: {path}.overwriteEnv must be true or false, not {overwrite!r:.60}")
+    return HamiChip("", "", None, None, "chipName", (), memory, runtime_class, overwrite)
+
+
+def _merged(first: HamiChip, other: HamiChip) -> HamiChip:
+    """Two entries of one commonWord: the smaller memory (it fits either chip), either's overwriteEnv."""
+    memories = [m for m in (first.memory_allocatable_mib, other.memory_allocatable_mib) if m is not None]
+    return attrs.evolve(first, memory_allocatable_mib=min(memories) if memories else None,
+                        overwrite_env=first.overwrite_env or other.overwrite_env)
 
 
 def chip_names(chips: Sequence[HamiChip]) -> str:

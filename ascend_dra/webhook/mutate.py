@@ -153,6 +153,7 @@ class PodMutator:
             return review.denied(request.uid, f"{shown}: cannot convert its HAMi resources: {problems}"), "denied", None
         if conversion is None:
             return review.allowed(request.uid, warnings), "allowed", None
+        warnings = warnings + [f"{path}: {message}" for path, message in conversion.warnings]
         try:
             await self._create_all(conversion.claims, request.namespace, owner, request.dry_run, mode)
         except _Refused as exc:

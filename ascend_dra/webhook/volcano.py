@@ -76,9 +76,10 @@ def convert_job(job: Mapping[str, Any], namespace: str, *, driver_name: str = "a
     :returns: the templates to create and the Job's JSON Patch (paths under
         ``/spec/tasks/<i>/template``), in template mode; None when no task asks for an Ascend chip.
     :raises ConversionError: with every problem of every task, each path starting
-        ``spec.tasks[<i>].template.``.
+        ``spec.tasks[<i>].template.`` (and so do the conversion's warnings).
     """
     problems: list[tuple[str, str]] = []
+    warnings: list[tuple[str, str]] = []
     planned = []
     patch: list[Mapping[str, Any]] = []
     for index, template in task_templates(job):
@@ -92,6 +93,7 @@ def convert_job(job: Mapping[str, Any], namespace: str, *, driver_name: str = "a
             continue
         if conversion is None:
             continue
+        warnings.extend((f"{where}.{path}", message) for path, message in conversion.warnings)
         planned.extend(attrs.evolve(claim, container=f"{where}.{claim.container}") for claim in conversion.claims)
         prefix = f"/spec/tasks/{index}/template"
         for op in conversion.patch:
@@ -104,4 +106,4 @@ def convert_job(job: Mapping[str, Any], namespace: str, *, driver_name: str = "a
         raise ConversionError(problems)
     if not patch:
         return None
-    return PodConversion(Mode.TEMPLATE, tuple(planned), tuple(patch))
+    return PodConversion(Mode.TEMPLATE, tuple(planned), tuple(patch), tuple(warnings))

@@ -283,18 +283,48 @@ def test_refused_conversion_names_the_field(cp, hook):
     pod = {"metadata": {"name": "p", "annotations": {"hami.io/use-Ascend310P-uuid": " , "}}, "spec": {
         "containers": [{"name": "c", "image": "x", "resources": {"limits": {
             "huawei.com/Ascend310P": "1", "huawei.com/Ascend310P-memory": "-1024",
-            "huawei.com/Ascend310P-core": "150"}}}]}}
+            "huawei.com/Ascend310P-core": "150"}}},
+                       {"name": "d", "image": "x", "resources": {"limits": {"huawei.com/Ascend310P-memory": "512"}}}]}}
     status, reply = cp.api("POST", f"/api/v1/namespaces/{ns}/pods", pod)
     assert status == 422, reply
     assert reply["message"] == (
         f'admission webhook "{MUTATING}" denied the request: pod {ns}/p: cannot convert its HAMi resources: '
         'spec.containers[0].resources.limits["huawei.com/Ascend310P-memory"]: \'-1024\' must be more than 0 (MiB, or '
         "bytes with a unit such as 8Gi); "
-        'spec.containers[0].resources.limits["huawei.com/Ascend310P-core"]: \'150\' is out of range 0..100 (percent '
-        "of a chip); "
+        'spec.containers[1].resources.limits["huawei.com/Ascend310P-memory"]: asks for no chip without '
+        "huawei.com/Ascend310P in limits (HAMi reads it only beside the count and gives the container no chip for it; "
+        "no node advertises it as a resource, so the pod would wait forever): add huawei.com/Ascend310P or remove it; "
         'metadata.annotations["hami.io/use-Ascend310P-uuid"]: annotation hami.io/use-Ascend310P-uuid has no usable '
-        'value: " , "')
+        'value: " , " (HAMi matches no chip with it, so the pod would wait forever; name one or remove it)')
     assert ok(cp, "GET", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims")["items"] == []
+
+
+def test_what_hami_runs_is_converted_with_warnings_and_an_impossible_nputype_refused(cp, hook):
+    """docs/webhook.md#conversion-of-hami-syntax: a -core above 100 (HAMi caps it) and an empty
+    annotation (no constraint in HAMi) were refused here, stopping workloads that ran under HAMi; a
+    use-nputype of another chip kind was passed on as a claim nothing could satisfy."""
+    proc = hook.use("claim")
+    ns = hook.namespace()
+    answer = dry_run_review(hook, proc, ns, {"metadata": {"name": "p", "annotations": {
+        "hami.io/no-use-Ascend310P-uuid": ""}}, "spec": {"containers": [{"name": "c", "image": "x", "resources": {
+            "limits": {"huawei.com/Ascend310P": "1", "huawei.com/Ascend310P-core": "150"}}}]}},
+        {"group": "", "version": "v1", "kind": "Pod"})
+    assert answer["allowed"] is True and answer["patch"], answer
+    assert answer["warnings"] == [
+        'spec.containers[0].resources.limits["huawei.com/Ascend310P-core"]: \'150\' is more than 100 percent of a '
+        "chip: capped to 100, the whole chip's cores, as HAMi caps it",
+        'metadata.annotations["hami.io/no-use-Ascend310P-uuid"]: "" names nothing: no constraint, as HAMi reads it']
+    stored = ok(cp, "POST", f"/api/v1/namespaces/{ns}/pods", {"metadata": {"name": "capped"}, "spec": {
+        "containers": [{"name": "c", "image": "x", "resources": {"limits": {
+            "huawei.com/Ascend310P": "1", "huawei.com/Ascend310P-core": "150"}}}]}})
+    claim_obj = ok(cp, "GET", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/"
+                              f"{stored['spec']['resourceClaims'][0]['resourceClaimName']}")
+    assert claim_obj["spec"]["devices"]["requests"][0]["exactly"]["capacity"]["requests"] == {"cores": "100"}
+    status, reply = cp.api("POST", f"/api/v1/namespaces/{ns}/pods", {"metadata": {"name": "typed", "annotations": {
+        "hami.io/use-nputype": "910B3"}}, "spec": {"containers": [{"name": "c", "image": "x", "resources": {
+            "limits": {"huawei.com/Ascend310P": "1"}}}]}})
+    assert status == 422 and 'metadata.annotations["hami.io/use-nputype"]: 910B3 names no chip that ' \
+        "huawei.com/Ascend310P can be given" in reply["message"], reply
 
 
 def test_opt_out_labels_on_pod_and_namespace_and_generate_name(cp, hook):

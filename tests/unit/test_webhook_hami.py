@@ -161,11 +161,12 @@ def test_memory_and_cores_only_in_requests_are_read_from_there():
     [planned] = convert_pod(both, "ns", mode=Mode.CLAIM).claims
     assert planned.spec["devices"]["requests"][0]["exactly"]["capacity"]["requests"]["memory"] == str(4 << 30)
     bad = copy.deepcopy(pod)
-    bad["spec"]["containers"][0]["resources"]["requests"]["huawei.com/Ascend310P-core"] = "120"
+    bad["spec"]["containers"][0]["resources"]["requests"]["huawei.com/Ascend310P-core"] = "-5"
     with pytest.raises(ConversionError) as caught:
         convert_pod(bad, "ns")
-    assert [f for f, _ in caught.value.problems] == [
-        'spec.containers[0].resources.requests["huawei.com/Ascend310P-core"]']
+    assert caught.value.problems == (
+        ('spec.containers[0].resources.requests["huawei.com/Ascend310P-core"]',
+         "'-5' must be 0 or more (percent of a chip)"),)
 
 
 def test_cores_are_copied_as_a_quantity():
@@ -176,29 +177,32 @@ def test_cores_are_copied_as_a_quantity():
 
 def test_every_problem_is_refused_at_once_naming_its_field():
     pod = pod_with({"huawei.com/Ascend310P": "1.5", "huawei.com/Ascend910A": "1",
-                    "huawei.com/Ascend910A-memory": "lots", "huawei.com/Ascend910A-core": "120"},
-                   {"hami.io/use-Ascend910A-uuid": " , ", "hami.io/use-nputype": ""})
+                    "huawei.com/Ascend910A-memory": "lots", "huawei.com/Ascend910A-core": "-1"},
+                   {"hami.io/use-Ascend910A-uuid": " , ", "hami.io/use-nputype": "910B3"})
     with pytest.raises(ConversionError) as caught:
         convert_pod(pod, "ns")
     limits = 'spec.containers[0].resources.limits'
     assert caught.value.problems == (
         (f'{limits}["huawei.com/Ascend910A-memory"]', "invalid quantity 'lots': expected a number with an optional "
          "suffix (Ki, Mi, Gi, Ti, Pi, Ei, k, M, G, T, P, E, m)"),
-        (f'{limits}["huawei.com/Ascend910A-core"]', "'120' is out of range 0..100 (percent of a chip)"),
+        (f'{limits}["huawei.com/Ascend910A-core"]', "'-1' must be 0 or more (percent of a chip)"),
         (f'{limits}["huawei.com/Ascend310P"]', "'1.5' must be a whole number of chips (0 for none)"),
         ('metadata.annotations["hami.io/use-Ascend910A-uuid"]',
-         'annotation hami.io/use-Ascend910A-uuid has no usable value: " , "'),
-        ('metadata.annotations["hami.io/use-nputype"]', 'annotation hami.io/use-nputype has no usable value: ""'),
+         'annotation hami.io/use-Ascend910A-uuid has no usable value: " , " (HAMi matches no chip with it, so the '
+         "pod would wait forever; name one or remove it)"),
+        ('metadata.annotations["hami.io/use-nputype"]',
+         "910B3 names no chip that huawei.com/Ascend910A can be given (its chips: chipName 910A), so its claim could "
+         "never be allocated; name one of them or remove the annotation (HAMi's scheduler does not read "
+         "hami.io/use-nputype for Ascend chips; HAMi-DRA turns it into a selector, as here)"),
     )
 
 
 @pytest.mark.parametrize("pod", [
     pod_with({"nvidia.com/gpu": "1"}),
-    pod_with({"huawei.com/Ascend310P-memory": "1024"}),
     {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "resources": {
         "requests": {"huawei.com/Ascend310P": "1"}}}]}},
     {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}},
-], ids=["other vendor", "memory without count", "count only in requests", "no resources"])
+], ids=["other vendor", "count only in requests", "no resources"])
 def test_pods_without_an_ascend_count_in_limits_pass_untouched(pod):
     assert convert_pod(pod, "ns") is None
 

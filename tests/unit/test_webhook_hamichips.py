@@ -57,11 +57,11 @@ def test_the_current_layout_gives_one_chip_per_common_word_in_the_configs_order(
     chips = load_device_config(write(tmp_path, CONFIG))
     assert chips == (
         HamiChip("Ascend910B1", "huawei.com/Ascend910B1", "huawei.com/Ascend910B1-memory", None, "chipName",
-                 ("910B1",)),
+                 ("910B1",), memory_allocatable_mib=65536),
         HamiChip("Ascend910B4", "huawei.com/Ascend910B4", "huawei.com/Ascend910B4-memory", None, "chipName",
                  ("910B4", "910B4-1")),
         HamiChip("Ascend310P", "huawei.com/Ascend310P", "huawei.com/Ascend310P-memory", "huawei.com/Ascend310P-core",
-                 "chipName", ("310P3",)),
+                 "chipName", ("310P3",), runtime_class="ascend"),
     )
 
 
@@ -153,7 +153,7 @@ def test_a_resource_the_config_does_not_name_stays_in_the_pod_and_is_warned_abou
     conversion = convert_pod(pod(limits), "ns", chips=chips)
     container = next(p for p in conversion.patch if p["path"] == "/spec/containers/0/resources")
     assert container["value"]["limits"] == {"huawei.com/Ascend910B1-core": "50"}
-    assert "capacity" not in conversion.claims[0].spec["devices"]["requests"][0]["exactly"]
+    assert "cores" not in conversion.claims[0].spec["devices"]["requests"][0]["exactly"]["capacity"]["requests"]
     assert unconverted_resources(pod(limits), chips) == ["spec.containers[0]: huawei.com/Ascend910B1-core"]
     # Ascend910A is one of HAMi's defaults but not in this config: not converted here.
     assert unconverted_resources(pod({"huawei.com/Ascend910A": "1"}), chips) == [

@@ -67,15 +67,20 @@ def test_a_job_without_hami_resources_is_left_alone():
     assert convert_job({"spec": None}, "ns") is None
 
 
-def test_problems_name_the_task():
+def test_problems_and_warnings_name_the_task():
     source = job()
-    source["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["resources"]["limits"][
-        "huawei.com/Ascend310P-core"] = "150"
+    limits = source["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    limits["huawei.com/Ascend310P-core"] = "150"
+    conversion = convert_job(source, "ns")
+    assert conversion.warnings == ((
+        'spec.tasks[0].template.spec.containers[0].resources.limits["huawei.com/Ascend310P-core"]',
+        "'150' is more than 100 percent of a chip: capped to 100, the whole chip's cores, as HAMi caps it"),)
+    limits["huawei.com/Ascend310P-core"] = "-1"
     with pytest.raises(ConversionError) as caught:
         convert_job(source, "ns")
     assert list(caught.value.problems) == [(
         'spec.tasks[0].template.spec.containers[0].resources.limits["huawei.com/Ascend310P-core"]',
-        "'150' is out of range 0..100 (percent of a chip)")]
+        "'-1' must be 0 or more (percent of a chip)")]
 
 
 def test_a_converted_job_is_told_the_volcano_it_needs_and_its_stale_min_resources():
