@@ -64,6 +64,7 @@ __all__ = (
     "Mode",
     "PlannedClaim",
     "PodConversion",
+    "chip_selector",
     "claim_name",
     "convert_pod",
     "go_quote",
@@ -142,7 +143,7 @@ def _type_selector(driver_name: str) -> str:
             f'device.attributes["{driver_name}"].type == "HAMivNPUCore"')
 
 
-def _chip_selector(chip: HamiChip, driver_name: str) -> str:
+def chip_selector(chip: HamiChip, driver_name: str) -> str:
     """The chips ``chip`` names (:data:`CHIP_SELECTORS` by default). ``.?x.orValue("")``: a device
     without the attribute (its chip name unknown) does not match; a plain ``.x`` would be a CEL
     evaluation error that aborts the allocation."""
@@ -154,7 +155,7 @@ def _chip_selector(chip: HamiChip, driver_name: str) -> str:
 
 def _selectors(chip: HamiChip, annotations: Mapping[str, Any], driver_name: str, problems: Problems,
                warnings: Problems) -> list[dict[str, Any]]:
-    expressions = [_type_selector(driver_name), _chip_selector(chip, driver_name),
+    expressions = [_type_selector(driver_name), chip_selector(chip, driver_name),
                    *selector_expressions(chip, annotations, f'device.attributes["{driver_name}"]', problems, warnings)]
     return [{"cel": {"expression": e}} for e in expressions]
 

@@ -8,7 +8,10 @@ Names follow ``ascend_dra_webhook_<noun>_total`` / ``_seconds`` (docs/architectu
 - ``ascend_dra_webhook_review_seconds{endpoint, outcome}``: time from the body read to the answer;
 - ``ascend_dra_webhook_tls_reloads_total{result}``: certificate reloads (``ok`` / ``error``);
 - ``ascend_dra_webhook_owner_updates_total{result}``: claims given their pod as owner;
-- ``ascend_dra_webhook_orphans_deleted_total``: claims deleted because no pod came for them.
+- ``ascend_dra_webhook_orphans_deleted_total``: claims deleted because no pod came for them;
+- ``ascend_dra_webhook_hami_dra_claims_total{action}``: claims HAMi-DRA made before the switch, taken
+  over (:mod:`ascend_dra.webhook.hamidra`): ``adopted`` (their pod made their owner) or ``replaced``
+  (deleted for a new pod of their name, which gets a claim of ours).
 """
 
 from __future__ import annotations
@@ -37,6 +40,11 @@ class WebhookMetrics:
                                      ["result"], registry=r)
         self.orphans_deleted = Counter("ascend_dra_webhook_orphans_deleted",
                                        "direct claims deleted because no pod references them", registry=r)
+        self.hami_dra_claims = Counter("ascend_dra_webhook_hami_dra_claims",
+                                       "claims HAMi-DRA made, adopted by their pod or replaced for a new one",
+                                       ["action"], registry=r)
+        for action in ("adopted", "replaced"):
+            self.hami_dra_claims.labels(action)
         for endpoint in ENDPOINTS:
             for outcome in OUTCOMES:
                 self.reviews.labels(endpoint, outcome)

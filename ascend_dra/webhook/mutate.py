@@ -15,9 +15,12 @@ create
 fails half-way, the claims this call created are deleted before the denial (docs/ascend-hardware.md#conversion-rules
 step 7). A claim
 that already exists is reused only when this webhook made it for a pod of that name, nobody owns it
-yet and its spec is the planned one (the API server called us again for the same pod); any other
-existing object of that name is left alone and the pod is denied, naming it. A user's own claims
-are never touched.
+yet and its spec is the planned one (the API server called us again for the same pod). One that
+HAMi-DRA made before the switch (:mod:`ascend_dra.webhook.hamidra`) for an earlier pod of this
+name, and that nothing uses any more (no pod names it, nothing in its ``status.reservedFor``), is
+deleted (uid and resourceVersion preconditions) and made again as ours; in a dry run it is left as
+it is. Any other existing object of that name is left alone and the pod is denied, naming it. A
+user's own claims are never touched.
 """
 
 from __future__ import annotations
@@ -43,7 +46,10 @@ from ascend_dra.webhook.hami import (
     unconverted_resources,
 )
 from ascend_dra.webhook.hamichips import DEFAULT_CHIPS, HamiChip, chip_names
+from ascend_dra.webhook.hamidra import made_by_hami_dra, users_of
 from ascend_dra.webhook.kubeapi import ApiError, KubeApi
+from ascend_dra.webhook.metrics import WebhookMetrics
+from ascend_dra.webhook.podupdate import PodUpdates
 
 __all__ = ("PodMutator",)
 
@@ -52,6 +58,8 @@ logger = logging.getLogger(__name__)
 RESOURCE_V1 = "/apis/resource.k8s.io/v1"
 #: Seconds one API call of a review may take; the webhook configuration allows 10 in all.
 CALL_TIMEOUT_S = 4.0
+#: Seconds a replaced HAMi-DRA claim may take to go (its finalizer is removed once it is deallocated).
+GONE_WITHIN_S = 3.0
 
 
 class _Refused(Exception):
@@ -66,24 +74,30 @@ def _labels() -> dict[str, str]:
 
 
 class PodMutator:
-    """Answers ``/mutate-pods`` reviews.
+    """Answers ``/mutate-pods`` reviews: a pod's or Volcano Job's CREATE, a converted pod's UPDATE
+    (:class:`~ascend_dra.webhook.podupdate.PodUpdates`).
 
     :param api: the API client the claims and templates are created with.
     :param mode: :class:`~ascend_dra.webhook.hami.Mode` (``template`` by default).
     :param driver_name: the driver named in the CEL selectors.
     :param chips: the HAMi resources converted and the chips each names (``--hami-device-config``).
+    :param metrics: where replaced HAMi-DRA claims are counted; None: not counted (tests).
     """
 
     def __init__(self, api: KubeApi, mode: Mode, driver_name: str,
-                 chips: tuple[HamiChip, ...] = DEFAULT_CHIPS) -> None:
+                 chips: tuple[HamiChip, ...] = DEFAULT_CHIPS, metrics: WebhookMetrics | None = None) -> None:
         self.api = api
         self.mode = mode
         self.driver_name = driver_name
         self.chips = chips
+        self.metrics = metrics
+        self.updates = PodUpdates(api, chips, driver_name)
 
     async def review(self, request: review.ReviewRequest) -> tuple[bytes, str]:
         """Answer one review; returns ``(response body, outcome)`` with outcome ``allowed``,
         ``converted`` or ``denied``."""
+        if request.operation == "UPDATE" and (request.group, request.kind) == ("", "Pod"):
+            return await self.updates.review(request)
         if request.operation != "CREATE" or request.object is None:
             return review.allowed(request.uid), "allowed"
         if (request.group, request.kind) == ("", "Pod"):
@@ -196,7 +210,8 @@ class PodMutator:
                 except ApiError as exc:
                     if exc.status != 409:
                         raise _Refused(f"creating {self._what(claim, namespace, mode)} failed: {exc}", 500) from None
-                    await self._reuse(claim, namespace, for_pod, mode)
+                    if await self._reuse(claim, namespace, for_pod, mode, dry_run):
+                        created.append(claim.object_name)
         except BaseException:
             if mode is Mode.CLAIM and created:
                 # Also when the review is cancelled (client gone, shutdown): bounded, shielded.
@@ -209,8 +224,9 @@ class PodMutator:
         kind = "ResourceClaim" if mode is Mode.CLAIM else "ResourceClaimTemplate"
         return f"{kind} {namespace}/{claim.object_name} (for {claim.container})"
 
-    async def _reuse(self, claim: PlannedClaim, namespace: str, for_pod: str, mode: Mode) -> None:
-        """Accept an existing object of the planned name only if it is the one we would create."""
+    async def _reuse(self, claim: PlannedClaim, namespace: str, for_pod: str, mode: Mode, dry_run: bool) -> bool:
+        """Accept an existing object of the planned name only if it is the one we would create, or
+        replace a HAMi-DRA claim nothing uses; returns whether a claim was created here."""
         what = self._what(claim, namespace, mode)
         try:
             existing = await self.api.request("GET", f"{self._collection(namespace, mode)}/{claim.object_name}",
@@ -220,7 +236,9 @@ class PodMutator:
         metadata: Mapping[str, Any] = existing.get("metadata") or {}
         spec = existing.get("spec") if mode is Mode.CLAIM else (existing.get("spec") or {}).get("spec")
         ours = (metadata.get("labels") or {}).get(MANAGED_BY[0]) == MANAGED_BY[1]
-        if not ours:
+        if not ours and mode is Mode.CLAIM and made_by_hami_dra(existing):
+            return await self._replace_hami_dra(existing, claim, namespace, for_pod, dry_run)
+        if not ours and not (mode is Mode.CLAIM and metadata.get("ownerReferences")):
             raise _Refused(f"{what} already exists and was not made by this webhook; delete or rename it", 409)
         if mode is Mode.CLAIM:
             if (metadata.get("annotations") or {}).get(POD_ANNOTATION) != for_pod or metadata.get("ownerReferences"):
@@ -232,6 +250,55 @@ class PodMutator:
                 raise _Refused(f"{what} is being deleted; retry in a few seconds", 409)
         if not _same_spec(spec, claim.spec):
             raise _Refused(f"{what} already exists with a different spec", 409)
+        return False
+
+    async def _replace_hami_dra(self, existing: Mapping[str, Any], claim: PlannedClaim, namespace: str,
+                                for_pod: str, dry_run: bool) -> bool:
+        """Delete a claim HAMi-DRA made for an earlier pod of this name, if nothing uses it, and create
+        ours in its place; returns True once created (False in a dry run, which changes nothing).
+
+        :raises _Refused: (409) something uses it, it changed meanwhile, or it did not go within
+            :data:`GONE_WITHIN_S`.
+        """
+        what = self._what(claim, namespace, Mode.CLAIM)
+        metadata = existing["metadata"]
+        try:
+            listed = await self.api.request("GET", f"/api/v1/namespaces/{namespace}/pods", timeout_s=CALL_TIMEOUT_S)
+        except ApiError as exc:
+            raise _Refused(f"{what} was made by HAMi-DRA; the pods that may use it cannot be listed: {exc}",
+                           500) from None
+        users = users_of(existing, listed.get("items") or ())
+        if users:
+            raise _Refused(f"{what} was made by HAMi-DRA and is still used by {', '.join(users.values())}; "
+                           "it is taken over once nothing uses it, retry then", 409)
+        if dry_run:
+            return False
+        path = f"{self._collection(namespace, Mode.CLAIM)}/{claim.object_name}"
+        body = {"apiVersion": "v1", "kind": "DeleteOptions",
+                "preconditions": {"uid": metadata["uid"], "resourceVersion": metadata["resourceVersion"]}}
+        try:
+            await self.api.request("DELETE", path, body=body, timeout_s=CALL_TIMEOUT_S)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise _Refused(f"{what} was made by HAMi-DRA and could not be replaced: {exc}; retry", 409) from None
+        with anyio.move_on_after(GONE_WITHIN_S):
+            while True:
+                try:
+                    await self.api.request("POST", self._collection(namespace, Mode.CLAIM),
+                                           body=self._body(claim, namespace, for_pod, Mode.CLAIM),
+                                           timeout_s=CALL_TIMEOUT_S)
+                except ApiError as exc:
+                    if exc.status != 409:
+                        raise _Refused(f"creating {what} failed: {exc}", 500) from None
+                    await anyio.sleep(0.2)  # still there: its finalizer goes once it is deallocated
+                    continue
+                if self.metrics is not None:
+                    self.metrics.hami_dra_claims.labels("replaced").inc()
+                logger.info("claim made by HAMi-DRA replaced", extra={"claim_namespace": namespace,
+                                                                      "claim_name": claim.object_name})
+                return True
+        raise _Refused(f"{what} was made by HAMi-DRA for an earlier pod of this name and is being deleted; retry "
+                       "in a few seconds", 409)
 
     async def _roll_back(self, names: list[str], namespace: str, mode: Mode) -> None:
         for name in names:

@@ -28,6 +28,8 @@ import anyio
 from anyio.abc import TaskStatus
 
 from ascend_dra.webhook.hami import DRA_LABEL, MANAGED_BY, POD_ANNOTATION
+from ascend_dra.webhook.hamichips import DEFAULT_CHIPS, HamiChip
+from ascend_dra.webhook.hamidra import follows_hami_dra_rule, made_by_hami_dra, users_of
 from ascend_dra.webhook.kubeapi import ApiError, KubeApi
 from ascend_dra.webhook.metrics import WebhookMetrics
 
@@ -67,15 +69,17 @@ class OwnerLoop:
     :param grace_s: seconds an ownerless claim may wait for its pod before the sweep deletes it;
         well above a review's 10 s timeout plus the pod's own admission.
     :param sweep_interval_s: seconds between sweeps; default ``min(30, grace_s / 2)``.
+    :param chips: the commonWords whose HAMi-DRA claim names are recognised (the webhook's table).
     """
 
     def __init__(self, api: KubeApi, metrics: WebhookMetrics, *, grace_s: float = 60.0,
-                 sweep_interval_s: float | None = None) -> None:
+                 sweep_interval_s: float | None = None, chips: tuple[HamiChip, ...] = DEFAULT_CHIPS) -> None:
         self.api = api
         self.metrics = metrics
+        self.chips = chips
         self.grace_s = grace_s
         self.sweep_interval_s = sweep_interval_s if sweep_interval_s is not None else min(30.0, grace_s / 2)
-        self._owned: set[tuple[str, str]] = set()
+        self._owned: set[tuple[str, str]] = set()  # claims settled: owned, or never ours to own
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """List, report started, then watch and sweep until cancelled. API errors are retried."""
@@ -148,7 +152,10 @@ class OwnerLoop:
         metadata = claim.get("metadata") or {}
         key = (metadata.get("namespace", ""), metadata.get("name", ""))
         if (metadata.get("labels") or {}).get(MANAGED_BY[0]) != MANAGED_BY[1]:
-            self._owned.add(key)  # a user's claim: never ours to own or delete
+            if made_by_hami_dra(claim) and self._named_as_hami_dra_names_it(key, pod):
+                await self._adopt_hami_dra(claim, pod)
+            else:
+                self._owned.add(key)  # a user's claim: never ours to own or delete
             return
         if metadata.get("ownerReferences"):
             self._owned.add(key)
@@ -173,6 +180,47 @@ class OwnerLoop:
         self.metrics.owner_updates.labels("ok").inc()
         logger.info("claim owned by its pod", extra={"claim_namespace": key[0], "claim_name": key[1],
                                                      "pod_uid": pod["metadata"]["uid"]})
+
+    def _named_as_hami_dra_names_it(self, key: tuple[str, str], pod: Mapping[str, Any]) -> bool:
+        """Whether ``pod`` names the claim as HAMi-DRA's conversion does: a pod claim entry of the
+        claim's own name, and the name HAMi-DRA gives one of its containers' claims."""
+        namespace, name = key
+        entries = (pod.get("spec") or {}).get("resourceClaims") or ()
+        return any(isinstance(e, Mapping) and e.get("name") == name == e.get("resourceClaimName") for e in entries) \
+            and follows_hami_dra_rule(name, pod, namespace, self.chips)
+
+    async def _adopt_hami_dra(self, claim: Mapping[str, Any], pod: Mapping[str, Any]) -> None:
+        """Make ``pod`` the owner of a claim HAMi-DRA made for it, unless something else uses it."""
+        metadata = claim["metadata"]
+        namespace, name = metadata["namespace"], metadata["name"]
+        try:
+            listed = await self.api.request("GET", f"/api/v1/namespaces/{namespace}/pods")
+        except ApiError as exc:
+            logger.warning("pods not listed, claim made by HAMi-DRA not adopted yet", extra={
+                "claim_namespace": namespace, "claim_name": name, "error": str(exc)})
+            return
+        others = {uid: user for uid, user in users_of(claim, listed.get("items") or ()).items()
+                  if uid != pod["metadata"]["uid"]}
+        if others:
+            self._owned.add((namespace, name))  # shared: not one pod's to delete with it
+            logger.info("claim made by HAMi-DRA not adopted: used by another pod",
+                        extra={"claim_namespace": namespace, "claim_name": name, "users": ", ".join(others.values())})
+            return
+        patch = {"metadata": {"ownerReferences": [owner_reference(pod)],
+                              "resourceVersion": metadata.get("resourceVersion")}}
+        try:
+            await self.api.request("PATCH", _claim_path(namespace, name), body=patch,
+                                   content_type="application/merge-patch+json")
+        except ApiError as exc:
+            if exc.status != 409:  # 409: changed meanwhile; the next event or list looks again
+                self.metrics.owner_updates.labels("error").inc()
+                logger.warning("claim owner not set", extra={"claim_namespace": namespace, "claim_name": name,
+                                                             "error": str(exc)})
+            return
+        self._owned.add((namespace, name))
+        self.metrics.hami_dra_claims.labels("adopted").inc()
+        logger.info("claim made by HAMi-DRA adopted by its pod", extra={
+            "claim_namespace": namespace, "claim_name": name, "pod_uid": pod["metadata"]["uid"]})
 
     async def _sweep_forever(self) -> None:
         while True:

@@ -237,7 +237,7 @@ async def serve(settings: WebhookSettings, *, task_status: TaskStatus[dict[str, 
     prepared = prepared or prepare(settings)
     metrics, certificate, profiles = prepared.metrics, prepared.certificate, prepared.profiles
     api = KubeApi.open(settings.kubeconfig)
-    mutator = PodMutator(api, settings.conversion_mode, settings.driver_name, settings.hami_chips)
+    mutator = PodMutator(api, settings.conversion_mode, settings.driver_name, settings.hami_chips, metrics)
     webhook = Webhook(settings.driver_name, profiles, mutator, metrics)
     runners = []
     try:
@@ -256,8 +256,11 @@ async def serve(settings: WebhookSettings, *, task_status: TaskStatus[dict[str, 
             ports["metrics_port"] = _port(metrics_site)
         async with anyio.create_task_group() as tg:
             await tg.start(certificate.watch)
+            owners = OwnerLoop(api, metrics, grace_s=settings.orphan_grace_s, chips=settings.hami_chips)
             if settings.conversion_mode is Mode.CLAIM:
-                await tg.start(OwnerLoop(api, metrics, grace_s=settings.orphan_grace_s).run)
+                await tg.start(owners.run)  # ready once it has listed the pods: it owns what we create
+            else:
+                tg.start_soon(owners.run)  # adopts HAMi-DRA's claims, cleans up an earlier claim mode's
             webhook.ready = True
             logger.info("webhook serving", extra={**ports, "profiles": ",".join(profiles),
                                                   "conversion_mode": settings.conversion_mode.value,

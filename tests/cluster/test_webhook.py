@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import subprocess
 import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -191,12 +193,24 @@ def test_lab_pod_in_template_mode_gets_the_same_claim_from_a_shared_template(cp,
     assert template["spec"]["spec"] == LAB_CLAIM_SPEC
     assert stored["spec"]["containers"][0]["resources"] == {"claims": [{"name": "app-ascend310p"}]}
     # The claim controller makes the pod's claim from the template, owned by the pod.
-    generated = wait_until(lambda: ok(cp, "GET", f"/api/v1/namespaces/{ns}/pods/ascend-share-a").get(
+    wait_until(lambda: ok(cp, "GET", f"/api/v1/namespaces/{ns}/pods/ascend-share-a").get(
         "status", {}).get("resourceClaimStatuses"), "claim generated", within=20)
-    claim_obj = ok(cp, "GET", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/"
-                              f"{generated[0]['resourceClaimName']}")
+    # Its name, and the command that finds it, as docs/webhook.md says for the lab in template mode.
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "webhook.md").read_text()
+    assert "claim as `ascend-share-a-app-ascend310p-<5 random>`" in doc
+    [jsonpath] = re.findall(r"kubectl get pod ascend-share-a -n dra-ascend-e2e -o jsonpath='\{([^}]*)\}'", doc)
+    name = _jsonpath(ok(cp, "GET", f"/api/v1/namespaces/{ns}/pods/ascend-share-a"), jsonpath)
+    assert re.fullmatch(r"ascend-share-a-app-ascend310p-[a-z0-9]{5}", name), name
+    claim_obj = ok(cp, "GET", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{name}")
     assert claim_obj["spec"] == LAB_CLAIM_SPEC
     assert claim_obj["metadata"]["ownerReferences"][0]["uid"] == stored["metadata"]["uid"]
+
+
+def _jsonpath(obj: Any, path: str) -> Any:
+    """kubectl's jsonpath for a plain path of fields and indexes (``.status.items[0].name``)."""
+    for field, index in re.findall(r"\.([A-Za-z]+)(?:\[(\d+)\])?", path):
+        obj = obj[field] if not index else obj[field][int(index)]
+    return obj
 
 
 @pytest.mark.parametrize("mode", ["claim", "template"])
@@ -501,7 +515,8 @@ def test_a_volcano_jobs_task_templates_are_converted_and_their_claim_templates_m
     exactly = template["spec"]["spec"]["devices"]["requests"][0]["exactly"]
     assert exactly["capacity"]["requests"]["memory"] == "4294967296"  # stored as sent
     assert any('uuid in ["U-1"]' in s["cel"]["expression"] for s in exactly["selectors"])
-    # A job that asks for nothing is stored as written; one that asks for too much is refused.
+    # A job that asks for nothing is stored as written; a refused request (-memory 0 without a device
+    # config) refuses the job.
     assert ok(cp, "POST", jobs.format(ns=ns), {**body, "metadata": {"name": "plain"}, "spec": {
         "tasks": [{"name": "plain", "replicas": 1, "template": plain}]}})["spec"]["tasks"][0]["template"] == plain
     # What the user is told (kubectl prints admission warnings): the Volcano version the converted
@@ -514,8 +529,8 @@ def test_a_volcano_jobs_task_templates_are_converted_and_their_claim_templates_m
                                                              "(spec.resourceClaims, containers[].resources.claims)",
                                                              "spec.minResources"]
     assert "Volcano 1.11 or later" in answer["warnings"][0] and "huawei.com/Ascend310P" in answer["warnings"][1]
-    worker["spec"]["containers"][0]["resources"]["limits"]["huawei.com/Ascend310P-core"] = "150"
-    status, reply = cp.api("POST", jobs.format(ns=ns), {**body, "metadata": {"name": "too-much"}})
+    worker["spec"]["containers"][0]["resources"]["limits"]["huawei.com/Ascend310P-memory"] = "0"
+    status, reply = cp.api("POST", jobs.format(ns=ns), {**body, "metadata": {"name": "zero-memory"}})
     assert status == 422 and "spec.tasks[0].template.spec.containers[0].resources.limits" in reply["message"], reply
 
 
@@ -628,3 +643,21 @@ def test_make_webhook_up_converts_hami_pods_on_the_local_control_plane_and_down_
         return stored if status == 201 else None
     stored = wait_until(stored_as_written, "pod stored without the webhook", within=20)
     assert "hami.io/dra" not in stored["metadata"].get("labels", {})
+
+
+def test_the_charts_webhook_configurations_are_the_manifests():
+    """deployments/webhook/webhook-configurations.yaml and the chart's send the API server's reviews
+    alike: the same webhooks, rules, policies, conditions and selectors (the chart's defaults; only
+    the clientConfig differs)."""
+    from tests.cluster.chart import render
+    from tests.cluster.webhook_process import DEPLOYMENTS
+
+    def hooks(docs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+        return {d["kind"]: [{k: v for k, v in h.items() if k != "clientConfig"} for h in d["webhooks"]]
+                for d in docs if d["kind"].endswith("WebhookConfiguration")}
+
+    manifests = hooks(list(yaml.safe_load_all((DEPLOYMENTS / "webhook-configurations.yaml").read_text())))
+    assert hooks(render("ascend-dra", "webhook-values.yaml")) == manifests
+    assert [h["name"] for h in manifests["MutatingWebhookConfiguration"]] == [
+        "pods.hami.ascend.project-hami.io", "pod-updates.hami.ascend.project-hami.io",
+        "volcano-jobs.hami.ascend.project-hami.io"]
