@@ -170,11 +170,12 @@ def read_requests(container: Mapping[str, Any], path: str, table: Sequence[HamiC
                 return section, values[key]
         return None
 
+    present = limits.keys() | requests.keys()
     found = []
     for hami in table:
         if hami.count_name not in limits:
             for key in (hami.memory_name, hami.core_name):
-                if key is not None and (alone := entry(key)) is not None:
+                if key in present and (alone := entry(key)) is not None:
                     problems.append((_path(path, alone[0], key),
                                      f"asks for no chip without {hami.count_name} in limits (HAMi reads it only "
                                      "beside the count and gives the container no chip for it; no node advertises "
