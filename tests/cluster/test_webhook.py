@@ -473,6 +473,30 @@ def test_a_hami_device_config_makes_its_own_chips_convert(cp, hook, tmp_path):
     assert "of Ascend910B1;" in dropped["warnings"][0]
 
 
+def test_a_hami_device_configs_memory_runtime_class_and_env_are_applied(cp, hook, tmp_path):
+    """HAMi's memoryAllocatable, runtimeClassName and overwriteEnv were read from the config and
+    ignored: a count alone got the class's 1/64 share, the pod no runtime class, and a container
+    that asks for no chip kept whatever ASCEND_VISIBLE_DEVICES its image sets. The API server
+    stores the pod as HAMi's webhook would have written those three."""
+    config = tmp_path / "device-config.yaml"
+    config.write_text("vnpus:\n  hamiVnpuCore: true\n  configs:\n"
+                      "  - {chipName: 910B1, commonWord: Ascend910B1, resourceName: huawei.com/Ascend910B1,\n"
+                      "     resourceMemoryName: huawei.com/Ascend910B1-memory, memoryAllocatable: 65536,\n"
+                      "     runtimeClassName: ascend, overwriteEnv: true}\n")
+    hook.use("claim", ("--hami-device-config", str(config)))
+    ns = hook.namespace()
+    stored = ok(cp, "POST", f"/api/v1/namespaces/{ns}/pods", {"metadata": {"name": "p"}, "spec": {"containers": [
+        {"name": "npu", "image": "x", "resources": {"limits": {"huawei.com/Ascend910B1": "1"}}},
+        {"name": "side", "image": "x", "env": [{"name": "ASCEND_VISIBLE_DEVICES", "value": "all"}]}]}})
+    assert stored["spec"]["runtimeClassName"] == "ascend"
+    assert "env" not in stored["spec"]["containers"][0]
+    # The API server stores an empty value by leaving it out (omitempty), as HAMi's Go client sends it.
+    assert stored["spec"]["containers"][1]["env"] == [{"name": "ASCEND_VISIBLE_DEVICES"}]
+    claim_obj = ok(cp, "GET", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{ns}-p-npu-ascend910b1")
+    assert claim_obj["spec"]["devices"]["requests"][0]["exactly"]["capacity"] == {
+        "requests": {"memory": str(65536 << 20)}}
+
+
 #: Volcano's Job resource as far as the API server needs it to store one (no schema: Volcano's own CRD
 #: has one, and its webhooks; neither changes what ours is sent).
 VOLCANO_JOB_CRD = {
