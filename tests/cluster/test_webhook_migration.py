@@ -232,3 +232,27 @@ def test_with_the_webhook_down_updates_of_converted_pods_still_pass(cp, hook):
     finally:
         hook.use("template")
     assert reply["metadata"]["labels"] == {"app": "web", "hami.io/dra": "true", "tier": "gold"}
+
+
+def test_applying_again_keeps_what_a_hami_device_config_added(cp, hook, tmp_path):
+    """With HAMi's device config the conversion also sets runtimeClassName and an empty
+    ASCEND_VISIBLE_DEVICES; an apply that leaves them out must not drop them (both immutable)."""
+    config = tmp_path / "device-config.yaml"
+    config.write_text("vnpus:\n- {chipName: 310P3, commonWord: Ascend310P, resourceName: huawei.com/Ascend310P,\n"
+                      "   resourceMemoryName: huawei.com/Ascend310P-memory,\n"
+                      "   resourceCoreName: huawei.com/Ascend310P-core,\n"
+                      "   runtimeClassName: ascend, overwriteEnv: true}\n")
+    hook.use("template", ("--hami-device-config", str(config)))
+    ns = hook.namespace()
+    manifest = copy.deepcopy(HAMI_POD)
+    manifest["spec"]["containers"].append({"name": "side", "image": "registry.k8s.io/pause:3.10"})
+    status, created = apply(cp, ns, manifest)
+    assert status == 201, created
+    assert created["spec"]["runtimeClassName"] == "ascend"
+    assert created["spec"]["containers"][1]["env"] == [{"name": "ASCEND_VISIBLE_DEVICES"}]
+    manifest["spec"]["containers"][0]["image"] = "registry.k8s.io/pause:3.9"
+    status, updated = apply(cp, ns, manifest)
+    assert status == 200, updated
+    assert updated["spec"]["runtimeClassName"] == "ascend"
+    assert updated["spec"]["containers"][1]["env"] == [{"name": "ASCEND_VISIBLE_DEVICES"}]
+    assert updated["spec"]["containers"][0]["image"] == "registry.k8s.io/pause:3.9"
