@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from ascend_dra.webhook.hami import ConversionError, Mode, convert_pod
-from ascend_dra.webhook.hamichips import DeviceConfigError, load_device_config
+from ascend_dra.webhook.hamiannotations import HAMI_CHIP_NAMES
+from ascend_dra.webhook.hamichips import CHIP_SELECTORS, COMMON_WORDS, DeviceConfigError, load_device_config
 from tests.jsonpatch import apply_patch
 
 DRIVER = "ascend.project-hami.io"
@@ -85,6 +86,15 @@ def test_use_nputype_naming_only_chips_of_another_kind_is_refused(limits, nputyp
     assert message.startswith(f"{', '.join(v.strip() for v in nputype.split(','))} names no chip that "
                               f"{next(iter(limits))} can be given")
     assert "HAMi's scheduler does not read hami.io/use-nputype for Ascend chips" in message
+
+
+def test_hamis_chip_names_are_those_of_its_common_words():
+    """Each chipName of HAMi's default config names a commonWord of the table, and a chipName
+    selector of the table selects that name (docs/ascend-hardware.md#hami-resource-names)."""
+    assert set(HAMI_CHIP_NAMES.values()) <= set(COMMON_WORDS)
+    for name, word in HAMI_CHIP_NAMES.items():
+        attribute, value = CHIP_SELECTORS[word]
+        assert attribute == "chipFamily" or value == name, (name, word)
 
 
 @pytest.mark.parametrize(("limits", "nputype"), [
