@@ -6,15 +6,16 @@ resource claims. What a HAMi user does to a converted pod, and what this does ab
 (docs/webhook.md#updates-of-a-converted-pod):
 
 * **applies the manifest again** (``kubectl apply``, server-side apply, a GitOps tool): the update
-  brings back the ``huawei.com/*`` entries the conversion took out (and server-side apply drops the
-  claims it added). When what it asks for is what the pod's claims hold (count, memory and cores
-  per container, the chip's kind), the entries are taken out again and the claims, the pod's
-  ``resourceClaims`` and the ``hami.io/dra`` label put back, so the update changes only what it may
-  (HAMi-DRA's chart registers ``mutate-update.hami.io`` for this). When it asks for something else,
-  the update is refused saying so: the claim cannot change; delete the pod and create it again;
+  brings back the ``huawei.com/*`` entries the conversion took out (and a server-side apply can drop
+  fields the conversion added under its manager). When what it asks for is what the pod's claims
+  hold (count, memory and cores per container, the chip's kind), the entries are taken out again
+  and the claims, the pod's ``resourceClaims`` and the ``hami.io/dra`` label put back, so the
+  update changes only what it may (HAMi-DRA's chart registers ``mutate-update.hami.io`` for this).
+  When it asks for something else, the update is refused saying so: the claim cannot change;
+  delete the pod and create it again;
 * **edits a ``hami.io/use-*`` annotation** the pod's claims were made from: refused, naming it. HAMi's
-  scheduler reads them again while the pod is pending; here they became the claims' selectors at
-  creation and a claim's spec cannot change, so the edit would be accepted and do nothing;
+  scheduler reads the uuid ones again at each scheduling attempt; here they became the claims'
+  selectors at creation and a claim's spec cannot change, so the edit would be accepted and do nothing;
 * **removes the ``hami.io/dra`` label**: put back, with a warning (the owner loop and this webhook
   find converted pods by it).
 
@@ -131,10 +132,12 @@ class PodUpdates:
                 continue
             change = ("added" if key not in before else "removed" if key not in after else
                       f"changed from {go_quote(str(before[key]))} to {go_quote(str(after[key]))}")
+            hami = ("HAMi's scheduler reads it again while a pod is pending; under DRA the claim holds it"
+                    if key not in (NPUTYPE, NPUTYPE_EXCLUDED) else "HAMi-DRA's claims hold it the same way")
             problems.append((f'metadata.annotations["{key}"]', (
                 f"{change}: the pod's claims were made from it when the pod was created, and a claim's devices "
-                "cannot change, so the edit would do nothing; delete the pod and create it again with the new "
-                "value (HAMi's scheduler reads it again while a pod is pending; under DRA the claim holds it)")))
+                f"cannot change, so the edit would do nothing; delete the pod and create it again with the new "
+                f"value ({hami})")))
         return problems
 
     async def _resources(self, namespace: str, old: Mapping[str, Any], new: Mapping[str, Any], problems: Problems,
