@@ -82,7 +82,7 @@ async def test_yaml_is_the_resource_slices(tmp_path: Path) -> None:
         "ascend.project-hami.io", "node-a", {"name": "node-a", "generation": 1, "resourceSliceCount": 1})
     first = spec["devices"][0]
     assert first["name"] == "npu-0-0"
-    assert first["capacity"] == {"aicore": {"value": "8"}, "memory": {"value": "21525Mi"}}
+    assert first["capacity"] == {"aicore": {"value": "8"}, "cores": {"value": "100"}, "memory": {"value": "21525Mi"}}
     assert first["attributes"]["driverVersion"] == {"version": "25.5.1"}
     assert first["attributes"]["physicalID"] == {"int": 0}
     assert first["attributes"]["chipName"] == {"string": "310P3"}

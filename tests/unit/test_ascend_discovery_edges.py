@@ -46,8 +46,9 @@ async def test_dcmi_not_supported_8255_is_never_published_as_memory_or_aicore(tm
     inventory = await Npu910Profile().discover(context(tmp_path, exe, dev, sys_tree(tmp_path, {})))
     first, second = inventory.devices[0], inventory.devices[1]
     # Memory unknown (no 8255Mi); AI cores from the catalogue (910B3: 20), not 8255.
-    assert dict(first.capacities) == {"aicore": Capacity("20")}
-    assert dict(second.capacities) == {"memory": Capacity("65536Mi"), "aicore": Capacity("20")}
+    assert dict(first.capacities) == {"aicore": Capacity("20"), "cores": Capacity("100")}
+    assert dict(second.capacities) == {"memory": Capacity("65536Mi"), "aicore": Capacity("20"),
+                                       "cores": Capacity("100")}
 
 
 # -- device names do not depend on the tier -------------------------------------------------------

@@ -6,7 +6,8 @@ Per chip that has hard-vNPU templates (:mod:`.templates`) it publishes, in the c
 * one device per template instance that could exist on the empty chip,
   ``vnpu-<logicID>-<chipID>-<template with _ as ->-<k>`` (type ``vnpu``), consuming what the template
   costs; attributes ``vnpuTemplate``, ``vnpuID``, ``aicoreCount``, ``memoryMiB`` (and ``aicpuCount``
-  when known) beside the chip's own, capacities ``aicore`` and ``memory``;
+  when known) beside the chip's own, capacities ``aicore``, ``memory`` and ``cores`` (the template's
+  share of the chip's AI cores in whole percent, rounded down: HAMi's unit, attributes.py);
 * one counter set per chip, ``npu-<logicID>-<chipID>-counters``: ``aicore``, ``memory`` (MiB as a
   Quantity), ``aicpu`` and DVPP engines where every template states them (:func:`.templates.chip_counters`).
 
@@ -48,7 +49,7 @@ import anyio
 
 from ascend_dra.model import AttributeValue, Capacity
 from ascend_dra.profiles.ascend import host, templates
-from ascend_dra.profiles.ascend.attributes import chip_attributes, chip_capacities, device_name
+from ascend_dra.profiles.ascend.attributes import WHOLE_CHIP_CORES, chip_attributes, chip_capacities, device_name
 from ascend_dra.profiles.ascend.chip import DroppedChip, NpuChip
 from ascend_dra.profiles.ascend.chips import MODELS, ChipFamily
 from ascend_dra.profiles.ascend.config import NpuConfig
@@ -207,7 +208,8 @@ class HardVnpuProfile(AscendChipProfile):
                 extra["aicpuCount"] = template.aicpu
             devices.append(Device(
                 name=vnpu_device_name(chip, template.name, k), attributes=chip_attributes(chip, extra),
-                capacities={"aicore": Capacity(str(template.aicore)), "memory": Capacity(f"{template.memory_mib}Mi")},
+                capacities={"aicore": Capacity(str(template.aicore)), "memory": Capacity(f"{template.memory_mib}Mi"),
+                            "cores": Capacity(str(template.aicore * WHOLE_CHIP_CORES // resources.aicore))},
                 consumes_counters=(CounterConsumption(set_name, needs),),
             ))
         return devices, CounterSet(set_name, totals)

@@ -224,7 +224,7 @@ class VnpuCoreProfile(AscendChipProfile):
 
     def device(self, chip: NpuChip) -> Device:
         """The published device for an offered ``chip`` (its ``memory_mib`` is known)."""
-        extra = {"type": PROFILE_NAME, "model": chip.chip_name, "brand": "Huawei"}
+        extra = {"type": PROFILE_NAME, "model": chip.chip_name}  # brand: chip_attributes
         attributes = chip_attributes(chip, {k: v for k, v in extra.items() if v is not None})
         assert chip.memory_mib is not None
         return Device(name=device_name(chip), attributes=attributes,
