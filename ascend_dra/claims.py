@@ -225,9 +225,12 @@ def parse_claim(obj: Any, driver_name: str, *, uid_recorded: bool = False) -> Cl
                 index=i,
             )
         )
-    reserved = tuple(_mapping(r, f"{ref}: status.reservedFor[{i}]").get("uid", "")
-                     for i, r in enumerate(_list(status.get("reservedFor"), f"{ref}: status.reservedFor")))
-    return ClaimAllocation(uid, namespace, name, tuple(results), tuple(configs), reserved)
+    consumers = [_mapping(r, f"{ref}: status.reservedFor[{i}]")
+                 for i, r in enumerate(_list(status.get("reservedFor"), f"{ref}: status.reservedFor"))]
+    pods = tuple(c["name"] for c in consumers
+                 if c.get("resource") == "pods" and not c.get("apiGroup") and isinstance(c.get("name"), str))
+    return ClaimAllocation(uid, namespace, name, tuple(results), tuple(configs),
+                           tuple(c.get("uid", "") for c in consumers), pods)
 
 
 class ClaimSource(Protocol):

@@ -49,6 +49,7 @@ from ascend_dra.settings import Settings
 from ascend_dra.signals import run_until_signal
 from ascend_dra.state import DeviceState
 from ascend_dra.upkeep import UpkeepMixin
+from ascend_dra.usage import ConsumerLog, LoggingClaimSource, LoopSamples, Samples, refresh_consumers, usage_samples
 
 __all__ = ("Daemon", "main")
 
@@ -97,6 +98,8 @@ class Daemon(UpkeepMixin):
         #: What the slices show of the devices: unhealthy ones tainted or left out, gates' fallbacks.
         self.pool = PoolView(settings.driver_name, settings.unhealthy_devices)
         self._gate_probe_refused: str | None = None  # the last refusal of a gate probe (upkeep.py), said once
+        #: The pods of each claim read for a Prepare, for the usage metrics (usage.py).
+        self.consumers = ConsumerLog()
 
     def load(self) -> dict[str, Profile]:
         """Load the configured profiles; broken ones are logged and skipped.
@@ -116,11 +119,23 @@ class Daemon(UpkeepMixin):
         return {name: entry.profile for name, entry in self.loaded.items() if entry.profile is not None}
 
     def claim_source(self) -> ClaimSource:
+        """The claims' source (a file tree or the API server); the pods of every claim read are noted."""
         if self.settings.claims_dir is not None:
-            return StandaloneClaimSource(self.settings.claims_dir, self.settings.driver_name)
-        from ascend_dra.cluster import ApiClaimSource
+            source: ClaimSource = StandaloneClaimSource(self.settings.claims_dir, self.settings.driver_name)
+        else:
+            from ascend_dra.cluster import ApiClaimSource
 
-        return ApiClaimSource(self.settings.kubeconfig, self.settings.driver_name, api=self.api)
+            source = ApiClaimSource(self.settings.kubeconfig, self.settings.driver_name, api=self.api)
+        return LoggingClaimSource(source, self.consumers)
+
+    def usage(self) -> Samples:
+        """The usage metrics' samples now (usage.py); on the event loop, at each scrape."""
+        if self.state is None:
+            return {}
+        readings = {name: reading for profile in self.state.profiles.values()
+                    for name, reading in (getattr(profile, "readings", dict)() or {}).items()}
+        return usage_samples(self.settings.node_name, self.state.inventories, self.state.prepared_claims,
+                             self.health.devices, readings, self.consumers.pods)
 
     def make_publisher(self) -> Any:
         if self.settings.slices_dir is not None:
@@ -197,6 +212,7 @@ class Daemon(UpkeepMixin):
         try:
             self.metrics.follow(lambda: len(self.state.prepared_claims) if self.state is not None else 0,
                                 lambda: self.registration.registered)
+            self.metrics.follow_usage(LoopSamples(asyncio.get_running_loop(), self.usage))
             self.metrics.follow_checkpoint(
                 lambda: self.state.store.write_failures if self.state is not None else 0,
                 lambda: self.state.cleanup_pending if self.state is not None else False,
@@ -365,6 +381,8 @@ class Daemon(UpkeepMixin):
         while True:
             await anyio.sleep(self.settings.health_interval)
             await self.check_health()
+            await refresh_consumers(self.consumers, self.state.prepared_claims, self.state.claim_source,
+                                    self.settings.discovery_timeout)
             # Same cadence: retry rollbacks and spec removals that failed (an immutable file, a
             # read-only CDI dir); their devices stay held meanwhile.
             if self.state.cleanup_pending:

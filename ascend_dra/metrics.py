@@ -19,6 +19,9 @@ zero-initialised so dashboards see every series from the start:
   because of our own work (the time its thread waited for a CPU taken out), ``starting`` (before the
   kubelet sockets are bound) or ``serving`` (loopstall.py);
 - ``ascend_dra_build_info{version, python, implementation}``: always 1;
+- per chip and per prepared claim: what each device is given, to which pod, and what it reports,
+  under HAMi's names where HAMi has them (``hami_gpu_*``, ``hami_vgpu_*``, ``hami_host_gpu_*``,
+  ``ascend_dra_device_*``, ``ascend_dra_claim_device_info``; usage.py, docs/monitoring.md);
 - prometheus-client's process (``process_*``), platform (``python_info``) and GC collectors.
 
 The registration and prepared-claims gauges are read when scraped (:meth:`Metrics.follow`), so they
@@ -51,6 +54,7 @@ from prometheus_client.exposition import choose_encoder
 
 from ascend_dra.listen import ALL_ADDRESSES, describe, tcp_listener
 from ascend_dra.model import Inventory
+from ascend_dra.usage import Samples, UsageCollector
 from ascend_dra.version import version
 
 __all__ = ("Check", "Metrics")
@@ -159,6 +163,11 @@ class Metrics:
     def follow_claim_status(self, pending: Callable[[], int]) -> None:
         """Read the claim-status backlog from ``pending`` at every scrape (from the server's thread)."""
         self.status_pending.set_function(lambda: float(pending()))
+
+    def follow_usage(self, samples: Callable[[], Samples]) -> None:
+        """Serve the usage metrics (usage.py) from what ``samples`` returns at every scrape (called
+        from the server's thread)."""
+        self.registry.register(UsageCollector(samples))
 
     def serve(self, port: int, address: str = ALL_ADDRESSES, checks: Mapping[str, Check] | None = None) -> int:
         """Serve ``/metrics`` and the ``checks`` (path -> check, e.g. ``/healthz``) from a background

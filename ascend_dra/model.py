@@ -27,6 +27,7 @@ __all__ = (
     "CounterConsumption",
     "CounterSet",
     "Device",
+    "DeviceReading",
     "DeviceTaint",
     "Inventory",
     "OpaqueConfig",
@@ -254,7 +255,9 @@ class ClaimAllocation:
     """An allocated ResourceClaim reduced to what our driver needs to prepare it.
 
     ``results`` and ``configs`` hold only entries for our driver; ``reserved_for`` the pod UIDs of
-    ``status.reservedFor`` (empty in standalone mode when the file has none).
+    ``status.reservedFor`` (empty in standalone mode when the file has none), ``reserved_pods`` the
+    names of its entries that are pods (``resource: pods``; in the claim's namespace, as every
+    consumer of a claim is).
     """
 
     uid: str
@@ -263,6 +266,25 @@ class ClaimAllocation:
     results: tuple[AllocatedDevice, ...]
     configs: tuple[OpaqueConfig, ...] = ()
     reserved_for: tuple[str, ...] = ()
+    reserved_pods: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class DeviceReading:
+    """What a device reported at its profile's last health check; None where it said nothing.
+
+    :ivar core_percent: compute in use, percent of the device (0..100; npu-smi's ``AICore(%)``).
+    :ivar memory_used_mib: memory in use, MiB (the memory the ``memory`` capacity counts).
+    :ivar memory_total_mib: that memory's total as the device reports it, MiB.
+    :ivar temperature_c: degrees Celsius.
+    :ivar power_w: watts.
+    """
+
+    core_percent: float | None = None
+    memory_used_mib: int | None = None
+    memory_total_mib: int | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
 
 
 @attrs.frozen

@@ -24,6 +24,10 @@ Optional hook ``async health(ctx, inventory) -> Mapping[device name, bool | None
 ``--health-interval`` seconds; ``True`` healthy, ``False`` unhealthy, ``None`` unknown; devices it
 leaves out count as healthy. The result feeds the kubelet's resource-health stream (KEP-4680) and
 the ``ascend_dra_unhealthy_devices`` metric. Without the hook every discovered device is healthy.
+
+Optional hook ``readings() -> Mapping[device name, DeviceReading]``: what the devices reported at
+the last ``health`` call (compute and memory in use, temperature, power), read by the daemon when
+``/metrics`` is scraped; it must only return what it holds (no I/O: it runs on the event loop).
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from ascend_dra.model import (
     CounterConsumption,
     CounterSet,
     Device,
+    DeviceReading,
     DeviceTaint,
     Inventory,
     Version,
@@ -65,6 +70,7 @@ __all__ = (
     "CounterSet",
     "Device",
     "DeviceNode",
+    "DeviceReading",
     "DeviceTaint",
     "Inventory",
     "Mount",

@@ -54,7 +54,21 @@ def test_parse_claim_keeps_only_our_driver_and_maps_every_field():
             OpaqueConfig("FromClaim", (), DRIVER, {}, index=3),
         ),
         reserved_for=(pod_uid,),
+        reserved_pods=("train-pod",),
     )
+
+
+def test_reserved_pods_are_the_pod_consumers_of_status_reserved_for():
+    obj = claim_object("shared", uid=UID)
+    obj["status"]["reservedFor"] = [
+        {"resource": "pods", "name": "web-0", "uid": "u-0"},
+        {"apiGroup": "example.com", "resource": "pods", "name": "not-a-pod", "uid": "u-1"},
+        {"apiGroup": "batch", "resource": "jobs", "name": "a-job", "uid": "u-2"},
+        {"resource": "pods", "name": "web-1", "uid": "u-3"},
+    ]
+    claim = parse_claim(obj, DRIVER)
+    assert claim.reserved_for == ("u-0", "u-1", "u-2", "u-3")
+    assert claim.reserved_pods == ("web-0", "web-1")
 
 
 def test_parse_claim_of_a_claim_with_only_other_drivers_has_no_results():

@@ -74,9 +74,10 @@ async def test_910_whole_chips_carry_what_hami_dra_reads(tmp_path: Path) -> None
         "brand": "Huawei", "productName": "910A", "cores": 100, "memory": 32768 * MIB}
 
 
-def lab_context(tmp_path: Path) -> ProfileContext:
-    """The simulated Lab 18 node (labnode.py) as the HAMivNPUCore profile's context."""
-    lab = labnode.build(tmp_path / "lab")
+def lab_context(tmp_path: Path, lab: labnode.LabNode | None = None) -> ProfileContext:
+    """The simulated Lab 18 node (labnode.py; built under ``tmp_path`` unless given) as the
+    HAMivNPUCore profile's context."""
+    lab = lab or labnode.build(tmp_path / "lab")
     return ProfileContext(node_name="node-a", driver_name=DRIVER, npu_smi=str(lab.npu_smi), dev_root=lab.dev_root,
                           sys_root=tmp_path / "sys", state_dir=tmp_path / "state",
                           options={"HAMivNPUCore.hostRoot": str(lab.host_root)})

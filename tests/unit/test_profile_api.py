@@ -6,7 +6,8 @@ from ascend_dra.profiles import base
 
 PUBLIC = (
     "API_VERSION_SUFFIX", "AllocatedDevice", "ApplyContext", "Capacity", "CapacityRequestPolicy", "ConfigError",
-    "ContainerEdits", "CounterConsumption", "CounterSet", "Device", "DeviceNode", "DeviceTaint", "Inventory",
+    "ContainerEdits", "CounterConsumption", "CounterSet", "Device", "DeviceNode", "DeviceReading", "DeviceTaint",
+    "Inventory",
     "Mount", "Profile", "ProfileContext", "ProfileOption", "Version", "absolute_path", "config_converter",
     "decode_config", "parse_quantity", "simulate_option", "visible_per_request",
 )

@@ -56,7 +56,11 @@ FIRMWARE_VERSION = "7.8.0.6.201"
 
 @attrs.frozen
 class LabChip:
-    """One chip of the lab node; memory in **MiB** (npu-smi's ``MB``)."""
+    """One chip of the lab node; memory in **MiB** (npu-smi's ``MB``).
+
+    :ivar health: the ``Health`` column of ``npu-smi info`` (``OK``, ``Warning``, ``Alarm``, ``Critical``).
+    :ivar aicore_percent: the ``AICore(%)`` column.
+    """
 
     npu_id: int
     chip_id: int
@@ -69,6 +73,8 @@ class LabChip:
     temperature_c: int = 37
     device_share: bool = True
     name: str = "310P3"
+    health: str = "OK"
+    aicore_percent: int = 0
 
 
 #: The two chips of Lab 18 (values from ``310P3_info.txt`` and the lab's ResourceSlice).
@@ -93,9 +99,9 @@ def render_info(chips: Sequence[LabChip]) -> str:
              f"| {'Chip    Device':<30}| {'Bus-Id':<16}| {'AICore(%)    Memory-Usage(MB)':<53}|",
              rule]
     for chip in chips:
-        lines.append(f"| {chip.npu_id:<8}{chip.name:<22}| {'OK':<16}| {'NA':<13}{chip.temperature_c:<18}"
+        lines.append(f"| {chip.npu_id:<8}{chip.name:<22}| {chip.health:<16}| {'NA':<13}{chip.temperature_c:<18}"
                      f"{'0     / 0':<22}|")
-        lines.append(f"| {chip.chip_id:<8}{chip.logic_id:<22}| {chip.bus_id:<16}| {0:<13}"
+        lines.append(f"| {chip.chip_id:<8}{chip.logic_id:<22}| {chip.bus_id:<16}| {chip.aicore_percent:<13}"
                      f"{f'{chip.memory_used_mib} / {chip.memory_mib}':<40}|")
         lines.append(rule)
     return "\n".join(lines) + "\n"
@@ -201,6 +207,7 @@ class LabNode:
     dev_root: Path
     host_root: Path
     real_device_nodes: bool
+    chips: tuple[LabChip, ...] = LAB_CHIPS
 
     def flags(self, profile: str = "HAMivNPUCore") -> list[str]:
         """Flags for ``ascend-dra run`` / ``discover`` that point the profile at this lab node."""
@@ -210,6 +217,19 @@ class LabNode:
     def set_device_share(self, npu_id: int, chip_id: int, enabled: bool) -> None:
         """Flip a chip's device-share mode, as an operator's ``npu-smi set`` would."""
         (self.root / "state" / f"device-share-{npu_id}-{chip_id}").write_text("True\n" if enabled else "False\n")
+
+    def set_info(self, chips: Sequence[LabChip] | None) -> None:
+        """What ``npu-smi info`` prints from now on: the table of ``chips`` (e.g. one with another
+        ``health``, ``aicore_percent`` or ``memory_used_mib``: :func:`attrs.evolve` of :attr:`chips`),
+        or, with None, nothing and exit status 1, as an npu-smi that no longer answers. Written
+        atomically: a daemon reading it meanwhile sees the old table or the new one."""
+        path = self.root / "npu-smi" / "info.txt"
+        if chips is None:
+            path.unlink(missing_ok=True)
+            return
+        temporary = path.with_suffix(".new")
+        temporary.write_text(render_info(chips))
+        temporary.replace(path)
 
 
 def build(root: Path, chips: Sequence[LabChip] = LAB_CHIPS, *, driver_version: str = DRIVER_VERSION,
@@ -251,7 +271,8 @@ def build(root: Path, chips: Sequence[LabChip] = LAB_CHIPS, *, driver_version: s
     tools.parent.mkdir(parents=True, exist_ok=True)
     tools.write_text(script)
     tools.chmod(0o755)
-    return LabNode(root=root, npu_smi=npu_smi, dev_root=root / "dev", host_root=host, real_device_nodes=real)
+    return LabNode(root=root, npu_smi=npu_smi, dev_root=root / "dev", host_root=host, real_device_nodes=real,
+                   chips=tuple(chips))
 
 
 def _device_nodes(dev: Path, names: Sequence[str]) -> bool:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import anyio
 
-from ascend_dra.model import AttributeValue
+from ascend_dra.model import AttributeValue, DeviceReading
 from ascend_dra.profiles.ascend import host
 from ascend_dra.profiles.ascend.attributes import (
     MAX_ATTRIBUTES_AND_CAPACITIES,
@@ -65,6 +65,7 @@ from ascend_dra.profiles.ascend.errors import NpuSmiError
 from ascend_dra.profiles.ascend.locate import locate_npu_smi
 from ascend_dra.profiles.ascend.npusmi import DEFAULT_TIMEOUT_S, NpuSmi
 from ascend_dra.profiles.ascend.tables import parse_info
+from ascend_dra.profiles.ascend.usage import chip_readings
 from ascend_dra.profiles.base import (
     AllocatedDevice,
     ApplyContext,
@@ -122,6 +123,8 @@ class AscendChipProfile:
         self._dropped: tuple[DroppedChip, ...] = ()
         # Chips of the last npu-smi answer by physical ID: the devfs tier reuses their IDs (names).
         self._known: dict[int, NpuChip] = {}
+        #: Device name -> what it reported at the last health check (:meth:`readings`).
+        self.last_readings: Mapping[str, DeviceReading] = {}
 
     def default_config(self) -> NpuConfig:
         """``NpuConfig()``: image's own log settings, tools mounted."""
@@ -239,16 +242,24 @@ class AscendChipProfile:
         :raises NpuSmiError: npu-smi failed, hung or printed an unknown layout (the daemon then
             reports this profile's devices as unknown).
         """
+        self.last_readings = {}  # a failed call leaves none: stale ones would read as current
         if inventory.source != TIER_NPU_SMI or not inventory.devices:
             return {}
         located = await anyio.to_thread.run_sync(
             lambda: locate_npu_smi(ctx.npu_smi, host_root=self.host_root, search_path=self.search_path))
         text = await NpuSmi(located.executable, timeout_s=self.timeout_s).run("info")
-        status = {(c.npu_id, c.chip_id): c.health for c in parse_info(text).chips}
+        table = parse_info(text)
+        self.last_readings = chip_readings(table, inventory.devices)
+        status = {(c.npu_id, c.chip_id): c.health for c in table.chips}
         return {
             d.name: CHIP_HEALTH.get(status.get((d.attributes.get("npuID"), d.attributes.get("chipID")), ""))
             for d in inventory.devices
         }
+
+    def readings(self) -> Mapping[str, DeviceReading]:
+        """What the chips reported in the ``npu-smi info`` of the last :meth:`health` (usage.py); none
+        after a failed call or on the devfs and simulated tiers. Holds no I/O (profiles/base.py)."""
+        return self.last_readings
 
     def extra_attributes(self, chip: NpuChip) -> Mapping[str, AttributeValue | None]:
         """Family-specific attributes (None values are omitted). Overridden by each profile."""
