@@ -11,7 +11,7 @@ K8S_VERSIONS ?= 1.35 1.36 1.37
 K8S ?= $(firstword $(K8S_VERSIONS))
 
 .PHONY: venv test test-unit test-floors test-integration test-cluster test-container test-kubelet test-plugins proto \
-        proto-check lint demo cluster-bins node-bins container-deps cluster-up cluster-down webhook-up webhook-down bench soak clean helm-bin \
+        proto-check lint demo cluster-bins node-bins container-deps observe-deps cluster-up cluster-down webhook-up webhook-down bench soak clean helm-bin \
         chart-check image
 
 # The venv is (re)built when pyproject.toml changes; the stamp records the last install.
@@ -33,7 +33,7 @@ $(FLOORS_VENV)/.installed: pyproject.toml hack/floors.txt plugins/example-profil
 
 # `pytest tests` on the first version includes tests/kubelet (the real kubelet and containerd; 1.35 only,
 # it skips itself with the reason on another version).
-test: venv proto-check lint chart-check cluster-bins node-bins container-deps test-floors
+test: venv proto-check lint chart-check cluster-bins node-bins container-deps observe-deps test-floors
 	ASCEND_DRA_K8S=$(firstword $(K8S_VERSIONS)) $(PY) -m pytest tests -q
 	for v in $(wordlist 2,9,$(K8S_VERSIONS)); do ASCEND_DRA_K8S=$$v $(PY) -m pytest tests/cluster -q || exit 1; done
 	$(PY) -m pytest plugins/example-profile/tests -q
@@ -48,7 +48,7 @@ test-floors: $(FLOORS_VENV)/.installed
 test-integration: venv
 	$(PY) -m pytest tests/integration -q
 
-test-cluster: venv cluster-bins
+test-cluster: venv cluster-bins observe-deps
 	for v in $(K8S_VERSIONS); do ASCEND_DRA_K8S=$$v $(PY) -m pytest tests/cluster -q || exit 1; done
 
 test-container: venv container-deps
@@ -61,6 +61,10 @@ test-kubelet: venv node-bins container-deps
 # podman, runc and busybox for tests/container, from Debian, only what is missing (apt needs root or sudo).
 container-deps:
 	hack/install-container-deps.sh
+
+# Prometheus for the monitoring test of tests/cluster, from Debian, only when missing (apt needs root or sudo).
+observe-deps:
+	hack/install-observe-deps.sh
 
 proto: venv
 	PYTHON=$(PY) hack/gen-proto.sh

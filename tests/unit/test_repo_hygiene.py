@@ -147,7 +147,7 @@ NODE_DAEMON = {
     "planning", "claims", "daemon", "inventories", "upkeep", "hotplug", "settings", "metrics", "loopstall", "preflight",
     "cluster", "slicewatch", "apiclient", "gateprobe", "publish", "slices", "poolview", "claimstatus",
     "statusentries", "statusmerge", "statushook", "instancelock", "sharedlock", "cli", "cliflags", "commands",
-    "evidence",
+    "evidence", "usage",
 }
 #: What every layer may use (the data model, file and fault helpers, logging, listening, signals), and the
 #: three packages the layering test checks.

@@ -244,3 +244,54 @@ async def test_the_ascend_profiles_keep_what_their_last_health_check_read(tmp_pa
     with pytest.raises(NpuSmiError):
         await profile.health(ctx, inventory)
     assert profile.readings() == {}  # none rather than the last ones, read as current
+
+
+@pytest.mark.anyio
+async def test_a_scrape_while_the_health_check_runs_sees_the_last_readings(tmp_path):
+    """Cleared at the start of each check, every series vanished from the scrapes that fell inside
+    the npu-smi call (Prometheus then marks them stale: gaps in every graph)."""
+    import os
+
+    import anyio
+    import attrs
+
+    from ascend_dra.profiles.ascend import labnode
+    from ascend_dra.profiles.ascend.vnpu_core import VnpuCoreProfile
+    from tests.unit.test_hami_monitoring_attributes import lab_context
+
+    lab = labnode.build(tmp_path / "lab")
+    ctx = lab_context(tmp_path, lab)
+    gate, started = tmp_path / "gate", tmp_path / "started"
+    os.mkfifo(gate)
+    os.mkfifo(started)
+    slow = tmp_path / "slow-npu-smi"  # says it started, then waits for the test before answering
+    slow.write_text(f'#!/bin/sh\necho started > {started}\nread line < {gate}\nexec {lab.npu_smi} "$@"\n')
+    slow.chmod(0o755)
+    profile = VnpuCoreProfile()
+    inventory = await profile.discover(ctx)
+    await profile.health(ctx, inventory)
+    before = dict(profile.readings())
+    assert before["npu-0-0"].core_percent == 0.0
+    lab.set_info([attrs.evolve(lab.chips[0], aicore_percent=80), lab.chips[1]])
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(profile.health, attrs.evolve(ctx, npu_smi=str(slow)), inventory)
+        assert await anyio.to_thread.run_sync(started.read_text) == "started\n"
+        assert profile.readings() == before  # the call is under way
+        await anyio.to_thread.run_sync(gate.write_text, "go\n")
+    assert profile.readings()["npu-0-0"].core_percent == 80.0
+
+
+def test_the_charts_dashboard_queries_only_metrics_the_daemon_serves():
+    """The panels of deployments/helm/ascend-dra/dashboards/ascend-dra-usage.json (proved against a real
+    Prometheus in tests/cluster/test_hami_monitoring.py) name only families of usage.METRICS."""
+    import json
+    import re
+    from pathlib import Path
+
+    from ascend_dra.usage import METRICS
+
+    path = Path(__file__).resolve().parents[2] / "deployments/helm/ascend-dra/dashboards/ascend-dra-usage.json"
+    panels = json.loads(path.read_text())["panels"]
+    named = {m for p in panels for t in p["targets"] for m in re.findall(r"\b(?:hami|ascend_dra)_\w+", t["expr"])}
+    assert named and named <= set(METRICS), named - set(METRICS)
+    assert all("pod" in t["legendFormat"] for p in panels for t in p["targets"])

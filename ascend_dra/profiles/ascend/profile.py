@@ -242,13 +242,18 @@ class AscendChipProfile:
         :raises NpuSmiError: npu-smi failed, hung or printed an unknown layout (the daemon then
             reports this profile's devices as unknown).
         """
-        self.last_readings = {}  # a failed call leaves none: stale ones would read as current
         if inventory.source != TIER_NPU_SMI or not inventory.devices:
+            self.last_readings = {}
             return {}
-        located = await anyio.to_thread.run_sync(
-            lambda: locate_npu_smi(ctx.npu_smi, host_root=self.host_root, search_path=self.search_path))
-        text = await NpuSmi(located.executable, timeout_s=self.timeout_s).run("info")
-        table = parse_info(text)
+        try:
+            located = await anyio.to_thread.run_sync(
+                lambda: locate_npu_smi(ctx.npu_smi, host_root=self.host_root, search_path=self.search_path))
+            table = parse_info(await NpuSmi(located.executable, timeout_s=self.timeout_s).run("info"))
+        except BaseException:
+            # None rather than the last ones, which would read as current; kept while the call runs,
+            # so a scrape meanwhile does not lose every series.
+            self.last_readings = {}
+            raise
         self.last_readings = chip_readings(table, inventory.devices)
         status = {(c.npu_id, c.chip_id): c.health for c in table.chips}
         return {
