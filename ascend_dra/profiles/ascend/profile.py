@@ -236,14 +236,21 @@ class AscendChipProfile:
 
         ``OK`` and ``Warning`` are healthy (the chip works; a warning is e.g. a temperature
         threshold), ``Alarm`` and ``Critical`` unhealthy, anything else unknown; a published chip
-        that the table no longer lists is unknown. Chips found by the devfs or simulated tiers
-        have no health source and count as healthy.
+        that the table no longer lists is unknown. Chips found by the devfs tier because npu-smi
+        failed are unknown too: a chip that was unhealthy keeps its mark (poolview.py) instead of
+        counting as healthy the moment npu-smi stops answering. Chips of a node without npu-smi
+        (the devfs tier with npu-smi not found) or of the simulated tier have no health source and
+        count as healthy.
 
         :raises NpuSmiError: npu-smi failed, hung or printed an unknown layout (the daemon then
             reports this profile's devices as unknown).
         """
         if inventory.source != TIER_NPU_SMI or not inventory.devices:
             self.last_readings = {}
+            found = self.last_discovery
+            if inventory.source == TIER_DEVFS and found is not None and found.npu_smi is not None \
+                    and found.npu_smi.found:  # npu-smi is there and failed: health not known
+                return dict.fromkeys((d.name for d in inventory.devices), None)
             return {}
         try:
             located = await anyio.to_thread.run_sync(
