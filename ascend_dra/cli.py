@@ -251,15 +251,22 @@ def _preflight(args: argparse.Namespace, settings: Any) -> int:
     """The preflight checks of ``run`` (profiles, node paths, then the daemon's own paths) or of
     ``discover`` (``settings`` None: profiles and node paths); print the first problem's one line
     and return 2 (configuration) or 1 (paths), else 0."""
-    from ascend_dra.preflight import PreflightError, check_node_paths, check_paths, check_profiles
+    from ascend_dra.preflight import (
+        PreflightError,
+        check_node_paths,
+        check_option_paths,
+        check_paths,
+        check_profiles,
+    )
 
     try:
-        check_profiles(tuple(args.profiles), option_sources(args))
+        loaded = check_profiles(tuple(args.profiles), option_sources(args))
     except PreflightError as exc:
         print(f"ascend-dra {args.command}: {exc}", file=sys.stderr)
         return 2
     try:
         check_node_paths(args.dev_root, args.sys_root, args.npu_smi)
+        check_option_paths(loaded, option_sources(args))
         if settings is not None:
             check_paths(settings)
     except PreflightError as exc:

@@ -51,7 +51,7 @@ from ascend_dra.model import (
     Version,
     parse_quantity,
 )
-from ascend_dra.profiles.options import ProfileOption, absolute_path, simulate_option
+from ascend_dra.profiles.options import ProfileOption, absolute_path, path_option, simulate_option
 
 __all__ = (
     "API_VERSION_SUFFIX",
@@ -76,6 +76,7 @@ __all__ = (
     "config_converter",
     "decode_config",
     "parse_quantity",
+    "path_option",
     "simulate_option",
     "visible_per_request",
 )

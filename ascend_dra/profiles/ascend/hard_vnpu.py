@@ -68,7 +68,7 @@ from ascend_dra.profiles.base import (
     Inventory,
     ProfileContext,
     ProfileOption,
-    absolute_path,
+    path_option,
     simulate_option,
     visible_per_request,
 )
@@ -106,10 +106,8 @@ class HardVnpuProfile(AscendChipProfile):
     simulated_model = MODELS["910B4"]
     profile_options: Mapping[str, ProfileOption] = {
         "simulate": simulate_option(),
-        "vnpu-dev-dir": ProfileOption("where the driver creates /dev/vdavinci<id> nodes (default /dev)",
-                                      check=absolute_path),
-        "boot-id-file": ProfileOption("the boot id the vNPU ledger compares (default --boot-id-file)",
-                                      check=absolute_path),
+        "vnpu-dev-dir": path_option("where the driver creates /dev/vdavinci<id> nodes (default /dev)", "directory"),
+        "boot-id-file": path_option("the boot id the vNPU ledger compares (default --boot-id-file)", "file"),
     }
 
     def option(self, ctx: ProfileContext, key: str, default: str) -> str:
