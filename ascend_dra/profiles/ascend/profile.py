@@ -327,6 +327,9 @@ class AscendChipProfile:
 
 
 def unknown_family(chip: NpuChip) -> str:
-    """Why a chip has no family (the sources of :func:`.chips.family_of`, in the words of the operator)."""
+    """Why a chip has no family: what each source its tier read said (``NpuChip.family_said``), so
+    the reason names only what was read."""
+    if chip.family_said:
+        return f"chip family unknown: {'; '.join(chip.family_said)}"
     name = f"chip name {chip.chip_name!r} matches no family" if chip.chip_name else "no chip name"
-    return f"chip family unknown: {name}, and no known PCI device ID (npu-smi -t board, sysfs)"
+    return f"chip family unknown: {name}"

@@ -66,7 +66,7 @@ from ascend_dra.profiles.ascend.discovery import TIER_NPU_SMI, discover_chips
 from ascend_dra.profiles.ascend.errors import NpuSmiError
 from ascend_dra.profiles.ascend.keyvalue import DeviceShare
 from ascend_dra.profiles.ascend.npusmi import NpuSmi
-from ascend_dra.profiles.ascend.profile import AscendChipProfile
+from ascend_dra.profiles.ascend.profile import AscendChipProfile, unknown_family
 from ascend_dra.profiles.ascend.vnpu_core_assets import LibraryMissing, library_problem, preload_path, write_preload
 from ascend_dra.profiles.ascend.vnpu_core_host import (
     CONTAINER_LOCAL_DIR,
@@ -192,7 +192,7 @@ class VnpuCoreProfile(AscendChipProfile):
         self.layout = await anyio.to_thread.run_sync(ascend_host.probe, ctx.dev_root, self.host_root,
                                                      abandon_on_cancel=True)
         self.install_info_exists = await anyio.to_thread.run_sync(os.path.isfile, host.install_info)
-        unknown = tuple(DroppedChip.of(c, "chip family unknown") for c in found.chips if c.family is None)
+        unknown = tuple(DroppedChip.of(c, unknown_family(c)) for c in found.chips if c.family is None)
         self.last_discovery = found
         self._dropped = (*found.dropped, *unknown)
         verdict = judge([c for c in found.chips if c.family is not None], tier=found.source, device_share=share,
