@@ -2,17 +2,18 @@
 
 Per chip that has hard-vNPU templates (:mod:`.templates`) it publishes, in the chip's pool:
 
-* the whole chip, ``npu-<logicID>-<chipID>`` (type ``npu``), consuming **all** of the chip's counters;
+* the whole chip, ``npu-<logicID>-0`` (type ``npu``, :func:`.attributes.device_name`), consuming **all** of
+  the chip's counters;
 * one device per template instance that could exist on the empty chip,
   ``vnpu-<logicID>-<chipID>-<template with _ as ->-<k>`` (type ``vnpu``), consuming what the template
   costs; attributes ``vnpuTemplate``, ``vnpuID``, ``aicoreCount``, ``memoryMiB`` (and ``aicpuCount``
   when known) beside the chip's own, capacities ``aicore`` and ``memory``;
-* one counter set per chip, ``npu-<logicID>-<chipID>-counters``: ``aicore``, ``memory`` (MiB as a
+* one counter set per chip, ``npu-<logicID>-0-counters``: ``aicore``, ``memory`` (MiB as a
   Quantity), ``aicpu`` and DVPP engines where every template states them (:func:`.templates.chip_counters`).
 
 So the scheduler (gate DRAPartitionableDevices) never over-commits a chip and never hands out the
 whole chip together with a vNPU of it. This profile replaces ``npu-310P``/``npu-910`` on a node:
-load one or the other (both name whole chips ``npu-<logicID>-<chipID>``; the daemon drops the
+load one or the other (both name whole chips ``npu-<logicID>-0``; the daemon drops the
 second profile's duplicates).
 
 **vNPU IDs are chosen at publish time.** The daemon computes a claim's CDI spec before its side

@@ -3,7 +3,7 @@
 The soft split of Project-HAMi's hami-vnpu-core (docs/ascend-hardware.md#device-share-mode,
 docs/ascend-hardware.md#the-hami-ascend-dra-driver; Lab 18; the
 vNPU-core integration source): every chip in device-share mode is published once, named
-``npu-<logicID>-<chipID>`` with ``allowMultipleAllocations: true``; the scheduler books each claim's
+``npu-<logicID>-0`` with ``allowMultipleAllocations: true``; the scheduler books each claim's
 share of its consumable capacities (KEP-5075, one ``shareID`` per allocation); Prepare turns the
 share into the limiter's env (:mod:`.vnpu_core_quota`) and mounts hami-vnpu-core into the container.
 
