@@ -49,6 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
     flag(run, "--kubeconfig", "KUBECONFIG", None, "kubeconfig file (cluster mode; in-cluster config if unset)")
     flag(run, "--cdi-root", "CDI_ROOT", Path("/var/run/cdi"), "directory for CDI spec files", type=path)
     kubelet_dir_flags(run)
+    flag(run, "--dev-root-on-host", "DEV_ROOT_ON_HOST", None,
+          "where --dev-root is on the host, the hostPath base of the device nodes in CDI specs; unset: --dev-root "
+          "itself. Give /dev when the host's /dev is mounted at another --dev-root (docs/architecture.md, "
+          "'Device nodes')",
+          type=path)
     flag(run, "--boot-id-file", "BOOT_ID_FILE", Path("/proc/sys/kernel/random/boot_id"),
           "file holding the node's boot id", type=path)
     flag(run, "--discovery-timeout", "DISCOVERY_TIMEOUT", 30.0, "seconds one profile's discovery may take",
@@ -290,6 +295,7 @@ def _run(args: argparse.Namespace) -> int:
             kubelet_root_dir=args.kubelet_root_dir, registrar_dir=registrar, plugins_dir=plugins,
             health_service=args.health_service, claim_status=args.claim_status,
             fake_devices=args.fake_devices, npu_smi=args.npu_smi, dev_root=args.dev_root, sys_root=args.sys_root,
+            dev_root_on_host=args.dev_root_on_host,
             boot_id_file=args.boot_id_file, discovery_timeout=args.discovery_timeout,
             rediscover_interval=args.rediscover_interval, metrics_port=args.metrics_port,
             health_interval=args.health_interval, unhealthy_devices=unhealthy_devices(args),

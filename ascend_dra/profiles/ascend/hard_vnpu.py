@@ -27,8 +27,9 @@ template gets as many instances as IDs it may need (:func:`.templates.id_choices
 always left for any combination the other counters allow.
 
 Container edits of a vNPU (docs/ascend-hardware.md#device-nodes, docs/ascend-hardware.md#ascend-docker-runtime):
-``/dev/davinci<vnpuID>`` in the container from the host's ``/dev/vdavinci<vnpuID>`` (under
-the ``vnpu-dev-dir`` option, default ``/dev``), the shared nodes and driver mounts of the whole-chip
+``/dev/davinci<vnpuID>`` in the container from the host's ``vdavinci<vnpuID>`` (under
+the ``vnpu-dev-dir`` option, default the host's device directory: ``--dev-root-on-host``, else
+``--dev-root``), the shared nodes and driver mounts of the whole-chip
 profiles, ``ASCEND_VISIBLE_DEVICES=<vnpuIDs of the request>`` and ``ASCEND_RUNTIME_OPTIONS=VIRTUAL``.
 ``ASCEND_VNPU_SPECS`` is **not** set: with it the Ascend Docker Runtime creates a vNPU of its own
 (docs/ascend-hardware.md#ascend-docker-runtime), and ours exists already. An admin-access claim on a vNPU device creates
@@ -56,7 +57,7 @@ from ascend_dra.profiles.ascend.config import NpuConfig
 from ascend_dra.profiles.ascend.discovery import TIER_NPU_SMI, TIER_SIMULATED, discover_chips
 from ascend_dra.profiles.ascend.errors import NpuSmiError
 from ascend_dra.profiles.ascend.npusmi import NpuSmi
-from ascend_dra.profiles.ascend.profile import VISIBLE_DEVICES_ENV, AscendChipProfile, unknown_family
+from ascend_dra.profiles.ascend.profile import VISIBLE_DEVICES_ENV, AscendChipProfile, simulated_node, unknown_family
 from ascend_dra.profiles.ascend.vnpu_ops import VnpuOps
 from ascend_dra.profiles.base import (
     AllocatedDevice,
@@ -107,7 +108,8 @@ class HardVnpuProfile(AscendChipProfile):
     simulated_model = MODELS["910B4"]
     profile_options: Mapping[str, ProfileOption] = {
         "simulate": simulate_option(),
-        "vnpu-dev-dir": path_option("where the driver creates /dev/vdavinci<id> nodes (default /dev)", "directory"),
+        "vnpu-dev-dir": path_option("where the driver creates vdavinci<id> nodes on the host (default the host's "
+                                    "device directory: --dev-root-on-host, else --dev-root)", "directory"),
         "boot-id-file": path_option("the boot id the vNPU ledger compares (default --boot-id-file)", "file"),
     }
 
@@ -218,8 +220,10 @@ class HardVnpuProfile(AscendChipProfile):
     # -- Prepare ----------------------------------------------------------------------------------
 
     def vnpu_host_path(self, ctx: ProfileContext, vnpu_id: int) -> str:
-        """Where ``/dev/vdavinci<vnpuID>`` is on the host (option ``vnpu-dev-dir``, default ``/dev``)."""
-        return f"{self.option(ctx, 'vnpu-dev-dir', '/dev').rstrip('/')}/vdavinci{vnpu_id}"
+        """Where ``vdavinci<vnpuID>`` is on the host: under the option ``vnpu-dev-dir``, by default the
+        host's device directory (``ProfileContext.host_dev_root``: ``--dev-root-on-host``, else
+        ``--dev-root``), where the driver makes it."""
+        return f"{self.option(ctx, 'vnpu-dev-dir', str(ctx.host_dev_root)).rstrip('/')}/vdavinci{vnpu_id}"
 
     def apply_config(
         self, config: NpuConfig | None, devices: Sequence[AllocatedDevice], ctx: ApplyContext
@@ -242,7 +246,7 @@ class HardVnpuProfile(AscendChipProfile):
             numbers[allocated.device] = (vnpu if is_vnpu and isinstance(vnpu, int) else physical, is_vnpu)
         visible = visible_per_request(devices, lambda a: numbers[a.device][0])
         simulated = ctx.inventory.source == TIER_SIMULATED
-        shared, mounts, common_env = self.shared_edits(config, simulated)
+        shared, mounts, common_env = self.shared_edits(config, simulated, ctx.profile)
         edits: dict[str, ContainerEdits] = {}
         for allocated in devices:
             number, is_vnpu = numbers[allocated.device]
@@ -254,7 +258,7 @@ class HardVnpuProfile(AscendChipProfile):
                 node = DeviceNode(path=f"/dev/davinci{number}", host_path=self.vnpu_host_path(ctx.profile, number))
                 env.append(f"{RUNTIME_OPTIONS_ENV}=VIRTUAL")
             else:
-                node = DeviceNode(path=f"/dev/davinci{number}", host_path="/dev/null" if simulated else None)
+                node = simulated_node(number) if simulated else ctx.profile.device_node(f"davinci{number}")
             edits[allocated.device] = ContainerEdits(env=tuple(env), device_nodes=(node, *shared), mounts=mounts)
         return edits
 

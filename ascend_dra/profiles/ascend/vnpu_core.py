@@ -279,9 +279,7 @@ class VnpuCoreProfile(AscendChipProfile):
         # As the whole-chip profiles: the mandatory shared nodes are always named, so a node that
         # lacks one fails the Prepare (the daemon checks every node) instead of a broken container.
         names = (f"/dev/davinci{physical_id}", *self.shared_node_paths(simulated=False))
-        custom = ctx.profile.dev_root != Path("/dev")
-        return tuple(DeviceNode(path=p, host_path=str(ctx.profile.dev_root / p.removeprefix("/dev/")) if custom
-                                else None) for p in names)
+        return tuple(ctx.profile.device_node(p) for p in names)
 
     def _driver_mounts(self, host: VnpuCoreHost, config: VnpuCoreConfig, *, tools: bool = True) -> list[Mount]:
         """The driver's files (all an admin-access container gets: no limiter)."""
