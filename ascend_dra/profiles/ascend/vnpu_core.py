@@ -102,6 +102,8 @@ _RW = ("rw", "nosuid", "nodev", "bind")
 _RO = ("ro", "nosuid", "nodev", "bind")
 # A claim UID / request name as a path component: what check_claim_ref and the API allow, no dots.
 _COMPONENT = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+#: A Kubernetes object UID as the API server makes them (RFC 4122 text form): the names of our claim dirs.
+_CLAIM_UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 @attrs.frozen
@@ -345,6 +347,23 @@ class VnpuCoreProfile(AscendChipProfile):
             raise ValueError(f"unprepare {self.name}: {path!r} is not a claim dir under {host.containers_dir}")
         await anyio.to_thread.run_sync(_remove_dir, path)
         logger.info("removed the claim's hami-vnpu-core local dir", extra={"claim_uid": ctx.claim_uid, "path": path})
+
+    def claim_evidence(self, ctx: ProfileContext) -> list[str]:
+        """The per-claim dirs under ``<vnpuCoreDir>/containers`` whose name is a claim UID, one line
+        each (blocking): made only after the claim's PrepareStarted record was durable and removed
+        before its record goes, so one left says a claim was prepared. Asked when the checkpoint is
+        damaged and names no claim (docs/durable-state.md). Other entries there (another installer's)
+        say nothing about our claims and are left out.
+
+        :raises OSError: when the dir exists but cannot be listed (it then cannot vouch for nothing).
+        """
+        host = VnpuCoreHost.from_options(ctx.options, self.name)
+        try:
+            names = sorted(os.listdir(host.containers_dir))
+        except FileNotFoundError:
+            return []
+        return [f"hami-vnpu-core claim dir {host.containers_dir}/{name}" for name in names
+                if _CLAIM_UID.fullmatch(name) and os.path.isdir(f"{host.containers_dir}/{name}")]
 
 
 def _component(value: str, what: str) -> str:
