@@ -49,6 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
     flag(run, "--kubeconfig", "KUBECONFIG", None, "kubeconfig file (cluster mode; in-cluster config if unset)")
     flag(run, "--cdi-root", "CDI_ROOT", Path("/var/run/cdi"), "directory for CDI spec files", type=path)
     kubelet_dir_flags(run)
+    flag(run, "--dev-root-on-host", "DEV_ROOT_ON_HOST", None,
+          "where --dev-root is on the host, the hostPath base of the device nodes in CDI specs; unset: --dev-root "
+          "itself. Give /dev when the host's /dev is mounted at another --dev-root (docs/architecture.md, "
+          "'Device nodes')",
+          type=path)
     flag(run, "--boot-id-file", "BOOT_ID_FILE", Path("/proc/sys/kernel/random/boot_id"),
           "file holding the node's boot id", type=path)
     flag(run, "--discovery-timeout", "DISCOVERY_TIMEOUT", 30.0, "seconds one profile's discovery may take",
@@ -251,15 +256,22 @@ def _preflight(args: argparse.Namespace, settings: Any) -> int:
     """The preflight checks of ``run`` (profiles, node paths, then the daemon's own paths) or of
     ``discover`` (``settings`` None: profiles and node paths); print the first problem's one line
     and return 2 (configuration) or 1 (paths), else 0."""
-    from ascend_dra.preflight import PreflightError, check_node_paths, check_paths, check_profiles
+    from ascend_dra.preflight import (
+        PreflightError,
+        check_node_paths,
+        check_option_paths,
+        check_paths,
+        check_profiles,
+    )
 
     try:
-        check_profiles(tuple(args.profiles), option_sources(args))
+        loaded = check_profiles(tuple(args.profiles), option_sources(args))
     except PreflightError as exc:
         print(f"ascend-dra {args.command}: {exc}", file=sys.stderr)
         return 2
     try:
         check_node_paths(args.dev_root, args.sys_root, args.npu_smi)
+        check_option_paths(loaded, option_sources(args))
         if settings is not None:
             check_paths(settings)
     except PreflightError as exc:
@@ -283,6 +295,7 @@ def _run(args: argparse.Namespace) -> int:
             kubelet_root_dir=args.kubelet_root_dir, registrar_dir=registrar, plugins_dir=plugins,
             health_service=args.health_service, claim_status=args.claim_status,
             fake_devices=args.fake_devices, npu_smi=args.npu_smi, dev_root=args.dev_root, sys_root=args.sys_root,
+            dev_root_on_host=args.dev_root_on_host,
             boot_id_file=args.boot_id_file, discovery_timeout=args.discovery_timeout,
             rediscover_interval=args.rediscover_interval, metrics_port=args.metrics_port,
             health_interval=args.health_interval, unhealthy_devices=unhealthy_devices(args),

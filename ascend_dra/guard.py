@@ -27,7 +27,7 @@ from decimal import Decimal
 import attrs
 
 from ascend_dra.checkpoint import ClaimRecord, DeviceRecord, UnreadableRecord
-from ascend_dra.model import AllocatedDevice, Capacity, CounterSet, Device, canonical_quantity, parse_quantity
+from ascend_dra.model import AllocatedDevice, Capacity, CounterSet, Device, in_unit, parse_quantity, unit_of
 
 __all__ = ("CounterIndex", "GuardError", "Hold", "HoldIndex", "check_counters", "check_free")
 
@@ -140,7 +140,7 @@ def check_free(ref: str, result: AllocatedDevice, device: Device, taken: HoldInd
         except ValueError as exc:
             raise GuardError(f"{ref}: consumedCapacity {name} of device {result.device}: {exc}") from None
         capacity = device.capacities.get(name)  # a capacity the device lacks is not summed below
-        problem = None if capacity is None else _outside_policy(amount, capacity)
+        problem = None if capacity is None else _outside_policy(amount, capacity, unit_of(asked))
         if problem is not None:
             raise GuardError(f"{ref}: consumedCapacity {name} {asked} of device {result.device} {problem}")
     for name, capacity in device.capacities.items():
@@ -152,8 +152,9 @@ def check_free(ref: str, result: AllocatedDevice, device: Device, taken: HoldInd
         asked = result.consumed_capacity.get(name, "0")
         total = parse_quantity(capacity.value)
         if used + parse_quantity(asked) > total:
+            unit = unit_of(asked)  # every amount in the unit the allocation gave (issue 40)
             raise GuardError(f"{ref}: device {result.device} capacity {name}: {asked} requested but only "
-                             f"{canonical_quantity(int(total - used))} of {capacity.value} is free",
+                             f"{in_unit(max(total - used, Decimal(0)), unit)} of {in_unit(total, unit)} is free",
                              _claims(h for h in holds if name in h.device.consumed_capacity))
 
 
@@ -161,8 +162,9 @@ def _claims(holds: Iterable[Hold]) -> list[tuple[str, str, str]]:
     return [h.claim for h in holds if h.claim is not None]
 
 
-def _outside_policy(amount: Decimal, capacity: Capacity) -> str | None:
-    """Why ``amount`` is not a value the scheduler can have booked of ``capacity``, or None.
+def _outside_policy(amount: Decimal, capacity: Capacity, unit: str) -> str | None:
+    """Why ``amount`` is not a value the scheduler can have booked of ``capacity``, or None; the
+    policy's values are written in ``unit``, the suffix the amount was given with.
 
     The scheduler books a request rounded up to the capacity's request policy (KEP-5075
     ``DeviceCapacity.requestPolicy``): a negative amount, or one outside the policy's valid values
@@ -176,13 +178,16 @@ def _outside_policy(amount: Decimal, capacity: Capacity) -> str | None:
         return None
     if policy.valid_values:
         if all(parse_quantity(v) != amount for v in policy.valid_values):
-            return f"is not one of the device's valid values ({', '.join(policy.valid_values)})"
+            values = ", ".join(in_unit(v, unit) for v in policy.valid_values)
+            return f"is not one of the device's valid values ({values})"
         return None
     low = parse_quantity(policy.valid_range_min) if policy.valid_range_min is not None else None
     high = parse_quantity(policy.valid_range_max) if policy.valid_range_max is not None else None
     step = parse_quantity(policy.valid_range_step) if policy.valid_range_step is not None else None
-    allowed = (f"from {policy.valid_range_min}" + (f" to {policy.valid_range_max}" if high is not None else "")
-               + (f" in steps of {policy.valid_range_step}" if step else ""))
+    allowed = " ".join(part for part in (
+        f"from {in_unit(low, unit)}" if low is not None else "",
+        f"to {in_unit(high, unit)}" if high is not None else "",
+        f"in steps of {in_unit(step, unit)}" if step else "") if part)
     if (low is not None and amount < low) or (high is not None and amount > high) or \
             (step and low is not None and (amount - low) % step):
         return f"is outside the device's valid range ({allowed})"
@@ -196,18 +201,27 @@ class CounterIndex:
     :ivar capacity: counter set -> counter -> amount.
     :ivar consumption: device -> counter set -> counter -> amount, for devices that consume any.
     :ivar consumers: counter set -> the devices that consume it.
+    :ivar units: counter set -> counter -> the suffix its amounts are published with (the first
+        device's consumption's, else the set's own), the one unit a refusal states them in.
     :raises ValueError: a counter that is not a Quantity (the inventory checks refuse it first).
     """
 
     def __init__(self, counter_sets: Iterable[CounterSet] = (), devices: Iterable[Device] = ()) -> None:
+        counter_sets = list(counter_sets)
         self.capacity = {s.name: {c: parse_quantity(v) for c, v in s.counters.items()} for s in counter_sets}
         self.consumption: dict[str, dict[str, dict[str, Decimal]]] = {}
         self.consumers: dict[str, list[str]] = defaultdict(list)
+        self.units: dict[str, dict[str, str]] = defaultdict(dict)
         for device in devices:
             for use in device.consumes_counters:
                 amounts = {c: parse_quantity(v) for c, v in use.counters.items()}
                 self.consumption.setdefault(device.name, {})[use.counter_set] = amounts
                 self.consumers[use.counter_set].append(device.name)
+                for counter, value in use.counters.items():
+                    self.units[use.counter_set].setdefault(counter, unit_of(value))
+        for counter_set in counter_sets:
+            for counter, value in counter_set.counters.items():
+                self.units[counter_set.name].setdefault(counter, unit_of(value))
 
 
 def check_counters(ref: str, results: Sequence[AllocatedDevice], index: CounterIndex, taken: HoldIndex,
@@ -245,11 +259,12 @@ def check_counters(ref: str, results: Sequence[AllocatedDevice], index: CounterI
         for counter, total in capacity.items():
             if used[counter] + asked[counter] > total:
                 free = max(total - used[counter], Decimal(0))
+                unit = index.units[set_name].get(counter, "")
                 raise GuardError(
                     f"{ref}: {'devices' if len(wanting) > 1 else 'device'} {', '.join(wanting)} "
                     f"{'need' if len(wanting) > 1 else 'needs'} {counter} "
-                    f"{canonical_quantity(str(asked[counter]))} of counter set {set_name}, which has "
-                    f"{canonical_quantity(str(free))} of {canonical_quantity(str(total))} free"
+                    f"{in_unit(asked[counter], unit)} of counter set {set_name}, which has "
+                    f"{in_unit(free, unit)} of {in_unit(total, unit)} free"
                     + (f" (held: {'; '.join(holders)}). The scheduler frees a claim's counters when it is "
                        "deallocated, before its Unprepare, and books none where the DRAPartitionableDevices "
                        "gate is off; the kubelet retries once the holders are unprepared" if holders else ""),

@@ -28,7 +28,7 @@ def profile_context(settings: Settings) -> ProfileContext:
         node_name=settings.node_name, driver_name=settings.driver_name, fake_devices=settings.fake_devices,
         dev_root=settings.dev_root, sys_root=settings.sys_root, npu_smi=settings.npu_smi,
         state_dir=settings.plugin_dir / "profiles", options=dict(settings.profile_options),
-        boot_id_file=settings.boot_id_file,
+        boot_id_file=settings.boot_id_file, dev_root_on_host=settings.dev_root_on_host,
     )
 
 

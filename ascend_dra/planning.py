@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import attrs
@@ -226,9 +225,9 @@ class Planner:
                                                           claim.uid, claim.namespace, claim.name)))
         absent = [n for n in self.absent_nodes(nodes) if n not in created]
         if absent:
-            raise PlanError(f"{ref}: device nodes {', '.join(absent)} do not exist on node {self.node_name} "
-                               f"(looked for under {self.profile_ctx.dev_root}); the NPU driver may not be loaded "
-                               "yet, or the device was removed. Nothing was prepared; the kubelet retries")
+            raise PlanError(f"{ref}: device nodes {self.seen_at(absent)} do not exist on node {self.node_name}; "
+                            "the NPU driver may not be loaded yet, or the device was removed. Nothing was "
+                            "prepared; the kubelet retries")
         return Plan(claim, tuple(records), specs, {p: rs for p, rs in effects.items() if rs}, nodes)
 
     def _decode(self, config: OpaqueConfig, profile: Profile, profile_name: str) -> Any:
@@ -243,11 +242,12 @@ class Planner:
             raise ConfigError([(f"{where}.{path}", message) for path, message in exc.problems]) from None
 
     def absent_nodes(self, host_paths: Iterable[str]) -> list[str]:
-        """The device-node host paths that do not exist; ``/dev/...`` is looked up under ``--dev-root``."""
-        dev_root = self.profile_ctx.dev_root
-        absent = []
-        for path in host_paths:
-            seen = dev_root / path.removeprefix("/dev/") if path.startswith("/dev/") else Path(path)
-            if not os.path.exists(seen):
-                absent.append(path)
-        return absent
+        """The device-node host paths that do not exist; each is looked up where the daemon sees it
+        (:meth:`ProfileContext.daemon_path`: the host's device directory is ``--dev-root``)."""
+        return [path for path in host_paths if not os.path.exists(self.profile_ctx.daemon_path(path))]
+
+    def seen_at(self, host_paths: Iterable[str]) -> str:
+        """``a, b (looked for at <dev-root>/b)``: the host paths, each with where the daemon looked
+        for it when that is not the same path (``--dev-root`` is not the host's device directory)."""
+        return ", ".join(p if str(seen := self.profile_ctx.daemon_path(p)) == p else f"{p} (looked for at {seen})"
+                         for p in host_paths)

@@ -4,8 +4,9 @@ or permission error stops start-up with one line naming the flag and what to do.
 In order: the profiles named by ``--profiles`` are loaded (an unknown name, or every one broken, is an
 error); the profile options are checked against what the loaded profiles declare
 (:func:`ascend_dra.profiles.options.option_problems`); the host paths the profiles read are checked
-(``--dev-root``, ``--sys-root``, an ``--npu-smi`` path); the directories the daemon writes are created
-(the plugin and registration dirs, the CDI dir); the boot id is read. The CLI runs them in that order
+(``--dev-root``, ``--sys-root``, an ``--npu-smi`` path, the profile options that name a path); the
+directories the daemon writes are created (the plugin and registration dirs, the CDI dir); the boot id
+is read. The CLI runs them in that order
 (``cli._preflight``; ``discover`` the first three). The daemon then repeats the loading with logging
 on, and does the rest.
 """
@@ -28,7 +29,8 @@ if TYPE_CHECKING:
 #: Longest unix socket path Linux takes (``sun_path`` is 108 bytes with the terminating NUL).
 MAX_SOCKET_PATH = 107
 
-__all__ = ("MAX_SOCKET_PATH", "PreflightError", "check_installed", "check_node_paths", "check_paths", "check_profiles")
+__all__ = ("MAX_SOCKET_PATH", "PreflightError", "check_installed", "check_node_paths", "check_option_paths",
+           "check_paths", "check_profiles")
 
 
 class PreflightError(Exception):
@@ -57,12 +59,14 @@ def broken_profiles(entries: Sequence[LoadedProfile]) -> None:
                                        for e in broken))
 
 
-def check_profiles(profiles: tuple[str, ...], options: Mapping[str, Mapping[str, str]]) -> None:
+def check_profiles(profiles: tuple[str, ...], options: Mapping[str, Mapping[str, str]]) -> dict[str, object]:
     """Load ``profiles`` quietly and check ``options`` against their declarations.
 
     :param options: source (``--profile-option``, ``PROFILE_OPTIONS``) -> key -> value.
     A loaded profile with a ``preflight(options)`` method is asked whether it can start (the gpu
     profile: is pynvml installed); what it raises is reported.
+
+    :return: the loaded profiles by name (for :func:`check_option_paths`).
 
     :raises PreflightError: an uninstalled profile name, a named profile that does not load (a
         daemon without a profile it was told to run would serve a pool short of its devices: a
@@ -85,6 +89,22 @@ def check_profiles(profiles: tuple[str, ...], options: Mapping[str, Mapping[str,
                 hook(merged)
             except (Exception, SystemExit) as exc:  # a profile's own readiness check: its message is the line
                 problems.append(str(exc) or f"profile {name}: {type(exc).__name__}")
+    if problems:
+        raise PreflightError("; ".join(problems))
+    return loaded
+
+
+def check_option_paths(loaded: Mapping[str, object], options: Mapping[str, Mapping[str, str]]) -> None:
+    """The profile options that name a path on the node (``ProfileOption.path``: ``hostRoot``,
+    ``driverDir``, ``vnpu-dev-dir``, ``boot-id-file``, ...) must name an existing directory or file,
+    as ``--dev-root`` must: a mistyped one was accepted, and the daemon served with warnings only.
+
+    :param loaded: what :func:`check_profiles` returned.
+    :raises PreflightError: naming every such option given that names nothing of its kind (``; ``-joined).
+    """
+    from ascend_dra.profiles.options import option_path_problems
+
+    problems = [p for source, given in options.items() for p in option_path_problems(given, loaded, source=source)]
     if problems:
         raise PreflightError("; ".join(problems))
 

@@ -182,9 +182,8 @@ class ReplayMixin:
                                "are not regular files) right after they were written (is something removing them?)")
         absent = self.planner.absent_nodes(record.device_nodes)
         if absent:
-            raise PrepareError(f"{where}: device nodes {', '.join(absent)} named by its CDI spec no longer exist "
-                               f"on node {self.node_name} (looked for under {self.profile_ctx.dev_root}); the "
-                               "device was removed or its driver unloaded")
+            raise PrepareError(f"{where}: device nodes {self.planner.seen_at(absent)} named by its CDI spec no "
+                               f"longer exist on node {self.node_name}; the device was removed or its driver unloaded")
 
     def _prepared_devices(self: DeviceState, record: ClaimRecord) -> list[PreparedDevice]:
         """The answer for ``record``: each device's own CDI id first, also in records an older

@@ -145,6 +145,7 @@ class Settings:
     fake_devices: int = 4
     npu_smi: str = "npu-smi"
     dev_root: Path = Path("/dev")
+    dev_root_on_host: Path | None = None
     sys_root: Path = Path("/sys")
     boot_id_file: Path = Path("/proc/sys/kernel/random/boot_id")
     discovery_timeout: float = 30.0
@@ -163,7 +164,7 @@ class Settings:
 
     def __attrs_post_init__(self) -> None:
         # Paths end up in CDI specs and PluginInfo.endpoint, which must be absolute.
-        for name in ("standalone", "cdi_root", "kubelet_root_dir", "registrar_dir", "plugins_dir"):
+        for name in ("standalone", "cdi_root", "kubelet_root_dir", "registrar_dir", "plugins_dir", "dev_root"):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, Path(value).absolute())
@@ -205,6 +206,10 @@ class Settings:
             found.append(f"--profiles {','.join(self.profiles)} names a profile twice")
         if (problem := fake_devices_problem(self.fake_devices)) is not None:
             found.append(problem)
+        if self.dev_root_on_host is not None and not self.dev_root_on_host.is_absolute():
+            # A host path, written into CDI specs: the daemon's working directory means nothing there.
+            found.append(f"--dev-root-on-host {str(self.dev_root_on_host)!r} must be an absolute path (the host's "
+                         "device directory, /dev, as the container runtime sees it)")
         for name in ("discovery_timeout", "rediscover_interval", "health_interval"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):  # nan passed `<= 0`
                 found.append(f"--{name.replace('_', '-')} {getattr(self, name)} must be a number of seconds, more "

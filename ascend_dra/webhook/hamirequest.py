@@ -31,7 +31,7 @@ from typing import Any
 import attrs
 import orjson
 
-from ascend_dra.model import canonical_quantity, parse_quantity
+from ascend_dra.model import canonical_quantity, in_unit, parse_quantity, unit_of
 from ascend_dra.webhook.hamichips import HamiChip
 
 __all__ = ("MAX_CHIPS", "MAX_MEMORY_MIB", "ChipRequest", "Problems", "memory_bytes", "quantity", "read_requests")
@@ -81,15 +81,21 @@ def memory_bytes(value: object) -> int:
     match = _SUFFIX.fullmatch(text)
     has_unit = bool(match) and match.group(1) in _BYTE_UNITS
     if number <= 0:
-        raise ValueError(f"{text!r} must be more than 0 (MiB, or bytes with a unit such as 8Gi)")
+        raise ValueError(f"{text!r} must be more than 0 (MiB, or bytes with a unit such as Gi)")
+    # A bound is stated in the unit the value was written with (issue 40): bytes in its suffix, or
+    # MiB in the plain number's own notation (4k is 4000 MiB here).
+    unit = unit_of(text)
     if has_unit and number < 1024 * 1024:
-        raise ValueError(f"{text!r} is {math.ceil(number)} bytes, less than 1 MiB: a plain number is MiB "
-                         "(4000 for 4000 MiB), a value with a unit is bytes (4000Mi)")
+        raise ValueError(f"{text!r} is less than {in_unit(1024 * 1024, unit)}, the smallest share: {_UNIT_RULE}")
     memory = math.ceil(number) if has_unit else math.ceil(number) * 1024 * 1024
     if memory > MAX_MEMORY_MIB * 1024 * 1024:
-        raise ValueError(f"{text!r} is more than {MAX_MEMORY_MIB} MiB, the most HAMi accepts: a plain number is "
-                         "MiB (8192 for 8 GiB), a value with a unit is bytes (8Gi)")
+        most = in_unit(MAX_MEMORY_MIB * 1024 * 1024, unit) if has_unit else f"{in_unit(MAX_MEMORY_MIB, unit)} MiB"
+        raise ValueError(f"{text!r} is more than {most}, the most HAMi accepts: {_UNIT_RULE}")
     return memory
+
+
+#: How HAMi reads a ``-memory`` value; said with each refusal of one, since most are a unit slip.
+_UNIT_RULE = "a plain number is MiB, a value with a byte unit (Ki, Mi, Gi, M, G, ...) is bytes"
 
 
 @attrs.frozen

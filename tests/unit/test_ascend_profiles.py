@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import attrs
 import pytest
 
 from ascend_dra.model import AllocatedDevice, Capacity, Inventory, Version
@@ -143,7 +144,8 @@ async def test_bad_simulate_option_names_the_allowed_values(tmp_path: Path) -> N
 
 async def lab_inventory(tmp_path: Path) -> tuple[Npu310PProfile, ApplyContext]:
     profile = Npu310PProfile(host_root=host_root(tmp_path))
-    ctx = lab_310p3(tmp_path)
+    # A daemon that sees the host's /dev at tmp_path/dev: the specs name the host's /dev/... paths.
+    ctx = attrs.evolve(lab_310p3(tmp_path), dev_root_on_host=Path("/dev"))
     inventory = await profile.discover(ctx)
     return profile, ApplyContext(profile=ctx, inventory=inventory, claim_uid="uid-1", claim_namespace="ns",
                                  claim_name="claim")
@@ -191,7 +193,7 @@ async def test_apply_config_names_mandatory_nodes_even_when_missing_and_only_pre
     # A missing mandatory node stays in the edits: DeviceState then refuses the Prepare naming it
     # (tests/unit/test_state_answers.py), instead of a spec that silently lacks it.
     profile = Npu310PProfile(host_root=tmp_path / "empty-host")
-    ctx = lab_310p3(tmp_path)
+    ctx = attrs.evolve(lab_310p3(tmp_path), dev_root_on_host=Path("/dev"))
     (ctx.dev_root / "hisi_hdc").unlink()
     (ctx.dev_root / "dvpp_cmdlist").touch()
     inventory = await profile.discover(ctx)

@@ -9,7 +9,7 @@ PUBLIC = (
     "ContainerEdits", "CounterConsumption", "CounterSet", "Device", "DeviceNode", "DeviceReading", "DeviceTaint",
     "Inventory",
     "Mount", "Profile", "ProfileContext", "ProfileOption", "Version", "absolute_path", "config_converter",
-    "decode_config", "parse_quantity", "simulate_option", "visible_per_request",
+    "decode_config", "parse_quantity", "path_option", "simulate_option", "visible_per_request",
 )
 
 

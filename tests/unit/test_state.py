@@ -271,8 +271,8 @@ async def test_shared_device_refuses_memory_overflow_naming_what_is_free(tmp_pat
     await state.prepare([ref(first)])
     results = await state.prepare([ref(greedy)])
     assert str(results[greedy["metadata"]["uid"]]) == (
-        "ResourceClaim default/greedy: device vnpu-0 capacity memory: 20Gi requested but only 17179869184 of 32Gi "
-        "is free")
+        "ResourceClaim default/greedy: device vnpu-0 capacity memory: 20Gi requested but only 16Gi of 32Gi "
+        "is free")  # before: "only 17179869184 of 32Gi", bytes beside Gi (issue 40)
 
 
 async def test_two_shares_of_one_shared_device_in_one_claim_count_together(tmp_path):

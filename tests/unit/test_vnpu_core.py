@@ -267,7 +267,7 @@ async def test_memory_is_floored_to_whole_mib_and_below_one_mib_is_refused(lab, 
     edits = await applied(lab, tmp_path, [share("npu-0-0", memory=str(8 * 2**30 + 2**20 - 1), cores="12500m")])
     assert "NPU_MEM_QUOTA=8192" in edits["npu-0-0"].env
     assert "NPU_PRIORITY=12.5" in edits["npu-0-0"].env
-    with pytest.raises(ValueError, match=r"consumedCapacity memory 512Ki is below 1Mi; NPU_MEM_QUOTA=0 would mean "
+    with pytest.raises(ValueError, match=r"consumedCapacity memory 512Ki is below 1024Ki; NPU_MEM_QUOTA=0 would mean "
                                          r"unlimited to hami-vnpu-core"):
         await applied(lab, tmp_path, [share("npu-0-0", memory="512Ki")])
 

@@ -124,12 +124,22 @@ def scan(dev_root: Path, sys_root: Path) -> tuple[NpuChip, ...]:
         address = davinci_pci_address(sys_root, number)
         family: ChipFamily | None = node_family
         numa = None
+        said: tuple[str, ...] = ()
         if address is not None:
             function = pci_function(sys_root, address)
             family = PCI_DEVICE_FAMILY.get(function.device or "", node_family)
             numa = function.numa_node
+            if family is None:
+                where = sys_root / "bus" / "pci" / "devices" / address / "device"
+                said = (f"sysfs {where} cannot be read" if function.device is None
+                        else f"sysfs {where} says {function.device}, no Ascend chip's",)
         if family is None:
             logger.warning("chip family unknown from sysfs", extra={"physical_id": number, "tier": "devfs"})
+            said = said or (f"sysfs has no PCI address for davinci{number} (no {sys_root}/class/*/davinci{number}"
+                            "/device link)",)
+            said += (f"{sys_root}/bus/pci/devices holds "
+                     + (f"Ascend functions of {len(node_families)} families" if node_families
+                        else "no Ascend PCI function"),)
         chips.append(NpuChip(
             logic_id=logic_id,
             physical_id=number,
@@ -137,6 +147,7 @@ def scan(dev_root: Path, sys_root: Path) -> tuple[NpuChip, ...]:
             pci_address=address,
             numa_node=numa,
             memory_kind=memory_kind(family) if family else None,
+            family_said=said,
         ))
     return tuple(chips)
 

@@ -2,18 +2,19 @@
 
 Per chip that has hard-vNPU templates (:mod:`.templates`) it publishes, in the chip's pool:
 
-* the whole chip, ``npu-<logicID>-<chipID>`` (type ``npu``), consuming **all** of the chip's counters;
+* the whole chip, ``npu-<logicID>-0`` (type ``npu``, :func:`.attributes.device_name`), consuming **all** of
+  the chip's counters;
 * one device per template instance that could exist on the empty chip,
   ``vnpu-<logicID>-<chipID>-<template with _ as ->-<k>`` (type ``vnpu``), consuming what the template
   costs; attributes ``vnpuTemplate``, ``vnpuID``, ``aicoreCount``, ``memoryMiB`` (and ``aicpuCount``
   when known) beside the chip's own, capacities ``aicore``, ``memory`` and ``cores`` (the template's
   share of the chip's AI cores in whole percent, rounded down: HAMi's unit, attributes.py);
-* one counter set per chip, ``npu-<logicID>-<chipID>-counters``: ``aicore``, ``memory`` (MiB as a
+* one counter set per chip, ``npu-<logicID>-0-counters``: ``aicore``, ``memory`` (MiB as a
   Quantity), ``aicpu`` and DVPP engines where every template states them (:func:`.templates.chip_counters`).
 
 So the scheduler (gate DRAPartitionableDevices) never over-commits a chip and never hands out the
 whole chip together with a vNPU of it. This profile replaces ``npu-310P``/``npu-910`` on a node:
-load one or the other (both name whole chips ``npu-<logicID>-<chipID>``; the daemon drops the
+load one or the other (both name whole chips ``npu-<logicID>-0``; the daemon drops the
 second profile's duplicates).
 
 **vNPU IDs are chosen at publish time.** The daemon computes a claim's CDI spec before its side
@@ -27,8 +28,9 @@ template gets as many instances as IDs it may need (:func:`.templates.id_choices
 always left for any combination the other counters allow.
 
 Container edits of a vNPU (docs/ascend-hardware.md#device-nodes, docs/ascend-hardware.md#ascend-docker-runtime):
-``/dev/davinci<vnpuID>`` in the container from the host's ``/dev/vdavinci<vnpuID>`` (under
-the ``vnpu-dev-dir`` option, default ``/dev``), the shared nodes and driver mounts of the whole-chip
+``/dev/davinci<vnpuID>`` in the container from the host's ``vdavinci<vnpuID>`` (under
+the ``vnpu-dev-dir`` option, default the host's device directory: ``--dev-root-on-host``, else
+``--dev-root``), the shared nodes and driver mounts of the whole-chip
 profiles, ``ASCEND_VISIBLE_DEVICES=<vnpuIDs of the request>`` and ``ASCEND_RUNTIME_OPTIONS=VIRTUAL``.
 ``ASCEND_VNPU_SPECS`` is **not** set: with it the Ascend Docker Runtime creates a vNPU of its own
 (docs/ascend-hardware.md#ascend-docker-runtime), and ours exists already. An admin-access claim on a vNPU device creates
@@ -56,7 +58,7 @@ from ascend_dra.profiles.ascend.config import NpuConfig
 from ascend_dra.profiles.ascend.discovery import TIER_NPU_SMI, TIER_SIMULATED, discover_chips
 from ascend_dra.profiles.ascend.errors import NpuSmiError
 from ascend_dra.profiles.ascend.npusmi import NpuSmi
-from ascend_dra.profiles.ascend.profile import VISIBLE_DEVICES_ENV, AscendChipProfile, unknown_family
+from ascend_dra.profiles.ascend.profile import VISIBLE_DEVICES_ENV, AscendChipProfile, simulated_node, unknown_family
 from ascend_dra.profiles.ascend.vnpu_ops import VnpuOps
 from ascend_dra.profiles.base import (
     AllocatedDevice,
@@ -69,7 +71,7 @@ from ascend_dra.profiles.base import (
     Inventory,
     ProfileContext,
     ProfileOption,
-    absolute_path,
+    path_option,
     simulate_option,
     visible_per_request,
 )
@@ -107,10 +109,9 @@ class HardVnpuProfile(AscendChipProfile):
     simulated_model = MODELS["910B4"]
     profile_options: Mapping[str, ProfileOption] = {
         "simulate": simulate_option(),
-        "vnpu-dev-dir": ProfileOption("where the driver creates /dev/vdavinci<id> nodes (default /dev)",
-                                      check=absolute_path),
-        "boot-id-file": ProfileOption("the boot id the vNPU ledger compares (default --boot-id-file)",
-                                      check=absolute_path),
+        "vnpu-dev-dir": path_option("where the driver creates vdavinci<id> nodes on the host (default the host's "
+                                    "device directory: --dev-root-on-host, else --dev-root)", "directory"),
+        "boot-id-file": path_option("the boot id the vNPU ledger compares (default --boot-id-file)", "file"),
     }
 
     def option(self, ctx: ProfileContext, key: str, default: str) -> str:
@@ -221,8 +222,10 @@ class HardVnpuProfile(AscendChipProfile):
     # -- Prepare ----------------------------------------------------------------------------------
 
     def vnpu_host_path(self, ctx: ProfileContext, vnpu_id: int) -> str:
-        """Where ``/dev/vdavinci<vnpuID>`` is on the host (option ``vnpu-dev-dir``, default ``/dev``)."""
-        return f"{self.option(ctx, 'vnpu-dev-dir', '/dev').rstrip('/')}/vdavinci{vnpu_id}"
+        """Where ``vdavinci<vnpuID>`` is on the host: under the option ``vnpu-dev-dir``, by default the
+        host's device directory (``ProfileContext.host_dev_root``: ``--dev-root-on-host``, else
+        ``--dev-root``), where the driver makes it."""
+        return f"{self.option(ctx, 'vnpu-dev-dir', str(ctx.host_dev_root)).rstrip('/')}/vdavinci{vnpu_id}"
 
     def apply_config(
         self, config: NpuConfig | None, devices: Sequence[AllocatedDevice], ctx: ApplyContext
@@ -245,7 +248,7 @@ class HardVnpuProfile(AscendChipProfile):
             numbers[allocated.device] = (vnpu if is_vnpu and isinstance(vnpu, int) else physical, is_vnpu)
         visible = visible_per_request(devices, lambda a: numbers[a.device][0])
         simulated = ctx.inventory.source == TIER_SIMULATED
-        shared, mounts, common_env = self.shared_edits(config, simulated)
+        shared, mounts, common_env = self.shared_edits(config, simulated, ctx.profile)
         edits: dict[str, ContainerEdits] = {}
         for allocated in devices:
             number, is_vnpu = numbers[allocated.device]
@@ -257,7 +260,7 @@ class HardVnpuProfile(AscendChipProfile):
                 node = DeviceNode(path=f"/dev/davinci{number}", host_path=self.vnpu_host_path(ctx.profile, number))
                 env.append(f"{RUNTIME_OPTIONS_ENV}=VIRTUAL")
             else:
-                node = DeviceNode(path=f"/dev/davinci{number}", host_path="/dev/null" if simulated else None)
+                node = simulated_node(number) if simulated else ctx.profile.device_node(f"davinci{number}")
             edits[allocated.device] = ContainerEdits(env=tuple(env), device_nodes=(node, *shared), mounts=mounts)
         return edits
 

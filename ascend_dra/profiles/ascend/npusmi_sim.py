@@ -77,6 +77,8 @@ def write_host(directory: Path, chips: Sequence[Mapping[str, Any]], *, boot_id_f
         enabled by default, as on a real device (vNPUs outlive a reboot).
     """
     directory.mkdir(parents=True, exist_ok=True)
+    if dev_dir is not None:  # the host's device directory exists before any vNPU, as /dev does
+        dev_dir.mkdir(parents=True, exist_ok=True)
     host = {"chips": [dict(c) for c in chips], "boot_id_file": str(boot_id_file) if boot_id_file else None,
             "dev_dir": str(dev_dir) if dev_dir else None, "vnpu_cfg_recover": vnpu_cfg_recover}
     write_atomic(directory / "host.json", json.dumps(host, indent=1).encode())

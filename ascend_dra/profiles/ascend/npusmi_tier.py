@@ -6,7 +6,8 @@ Calls, in order (all through :class:`NpuSmi`, so each has a deadline and typed e
    totals (DDR, and HBM on the 910 family), the 310's ``Device`` column, the 910_93's ``Phy-ID``.
 2. ``npu-smi info -m``: logic IDs (falls back to the ``Device`` column, then ``phyid-remap``,
    then the devfs rule -- a failing ``-m`` on a 910 host loses nothing else).
-3. per NPU ``-t board -i N`` (driver ``Software Version``, ``PCI Device ID`` = the generation;
+3. per NPU ``-t board -i N`` (driver ``Software Version``, ``PCI Device ID`` = the generation, else
+   the one sysfs holds for the chip's Bus-Id when npu-smi names no family;
    on the 950 its ``DDie ID`` = ``uuid``), per chip ``-t board -i N -c C`` (VDie ID = ``uuid``;
    not on the 950, whose npu-smi takes no ``-c``), per NPU ``-t common -i N`` (``Aicore Count``).
 4. ``-t phyid-remap -p N`` per ``/dev/davinci<N>``, only when the IDs of steps 1-2 are missing or
@@ -153,8 +154,14 @@ async def discover_npu_smi(npu_smi: NpuSmi, *, dev_root: Path, sys_root: Path,
             if family_of(c.name) is not ChipFamily.ASCEND950:
                 tg.start_soon(chip, c.npu_id, c.chip_id)
 
+    # A chip npu-smi does not name (anonymised outputs print ``xxx``) may still be told by the PCI
+    # device ID sysfs holds for its Bus-Id, as the devfs tier tells it.
+    unnamed = {a for c in info.chips if family_of(c.name) is None
+               and (a := _pci_address(c, chip_boards.get((c.npu_id, c.chip_id)))) is not None}
+    functions = await anyio.to_thread.run_sync(
+        lambda: {a: devfs.pci_function(sys_root, a) for a in sorted(unnamed)}) if unnamed else {}
     partial = [_assemble(info, c, mapping, boards.get(c.npu_id), commons.get(c.npu_id),
-                         chip_boards.get((c.npu_id, c.chip_id))) for c in info.chips]
+                         chip_boards.get((c.npu_id, c.chip_id)), functions, sys_root) for c in info.chips]
     numbers, by_address = await anyio.to_thread.run_sync(_davinci_nodes, dev_root, sys_root)
     incomplete = _incomplete(info, partial, by_address)
     # An address a one-row chip prints is not the complete chips' to take: both chips of a 300I Duo
@@ -271,18 +278,59 @@ def _davinci_nodes(dev_root: Path, sys_root: Path) -> tuple[list[int], dict[str,
     return numbers, {a: n for n in numbers if (a := devfs.davinci_pci_address(sys_root, n)) is not None}
 
 
-def _assemble(info: InfoTable, row: InfoChip, mapping: tuple[MappingRow, ...] | None, board: BoardInfo | None,
-              common: CommonInfo | None, chip_board: ChipBoardInfo | None) -> PartialChip:
-    """Everything npu-smi says about one chip (logic and physical IDs still open, :mod:`.ids`)."""
-    mapped = next((m for m in mapping or () if m.npu_id == row.npu_id and m.chip_id == row.chip_id
-                   and not m.is_mcu), None)
-    name = row.name
-    pci_device_id = board.pci_device_id if board else None
-    family = family_of(name, pci_device_id=pci_device_id)
+def _pci_address(row: InfoChip, chip_board: ChipBoardInfo | None) -> str | None:
+    """The chip's PCI address in sysfs spelling: ``npu-smi info``'s Bus-Id, else ``-t board -c``'s."""
+    return (row.bus_id or (chip_board.pcie_bus_info if chip_board else None) or "").lower() or None
+
+
+def _family(row: InfoChip, mapped: MappingRow | None, mapping_answered: bool, board: BoardInfo | None,
+            chip_board: ChipBoardInfo | None, function: devfs.PciFunction | None,
+            sys_root: Path) -> tuple[ChipFamily | None, tuple[str, ...]]:
+    """The chip's family from, in order, the board's PCI device ID or the name ``info`` prints, the
+    ``-t board -c`` chip name, the ``-m`` chip name and the PCI device ID in sysfs; when none
+    tells, what each source said (``unknown_family`` shows it: only what was read is named)."""
+    family = family_of(row.name, pci_device_id=board.pci_device_id if board else None)
     if family is None and chip_board is not None:
         family = family_of(chip_board.chip_name)
     if family is None and mapped is not None:
         family = family_of(mapped.chip_name)
+    if family is None and function is not None:
+        family = family_of(None, pci_device_id=function.device)
+    if family is not None:
+        return family, ()
+    board_call = f"npu-smi info -t board -i {row.npu_id}"
+    said = [f"chip name {row.name!r} matches no family" if row.name else "npu-smi info printed no chip name"]
+    said.append(f"{board_call} gave no answer" if board is None else
+                f"{board_call} printed no PCI Device ID" if board.pci_device_id is None else
+                f"PCI Device ID {board.pci_device_id} ({board_call}) is no Ascend chip's")
+    said.append(f"{board_call} -c {row.chip_id} gave no answer" if chip_board is None else
+                f"{board_call} -c {row.chip_id} printed no Chip Name" if not chip_board.chip_name else
+                f"{board_call} -c {row.chip_id} names it {chip_board.chip_name!r}, no known family")
+    said.append("npu-smi info -m gave no answer" if not mapping_answered else
+                f"npu-smi info -m does not list NPU {row.npu_id} chip {row.chip_id}" if mapped is None else
+                f"npu-smi info -m names it {mapped.chip_name!r}, no known family")
+    if function is None:
+        said.append("sysfs not read: npu-smi gave no PCI address (Bus-Id NA)")
+    else:
+        where = sys_root / "bus" / "pci" / "devices" / function.address / "device"
+        said.append(f"sysfs {where} cannot be read" if function.device is None else
+                    f"sysfs {where} says {function.device}, no Ascend chip's")
+    return None, tuple(said)
+
+
+def _assemble(info: InfoTable, row: InfoChip, mapping: tuple[MappingRow, ...] | None, board: BoardInfo | None,
+              common: CommonInfo | None, chip_board: ChipBoardInfo | None,
+              functions: Mapping[str, devfs.PciFunction], sys_root: Path) -> PartialChip:
+    """Everything npu-smi says about one chip (logic and physical IDs still open, :mod:`.ids`).
+
+    :param functions: PCI address -> what sysfs holds for it, read for chips npu-smi does not name.
+    """
+    mapped = next((m for m in mapping or () if m.npu_id == row.npu_id and m.chip_id == row.chip_id
+                   and not m.is_mcu), None)
+    name = row.name
+    address = _pci_address(row, chip_board)
+    family, family_said = _family(row, mapped, mapping is not None, board, chip_board,
+                                  functions.get(address) if address else None, sys_root)
     model = model_of(name)
     kind = memory_kind(family) if family else None
     hbm, ddr = row.hbm_total_mib, row.memory_total_mib
@@ -297,7 +345,6 @@ def _assemble(info: InfoTable, row: InfoChip, mapping: tuple[MappingRow, ...] | 
     uuid = chip_board.vdie_id if chip_board else None
     if uuid is None and board is not None and board.chip_count == 1:
         uuid = board.ddie_id  # the 950: the card-level board names its one device
-    address = (row.bus_id or (chip_board.pcie_bus_info if chip_board else None) or "").lower() or None
     return PartialChip(
         npu_id=row.npu_id,
         chip_id=row.chip_id,
@@ -310,6 +357,7 @@ def _assemble(info: InfoTable, row: InfoChip, mapping: tuple[MappingRow, ...] | 
             "npu_id": row.npu_id,
             "chip_name": normalise_chip_name(name),
             "family": family,
+            "family_said": family_said,
             "health": row.health,
             "pci_address": address,
             "uuid": uuid,

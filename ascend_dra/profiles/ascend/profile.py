@@ -9,7 +9,9 @@ published, with the reason, and lists it in :meth:`AscendChipProfile.discovery_n
 Container edits per allocated device (docs/ascend-hardware.md#the-ids, docs/ascend-hardware.md#ascend-docker-runtime):
 
 * device nodes ``/dev/davinci<physicalID>`` and the shared nodes that exist on the node
-  (:mod:`.host`); on the simulated tier the chip's node is backed by ``/dev/null``;
+  (:mod:`.host`), in the container at ``/dev/<name>`` and on the host at ``<--dev-root-on-host>/<name>``
+  (:meth:`ProfileContext.device_node`; the daemon reads them under ``--dev-root``); on the simulated
+  tier the chip's node is backed by the host's ``/dev/null``;
 * read-only mounts of the driver (``lib64``, ``version.info``) and, unless ``mountTools: false``,
   ``/usr/local/dcmi`` and ``/usr/local/bin/npu-smi`` -- each only if it exists on the node;
 * ``ASCEND_VISIBLE_DEVICES`` = the **physical IDs** of every device of the same request, sorted and
@@ -297,11 +299,12 @@ class AscendChipProfile:
             return present
         return (*host.MANDATORY_DEVICE_NODES, *(p for p in present if p not in host.MANDATORY_DEVICE_NODES))
 
-    def shared_edits(self, config: NpuConfig,
-                     simulated: bool) -> tuple[tuple[DeviceNode, ...], tuple[Mount, ...], list[str]]:
-        """What every device of this profile gets whatever the chip: the shared device nodes, the
-        driver mounts (and the tools with ``mountTools``), and the log env of ``config``."""
-        shared = tuple(DeviceNode(path=p) for p in self.shared_node_paths(simulated))
+    def shared_edits(self, config: NpuConfig, simulated: bool,
+                     ctx: ProfileContext) -> tuple[tuple[DeviceNode, ...], tuple[Mount, ...], list[str]]:
+        """What every device of this profile gets whatever the chip: the shared device nodes (host
+        paths under ``ctx``'s host device directory, :meth:`ProfileContext.device_node`), the driver
+        mounts (and the tools with ``mountTools``), and the log env of ``config``."""
+        shared = tuple(ctx.device_node(p) for p in self.shared_node_paths(simulated))
         mounts = tuple(Mount(host_path=p, container_path=p) for p in self.layout.driver_mounts)
         if config.mount_tools:
             mounts += tuple(Mount(host_path=p, container_path=p) for p in self.layout.tool_mounts)
@@ -336,11 +339,11 @@ class AscendChipProfile:
             physical[allocated.device] = value
         visible = visible_per_request(devices, lambda a: physical[a.device])
         simulated = ctx.inventory.source == TIER_SIMULATED
-        shared, mounts, common_env = self.shared_edits(config, simulated)
+        shared, mounts, common_env = self.shared_edits(config, simulated, ctx.profile)
         edits: dict[str, ContainerEdits] = {}
         for allocated in devices:
             number = physical[allocated.device]
-            node = DeviceNode(path=f"/dev/davinci{number}", host_path="/dev/null" if simulated else None)
+            node = simulated_node(number) if simulated else ctx.profile.device_node(f"davinci{number}")
             edits[allocated.device] = ContainerEdits(
                 env=(f"{VISIBLE_DEVICES_ENV}={visible[allocated.base_request]}", *common_env),
                 device_nodes=(node, *shared),
@@ -349,7 +352,16 @@ class AscendChipProfile:
         return edits
 
 
+def simulated_node(number: int) -> DeviceNode:
+    """A simulated chip's ``/dev/davinci<number>``: the host's ``/dev/null`` (always there, whatever
+    ``--dev-root``), so a container can open it."""
+    return DeviceNode(path=f"/dev/davinci{number}", host_path="/dev/null")
+
+
 def unknown_family(chip: NpuChip) -> str:
-    """Why a chip has no family (the sources of :func:`.chips.family_of`, in the words of the operator)."""
+    """Why a chip has no family: what each source its tier read said (``NpuChip.family_said``), so
+    the reason names only what was read."""
+    if chip.family_said:
+        return f"chip family unknown: {'; '.join(chip.family_said)}"
     name = f"chip name {chip.chip_name!r} matches no family" if chip.chip_name else "no chip name"
-    return f"chip family unknown: {name}, and no known PCI device ID (npu-smi -t board, sysfs)"
+    return f"chip family unknown: {name}"

@@ -3,7 +3,7 @@
 The soft split of Project-HAMi's hami-vnpu-core (docs/ascend-hardware.md#device-share-mode,
 docs/ascend-hardware.md#the-hami-ascend-dra-driver; Lab 18; the
 vNPU-core integration source): every chip in device-share mode is published once, named
-``npu-<logicID>-<chipID>`` with ``allowMultipleAllocations: true``; the scheduler books each claim's
+``npu-<logicID>-0`` with ``allowMultipleAllocations: true``; the scheduler books each claim's
 share of its consumable capacities (KEP-5075, one ``shareID`` per allocation); Prepare turns the
 share into the limiter's env (:mod:`.vnpu_core_quota`) and mounts hami-vnpu-core into the container.
 
@@ -66,7 +66,7 @@ from ascend_dra.profiles.ascend.discovery import TIER_NPU_SMI, discover_chips
 from ascend_dra.profiles.ascend.errors import NpuSmiError
 from ascend_dra.profiles.ascend.keyvalue import DeviceShare
 from ascend_dra.profiles.ascend.npusmi import NpuSmi
-from ascend_dra.profiles.ascend.profile import AscendChipProfile
+from ascend_dra.profiles.ascend.profile import AscendChipProfile, unknown_family
 from ascend_dra.profiles.ascend.vnpu_core_assets import LibraryMissing, library_problem, preload_path, write_preload
 from ascend_dra.profiles.ascend.vnpu_core_host import (
     CONTAINER_LOCAL_DIR,
@@ -102,6 +102,8 @@ _RW = ("rw", "nosuid", "nodev", "bind")
 _RO = ("ro", "nosuid", "nodev", "bind")
 # A claim UID / request name as a path component: what check_claim_ref and the API allow, no dots.
 _COMPONENT = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+#: A Kubernetes object UID as the API server makes them (RFC 4122 text form): the names of our claim dirs.
+_CLAIM_UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 @attrs.frozen
@@ -192,7 +194,7 @@ class VnpuCoreProfile(AscendChipProfile):
         self.layout = await anyio.to_thread.run_sync(ascend_host.probe, ctx.dev_root, self.host_root,
                                                      abandon_on_cancel=True)
         self.install_info_exists = await anyio.to_thread.run_sync(os.path.isfile, host.install_info)
-        unknown = tuple(DroppedChip.of(c, "chip family unknown") for c in found.chips if c.family is None)
+        unknown = tuple(DroppedChip.of(c, unknown_family(c)) for c in found.chips if c.family is None)
         self.last_discovery = found
         self._dropped = (*found.dropped, *unknown)
         verdict = judge([c for c in found.chips if c.family is not None], tier=found.source, device_share=share,
@@ -279,9 +281,7 @@ class VnpuCoreProfile(AscendChipProfile):
         # As the whole-chip profiles: the mandatory shared nodes are always named, so a node that
         # lacks one fails the Prepare (the daemon checks every node) instead of a broken container.
         names = (f"/dev/davinci{physical_id}", *self.shared_node_paths(simulated=False))
-        custom = ctx.profile.dev_root != Path("/dev")
-        return tuple(DeviceNode(path=p, host_path=str(ctx.profile.dev_root / p.removeprefix("/dev/")) if custom
-                                else None) for p in names)
+        return tuple(ctx.profile.device_node(p) for p in names)
 
     def _driver_mounts(self, host: VnpuCoreHost, config: VnpuCoreConfig, *, tools: bool = True) -> list[Mount]:
         """The driver's files (all an admin-access container gets: no limiter)."""
@@ -347,6 +347,23 @@ class VnpuCoreProfile(AscendChipProfile):
             raise ValueError(f"unprepare {self.name}: {path!r} is not a claim dir under {host.containers_dir}")
         await anyio.to_thread.run_sync(_remove_dir, path)
         logger.info("removed the claim's hami-vnpu-core local dir", extra={"claim_uid": ctx.claim_uid, "path": path})
+
+    def claim_evidence(self, ctx: ProfileContext) -> list[str]:
+        """The per-claim dirs under ``<vnpuCoreDir>/containers`` whose name is a claim UID, one line
+        each (blocking): made only after the claim's PrepareStarted record was durable and removed
+        before its record goes, so one left says a claim was prepared. Asked when the checkpoint is
+        damaged and names no claim (docs/durable-state.md). Other entries there (another installer's)
+        say nothing about our claims and are left out.
+
+        :raises OSError: when the dir exists but cannot be listed (it then cannot vouch for nothing).
+        """
+        host = VnpuCoreHost.from_options(ctx.options, self.name)
+        try:
+            names = sorted(os.listdir(host.containers_dir))
+        except FileNotFoundError:
+            return []
+        return [f"hami-vnpu-core claim dir {host.containers_dir}/{name}" for name in names
+                if _CLAIM_UID.fullmatch(name) and os.path.isdir(f"{host.containers_dir}/{name}")]
 
 
 def _component(value: str, what: str) -> str:

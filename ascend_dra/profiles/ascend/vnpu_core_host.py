@@ -31,7 +31,7 @@ from pathlib import PurePosixPath
 
 import attrs
 
-from ascend_dra.profiles.options import ProfileOption, absolute_path, simulate_option
+from ascend_dra.profiles.options import ProfileOption, path_option, simulate_option
 
 __all__ = (
     "CONTAINER_LOCAL_DIR",
@@ -80,9 +80,9 @@ def max_shares(options: Mapping[str, str], profile: str) -> int:
 
 #: The declarations checked before start-up (:mod:`ascend_dra.profiles.options`).
 OPTIONS: Mapping[str, ProfileOption] = {
-    "hostRoot": ProfileOption("prefix of every default path (a lab's fake host root)", check=absolute_path),
-    **{key: ProfileOption(f"host path, default /{default} under hostRoot", check=absolute_path)
-       for key, default in _DEFAULTS.items()},
+    "hostRoot": path_option("the prefix of every default path below, for a lab's fake host root", "directory"),
+    **{key: path_option(f"host path, default /{default} under hostRoot",
+                        "file" if key == "installInfo" else "directory") for key, default in _DEFAULTS.items()},
     "simulate": simulate_option(),
     "maxShares": ProfileOption(f"claims one chip may take at once, 1..{MAX_CONTAINERS} (default {MAX_CONTAINERS}, the "
                                "limiter's most; HAMi's device plugin allows 7 per 310P3)", check=_shares),

@@ -28,7 +28,7 @@ from decimal import Decimal
 
 import attrs
 
-from ascend_dra.model import AllocatedDevice, parse_quantity
+from ascend_dra.model import AllocatedDevice, in_unit, parse_quantity, unit_of
 from ascend_dra.profiles.ascend.vnpu_core_host import CONTAINER_LOCAL_DIR, CONTAINER_SHARED_REGION
 
 __all__ = ("GATE", "REQUIRED_CAPACITIES", "Share", "limiter_env", "share_of")
@@ -70,7 +70,8 @@ def share_of(device: AllocatedDevice) -> Share:
             raise ValueError(f"device {device.device}: consumedCapacity {name}: {exc}") from None
     memory_mib = int(values["memory"] // _MIB)
     if memory_mib < 1:
-        raise ValueError(f"device {device.device}: consumedCapacity memory {consumed['memory']} is below 1Mi; "
+        below = in_unit(_MIB, unit_of(consumed["memory"]))  # in the unit the allocation gave
+        raise ValueError(f"device {device.device}: consumedCapacity memory {consumed['memory']} is below {below}; "
                          "NPU_MEM_QUOTA=0 would mean unlimited to hami-vnpu-core")
     if values["cores"] <= 0:
         raise ValueError(f"device {device.device}: consumedCapacity cores {consumed['cores']} must be above 0 "
