@@ -13,11 +13,12 @@ import pytest
 from ascend_dra import checkpoint as ckpt
 from ascend_dra import faults
 from ascend_dra.atomicfile import write_atomic
+from ascend_dra.cdi import naming
 from ascend_dra.journal import JOURNAL_FILE, Journal, change_lines
 from ascend_dra.journal import read as read_journal
 from ascend_dra.profiles.fake import FakeProfile
 from tests.claimfiles import claim_object, write_claim
-from tests.unit.test_state import make_state, on_disk, ref
+from tests.unit.test_state import SideEffectProfile, make_state, on_disk, ref
 
 
 @pytest.fixture
@@ -161,3 +162,23 @@ async def test_a_compaction_that_cannot_write_the_snapshot_fails_no_prepare(tmp_
     assert len(saves) > failed and snapshot.read_bytes() != before  # compacted again
     assert set(on_disk(tmp_path).claims) == {c["metadata"]["uid"] for c in claims}
     await state.close()
+
+
+@pytest.mark.anyio
+async def test_a_common_spec_that_cannot_be_written_fails_only_the_claims_that_name_it(tmp_path, arm):
+    """The common spec of every loaded profile was re-created before any claim's spec, so another
+    profile's common spec that could not be written (removed, then the disk full) failed claims whose
+    answer does not name it."""
+    state = await make_state(tmp_path, {"fake": FakeProfile(), "effects": SideEffectProfile()})
+    hw_common = tmp_path / "cdi" / naming.common_spec_file(state.cdi_kind("effects"))
+    hw_common.unlink()
+    arm("cdi-common:write=ENOSPC")
+    plain = write_claim(tmp_path, claim_object("plain", results=[("npu", "npu-0-0")]))
+    hw = write_claim(tmp_path, claim_object("hw", results=[("a", "hw-0")]))
+    results = await state.prepare([ref(plain), ref(hw)])
+    assert isinstance(results[plain["metadata"]["uid"]], list)
+    assert str(results[hw["metadata"]["uid"]]) == f"ResourceClaim default/hw: No space left on device ({hw_common})"
+    assert set(on_disk(tmp_path).claims) == {plain["metadata"]["uid"]}
+    arm()
+    assert isinstance((await state.prepare([ref(hw)]))[hw["metadata"]["uid"]], list)
+    assert hw_common.is_file()
