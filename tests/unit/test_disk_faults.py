@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 from pathlib import Path
 
+import anyio
 import pytest
 
 from ascend_dra import checkpoint as ckpt
@@ -182,3 +184,58 @@ async def test_a_common_spec_that_cannot_be_written_fails_only_the_claims_that_n
     arm()
     assert isinstance((await state.prepare([ref(hw)]))[hw["metadata"]["uid"]], list)
     assert hw_common.is_file()
+
+
+@pytest.mark.anyio
+async def test_a_device_whose_unprepare_is_being_written_is_not_given_to_another_claim(tmp_path, monkeypatch):
+    """Unprepare dropped the record (so its device looked free) before writing the deletion, and put
+    it back when the write failed (ENOSPC): a claim of the same device planned during that write was
+    prepared too, and both records were on disk, holding one exclusive device (a storm with disk
+    faults found it)."""
+    state = await make_state(tmp_path, {"fake": FakeProfile()})
+    old = write_claim(tmp_path, claim_object("old", results=[("npu", "npu-0-0")]))
+    new = write_claim(tmp_path, claim_object("new", results=[("npu", "npu-0-0")]))
+    assert isinstance((await state.prepare([ref(old)]))[old["metadata"]["uid"]], list)
+    writing, room = threading.Event(), threading.Event()
+    append = state.store.journal.append
+
+    def full_once(data: bytes) -> None:  # the deletion's append waits, then finds the disk full
+        if not writing.is_set():
+            writing.set()
+            room.wait()
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        append(data)
+
+    monkeypatch.setattr(state.store.journal, "append", full_once)
+    results: dict = {}
+    planned = anyio.Event()
+    begin_save = state.store.begin_save
+
+    def noting_begin_save(**kwargs):  # the new claim got as far as a write of its own
+        if writing.is_set():
+            planned.set()
+        return begin_save(**kwargs)
+
+    monkeypatch.setattr(state.store, "begin_save", noting_begin_save)
+
+    async def prepare_new() -> None:
+        await anyio.to_thread.run_sync(writing.wait)  # the old claim's deletion is being written
+        results.update(await state.prepare([ref(new)]))
+        planned.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(prepare_new)
+        tg.start_soon(lambda: _store(results, state.unprepare([ref(old)])))
+        await planned.wait()
+        room.set()
+    assert "ResourceClaim default/old: writing the checkpoint: No space left on device" in str(
+        results[old["metadata"]["uid"]])
+    assert "is already prepared for ResourceClaim default/old" in str(results[new["metadata"]["uid"]])
+    assert set(on_disk(tmp_path).claims) == {old["metadata"]["uid"]}
+    assert (await state.unprepare([ref(old)]))[old["metadata"]["uid"]] is None  # the kubelet's retry
+    assert isinstance((await state.prepare([ref(new)]))[new["metadata"]["uid"]], list)
+    assert set(on_disk(tmp_path).claims) == {new["metadata"]["uid"]}
+
+
+async def _store(results: dict, operation) -> None:
+    results.update(await operation)
