@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.hardvnpu import vnpu_keys, vnpus_of_records
-from tests.integration.daemon import DRIVER, Kubelet
+from tests.integration.daemon import Kubelet
 from tests.integration.test_disk_faults import Node, ids, resolves, uid
 
 
