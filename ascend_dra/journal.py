@@ -11,8 +11,10 @@ other one is ``{"uid": ..., "record": {...}}`` (the record as stored) or ``{"uid
 A write appends the lines of every change since the last write (group commit) and fdatasyncs once:
 its cost does not grow with the number of prepared claims. The state is the snapshot with the
 journal applied in order. A compaction writes a new snapshot (atomic replace) and then empties the
-journal; a crash between the two replays the old journal over the new snapshot, which gives the
-same state again, since the journal's last change of each claim is what the snapshot holds.
+journal; a crash between the two replays the old journal over the new snapshot, which gives every
+claim its state before that write (the journal names it) or after it (the journal does not): either
+is right for a write that was never acknowledged. A journal that cannot be emptied when the
+write is acknowledged gets the write's changes appended after its old lines (records.py).
 
 Each append ends with a *commit line*, ``{"uid": "", "deleted": true, "commit": <change lines>}``: a
 deletion of no claim to a release that does not know it (``""`` is never a claim uid), so older
@@ -315,6 +317,7 @@ class Journal:
 
     def _rewrite_header(self) -> None:
         assert self._fd is not None
+        disk_fault("journal:truncate")
         os.ftruncate(self._fd, 0)
         self._cut_pending = False
         # Empty now, whatever happens next: if the header write fails, the next append writes the

@@ -340,8 +340,11 @@ class ClaimRecords:
 
         Once the snapshot is written the changes are durable, so a journal that cannot be emptied
         does not fail the write (the Prepare would be reported failed and rolled back while the
-        snapshot says it completed): its old lines replay over the new snapshot to the same state,
-        and an emptied journal whose header failed gets it with the next append.
+        snapshot says it completed): an emptied journal whose header failed gets it with the next
+        append, and one that could not be cut at all (``ftruncate`` failed) gets ``changes``
+        appended, since its old lines replay over the new snapshot and do not hold them (they would
+        give back what this write changed). If that append fails too, the write fails: the state
+        the files give is then the one before it, for the claims its old lines name.
 
         A snapshot that cannot be written (a full or failing disk; the old one is intact) does not
         fail the write either: compaction only keeps the journal short, so ``changes`` (those since
@@ -365,6 +368,10 @@ class ClaimRecords:
         except OSError as exc:
             log.warning("emptying the checkpoint journal after a compaction failed; the next write retries",
                         extra={"error": _describe(exc, self.journal.path)})
+            if self.journal.size:  # not cut: its old lines follow the snapshot, then these
+                self._compact_after = self.journal.lines + len(changes) + max(COMPACT_MIN_LINES, 2 * len(claims))
+                if changes:
+                    self.journal.append(change_lines(changes))
 
     async def close(self) -> None:
         """Compact into one snapshot and close the journal (clean shutdown), so an older release

@@ -239,3 +239,23 @@ async def test_a_device_whose_unprepare_is_being_written_is_not_given_to_another
 
 async def _store(results: dict, operation) -> None:
     results.update(await operation)
+
+
+@pytest.mark.anyio
+async def test_a_journal_that_cannot_be_emptied_after_a_compaction_does_not_bring_back_what_the_write_changed(
+        tmp_path, arm, monkeypatch):
+    """The compaction wrote its snapshot, then emptying the journal failed at its ftruncate (EIO):
+    the write was acknowledged, but the journal's old lines replay over the snapshot, and they
+    said the claim the write had unprepared was still prepared."""
+    monkeypatch.setattr("ascend_dra.records.COMPACT_MIN_LINES", 0)
+    state = await make_state(tmp_path, {"fake": FakeProfile()})
+    x = write_claim(tmp_path, claim_object("x", results=[("npu", "npu-1-0")]))
+    assert isinstance((await state.prepare([ref(x)]))[x["metadata"]["uid"]], list)
+    arm("journal:truncate=EIO")
+    assert (await state.unprepare([ref(x)]))[x["metadata"]["uid"]] is None  # a compaction: nothing left
+    assert x["metadata"]["uid"] not in ckpt.load(tmp_path / "plugin" / ckpt.CHECKPOINT_FILE).claims
+    assert on_disk(tmp_path).claims == {}
+    arm()
+    y = write_claim(tmp_path, claim_object("y", results=[("npu", "npu-1-0")]))
+    assert isinstance((await state.prepare([ref(y)]))[y["metadata"]["uid"]], list)
+    assert set(on_disk(tmp_path).claims) == {y["metadata"]["uid"]}
