@@ -111,8 +111,6 @@ def resolves(node: Node, answered: list[str]) -> bool:
     return bool(answered) and set(answered) <= known
 
 
-#: Per point: the profile that reaches it, and the file its error must name (a function of the node
-#: and the claim being prepared).
 def _journal(node: Node, claim: dict[str, Any]) -> str:
     return re.escape(str(node.plugin_dir / "checkpoint.journal"))
 
@@ -133,8 +131,9 @@ def _ledger(node: Node, claim: dict[str, Any]) -> str:
     return re.escape(str(node.host.state_dir / "hard-vNPU")) + r"/vnpu-\d+-\d+-\d+\.json"
 
 
+#: Per case: the profile that reaches its points, the points armed together, and the file the
+#: claim's error must name (a pattern, from the node and the claim being prepared).
 CASES: dict[str, tuple[str, tuple[str, ...], Callable[[Node, dict[str, Any]], str]]] = {
-    # point id: (profile, points armed together, the file the claim's error names)
     "journal:header": ("fake", ("journal:header",), _journal),
     "journal:write": ("fake", ("journal:write",), _journal),
     "journal:sync": ("fake", ("journal:sync",), _journal),
