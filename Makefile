@@ -142,9 +142,11 @@ bench: venv cluster-bins node-bins container-deps
 	$(PY) bench/bench_webhook.py
 	$(PY) bench/bench_kubelet.py
 
-# The full kill -9 storm (tests/storm.py): 200 trials per profile, prints the tallies (all must be 0).
+# The full kill -9 storm (tests/storm.py): 200 trials per profile, prints the tallies (all must be 0);
+# then the same with ENOSPC and EIO at random durable writes (--disk-faults).
 soak: venv
 	$(PY) -m tests.storm --trials 200
+	$(PY) -m tests.storm --trials 200 --disk-faults
 
 clean:
 	rm -rf $(VENV) $(FLOORS_VENV) demo demo-hard-vnpu .cluster

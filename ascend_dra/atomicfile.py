@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ascend_dra.faults import disk_error, disk_fault
+
 __all__ = ("fsync_dir", "remove_durably", "write_atomic")
 
 
@@ -23,12 +25,14 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:
+def write_atomic(path: Path, data: bytes, mode: int = 0o644, *, durable: bool = True, fault: str = "") -> None:
     """Replace ``path`` with ``data`` atomically, and durably unless ``durable`` is False.
 
     :param durable: fsync the file before the rename and the directory after it, so the new file
         survives a power loss. Without it the replacement is still atomic for every reader (the
         rename), which is all a file on tmpfs, or one re-created after every reboot, needs.
+    :param fault: the file's name among :data:`ascend_dra.faults.DISK_POINTS` (``snapshot`` for the
+        points ``snapshot:write`` and ``snapshot:sync``), where the tests inject disk faults.
     :raises OSError: on any failure (disk full, read-only file system, ...); the old file is then
         untouched and the temp file is removed.
     """
@@ -37,9 +41,14 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644, *, durable: bool = 
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
         try:
             view = memoryview(data)
+            if fault and (error := disk_error(f"{fault}:write")) is not None:
+                os.write(fd, view[:len(view) // 2])  # a disk that fills mid-write
+                raise error
             while view:
                 view = view[os.write(fd, view):]
             if durable:
+                if fault:
+                    disk_fault(f"{fault}:sync")
                 os.fsync(fd)
         finally:
             os.close(fd)

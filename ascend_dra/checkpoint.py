@@ -427,7 +427,7 @@ def save(path: Path, data: CheckpointData | bytes) -> None:
 
     Blocking: call from a worker thread. :raises OSError: the old checkpoint is then intact.
     """
-    write_atomic(path, data if isinstance(data, bytes) else encode(data), mode=0o600)
+    write_atomic(path, data if isinstance(data, bytes) else encode(data), mode=0o600, fault="snapshot")
 
 
 def read_boot_id(path: Path = Path("/proc/sys/kernel/random/boot_id")) -> str:

@@ -11,8 +11,10 @@ other one is ``{"uid": ..., "record": {...}}`` (the record as stored) or ``{"uid
 A write appends the lines of every change since the last write (group commit) and fdatasyncs once:
 its cost does not grow with the number of prepared claims. The state is the snapshot with the
 journal applied in order. A compaction writes a new snapshot (atomic replace) and then empties the
-journal; a crash between the two replays the old journal over the new snapshot, which gives the
-same state again, since the journal's last change of each claim is what the snapshot holds.
+journal; a crash between the two replays the old journal over the new snapshot, which gives every
+claim its state before that write (the journal names it) or after it (the journal does not): either
+is right for a write that was never acknowledged. A journal that cannot be emptied when the
+write is acknowledged gets the write's changes appended after its old lines (records.py).
 
 Each append ends with a *commit line*, ``{"uid": "", "deleted": true, "commit": <change lines>}``: a
 deletion of no claim to a release that does not know it (``""`` is never a claim uid), so older
@@ -45,7 +47,7 @@ import orjson
 from ascend_dra import checkpoint as ckpt
 from ascend_dra.atomicfile import fsync_dir
 from ascend_dra.checkpoint import CheckpointCorrupt
-from ascend_dra.faults import crash_point
+from ascend_dra.faults import crash_point, disk_error, disk_fault
 
 __all__ = ("JOURNAL_FILE", "Journal", "JournalContents", "apply_journal", "change_lines", "load_state", "read",
            "read_tail")
@@ -215,6 +217,9 @@ class Journal:
         self.path = path
         self._fd: int | None = None
         self._size = 0
+        # A failed append that could not be cut off again left bytes past _size: the next append cuts
+        # them first, or a shorter append would leave the end of the failed one behind its commit line.
+        self._cut_pending = False
         self.lines = 0  # change lines since the last reset (drives compaction)
 
     def open(self, contents: JournalContents) -> None:
@@ -250,6 +255,7 @@ class Journal:
         (default: those of ``contents``)."""
         assert self._fd is not None, "journal not open"
         self._size = contents.good_size
+        self._cut_pending = False  # what the file holds was just read, and a torn tail is cut below
         self.lines = len(contents.changes) if lines is None else lines
         if self._size == 0:
             self._rewrite_header()
@@ -266,10 +272,15 @@ class Journal:
     def append(self, data: bytes) -> None:
         """Append ``data`` (whole lines) and make it durable.
 
-        :raises OSError: nothing was appended (a partial write is cut off again, best effort).
+        :raises OSError: nothing was appended (a partial write is cut off again; when that fails
+            too, the next append cuts it off first, and fails if it cannot).
         """
         assert self._fd is not None, "journal not open"
         crash_point("journal:before-append")
+        if self._cut_pending:
+            os.ftruncate(self._fd, self._size)
+            os.fdatasync(self._fd)
+            self._cut_pending = False
         if self._size == 0:
             # Empty: a header write failed (a full or failing disk). The header goes first and alone,
             # as the torn-header rule expects (journal.read).
@@ -280,16 +291,21 @@ class Journal:
             view = memoryview(data)
             offset = self._size
             while view:
+                if (error := disk_error("journal:write")) is not None:
+                    os.pwrite(self._fd, view[:len(view) // 2], offset)  # a disk that fills mid-write
+                    raise error
                 written = os.pwrite(self._fd, view, offset)
                 view, offset = view[written:], offset + written
+            disk_fault("journal:sync")
             os.fdatasync(self._fd)
             crash_point("journal:after-append")
         except OSError:
             try:  # cut off again, durably: pages already on disk must not bring it back after a crash
+                disk_fault("journal:truncate")
                 os.ftruncate(self._fd, self._size)
                 os.fdatasync(self._fd)
             except OSError:
-                pass
+                self._cut_pending = True
             raise
         self._size += len(data)
         self.lines += data.count(b"\n") - 1
@@ -301,11 +317,16 @@ class Journal:
 
     def _rewrite_header(self) -> None:
         assert self._fd is not None
+        disk_fault("journal:truncate")
         os.ftruncate(self._fd, 0)
+        self._cut_pending = False
         # Empty now, whatever happens next: if the header write fails, the next append writes the
         # header first, instead of appending at the old size after a hole (which reads as damage).
         self._size = 0
         self.lines = 0
+        if (error := disk_error("journal:header")) is not None:
+            os.pwrite(self._fd, _HEADER_LINE[:len(_HEADER_LINE) // 2], 0)
+            raise error
         os.pwrite(self._fd, _HEADER_LINE, 0)
         os.fdatasync(self._fd)
         self._size = len(_HEADER_LINE)

@@ -73,6 +73,9 @@ class ClaimRecords:
         # Appends and snapshots run on one thread of their own, one at a time, in order; see _on_writer.
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ascend-dra-journal")
         self.write_failures = 0  # writes that failed with an OSError since start (a metric)
+        # After a failed compaction the journal takes the writes, and the next compaction waits until
+        # it has grown by as much again (a full disk must not cost a whole snapshot per write).
+        self._compact_after = 0
         self._version = 0  # bumped by every save call
         self._durable = 0  # the highest version known to be on disk
         self.shared = shared
@@ -313,8 +316,9 @@ class ClaimRecords:
         version = self._version
         changes = self.table.take_dirty()
         try:
-            if compact or self.journal.lines + len(changes) > max(COMPACT_MIN_LINES, 2 * len(self.table)):
-                future = self._writer.submit(self._write_snapshot, self.table.snapshot_claims())
+            lines = self.journal.lines + len(changes)
+            if compact or (lines > max(COMPACT_MIN_LINES, 2 * len(self.table)) and lines > self._compact_after):
+                future = self._writer.submit(self._write_snapshot, self.table.snapshot_claims(), changes)
             elif changes:
                 future = self._writer.submit(self.journal.append, change_lines(changes))
             else:
@@ -359,22 +363,43 @@ class ClaimRecords:
         with anyio.CancelScope(shield=True):
             await asyncio.wrap_future(future)
 
-    def _write_snapshot(self, claims: Mapping[str, Any]) -> None:
+    def _write_snapshot(self, claims: Mapping[str, Any], changes: list[tuple[str, Any]]) -> None:
         """Replace the snapshot with ``claims``, then empty the journal (blocking).
 
         Once the snapshot is written the changes are durable, so a journal that cannot be emptied
         does not fail the write (the Prepare would be reported failed and rolled back while the
-        snapshot says it completed): its old lines replay over the new snapshot to the same state,
-        and an emptied journal whose header failed gets it with the next append.
+        snapshot says it completed): an emptied journal whose header failed gets it with the next
+        append, and one that could not be cut at all (``ftruncate`` failed) gets ``changes``
+        appended, since its old lines replay over the new snapshot and do not hold them (they would
+        give back what this write changed). If that append fails too, the write fails: the state
+        the files give is then the one before it, for the claims its old lines name.
+
+        A snapshot that cannot be written (a full or failing disk; the old one is intact) does not
+        fail the write either: compaction only keeps the journal short, so ``changes`` (those since
+        the last write) are appended instead, which needs a few hundred bytes where the snapshot
+        needs all of them. Only when that append fails too does the write fail, with its error.
         """
-        ckpt.save(self.checkpoint_path, ckpt.encode_raw({"boot_id": self.boot_id, "claims": claims}))
+        try:
+            ckpt.save(self.checkpoint_path, ckpt.encode_raw({"boot_id": self.boot_id, "claims": claims}))
+        except OSError as exc:
+            self._compact_after = self.journal.lines + len(changes) + max(COMPACT_MIN_LINES, 2 * len(claims))
+            log.warning("writing the checkpoint snapshot failed; the journal takes the changes, and compaction "
+                        "is tried again later", extra={"error": _describe(exc)})
+            if changes:
+                self.journal.append(change_lines(changes))
+            return
+        self._compact_after = 0
         if self.shared:
             self._remember_snapshot()
         try:
             self.journal.reset()
         except OSError as exc:
             log.warning("emptying the checkpoint journal after a compaction failed; the next write retries",
-                        extra={"file": str(self.journal.path), "error": exc.strerror or str(exc)})
+                        extra={"error": _describe(exc, self.journal.path)})
+            if self.journal.size:  # not cut: its old lines follow the snapshot, then these
+                self._compact_after = self.journal.lines + len(changes) + max(COMPACT_MIN_LINES, 2 * len(claims))
+                if changes:
+                    self.journal.append(change_lines(changes))
 
     async def close(self) -> None:
         """Compact into one snapshot and close the journal (clean shutdown), so an older release
@@ -385,7 +410,7 @@ class ClaimRecords:
                     await self.save(compact=True)
         except OSError as exc:
             log.warning("compacting the checkpoint at shutdown failed; the journal keeps the changes",
-                        extra={"error": exc.strerror or str(exc)})
+                        extra={"error": _describe(exc, self.journal.path)})
         finally:
             await self._on_writer(self.journal.close)
             self._writer.shutdown(wait=False)  # nothing is queued any more; its thread ends
@@ -394,3 +419,10 @@ class ClaimRecords:
                 self._snapshot_fd = None
             if self._lock is not None:
                 self._lock.close()
+
+
+def _describe(exc: OSError, path: Path | None = None) -> str:
+    """``strerror (file)`` of a failed write: the file the error names, else ``path`` (a write on
+    an open descriptor names none)."""
+    filename = exc.filename or path
+    return f"{exc.strerror or exc} ({filename})" if filename else str(exc.strerror or exc)

@@ -90,7 +90,7 @@ class ReplayMixin:
                 log.info("re-created the CDI spec of a prepared claim", extra={"claim_uid": record.uid,
                                                                                "rebooted": rebooted})
             elif missing:  # only common specs (or the whole dir) went away
-                self._write_specs({})
+                self._write_specs({}, self._kinds_of(record))
                 log.info("re-created the common CDI spec", extra={"files": missing})
             self._check_answer(self._records[record.uid])
         except (guard.GuardError, PlanError) as exc:

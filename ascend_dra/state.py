@@ -421,16 +421,18 @@ class DeviceState(RecoveryMixin, ReplayMixin, UnprepareMixin):
                 done[profile_name] = await hook(c, devices, ctx)
         return done
 
-    def _write_specs(self, specs: Mapping[str, Spec]) -> None:
-        """Write a claim's specs, first re-creating the CDI dir and the common spec of every loaded
-        profile if someone removed them.
+    def _write_specs(self, specs: Mapping[str, Spec], kinds: Iterable[str] = ()) -> None:
+        """Write a claim's specs, first re-creating the CDI dir and the common spec of each of their
+        kinds and of ``kinds`` (those the claim's answer names) if someone removed them: another
+        kind's common spec that cannot be written now (a full disk) fails the claims that name it,
+        not this one.
 
         Called on the event loop: a spec is a few KiB written to the page cache (tmpfs on real
         nodes) and renamed, with no fsync, which costs tens of microseconds; the YAML encoding
         holds the GIL wherever it runs, so a worker thread would add a hand-off and save nothing.
         """
-        for profile_name in self.profiles:
-            self._ensure_common_spec(self.cdi_kind(profile_name))
+        for kind in sorted({spec.kind for spec in specs.values()}.union(kinds)):
+            self._ensure_common_spec(kind)
         for file, spec in specs.items():
             self.cdi.write(file, spec)
 

@@ -98,6 +98,9 @@ class UnprepareMixin:
             for record in undone:
                 del self._records[record.uid]
                 self._pending_rollback.discard(record.uid)
+                # Its devices stay held until the deletion is durable: a failed write puts the record
+                # back, and a claim planned meanwhile would then hold the same device.
+                self._holds.update(record.uid, record)
             try:
                 await self._save()
             except OSError as exc:
@@ -107,6 +110,10 @@ class UnprepareMixin:
                     self._records[record.uid] = record if not record.side_effects else \
                         attrs.evolve(record, state=ckpt.PREPARE_STARTED)
                     results[record.uid] = checkpoint_write_failed(record.namespace, record.name, exc)
+            finally:
+                for record in undone:
+                    if record.uid not in self._records:  # deleted for good (or cancelled: the next write)
+                        self._holds.update(record.uid, None)
         return results
 
     async def _unprepare_unreadable(self: DeviceState, uid: str) -> None:

@@ -51,7 +51,8 @@ class CdiStore:
         # orjson encodes a spec in microseconds where PyYAML's representer took ~0.4 ms per Prepare.
         data = orjson.dumps(spec.to_dict(), option=orjson.OPT_INDENT_2) + b"\n"
         path = self.path(filename)
-        write_atomic(path, data, durable=False)
+        write_atomic(path, data, durable=False,
+                     fault="cdi-common" if filename.endswith(f"_{naming.COMMON_DEVICE}.yaml") else "cdi-claim")
         return path
 
     def remove(self, filename: str) -> bool:

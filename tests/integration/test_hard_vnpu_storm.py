@@ -22,8 +22,10 @@ DEVICES = [f"vnpu-0-0-vir05-1c-8g-{k}" for k in range(4)]
 
 
 class HardVnpuStorm(storm.Storm):
-    def __init__(self, root: Path, *, claims: int = 8, seed: int = 0) -> None:
+    def __init__(self, root: Path, *, claims: int = 8, seed: int = 0, disk_faults: bool = False) -> None:
         self.root = root
+        self.faults = root / "disk-faults" if disk_faults else None
+        env = {"ASCEND_DRA_DISK_FAULTS": str(self.faults)} if self.faults else {}
         self.profile = "hard-vNPU"
         self.rng = random.Random(seed)
         self.tallies: Counter[str] = Counter({t: 0 for t in storm.TALLIES})
@@ -32,7 +34,7 @@ class HardVnpuStorm(storm.Storm):
         node = root / "node"
         self.host = SimHost(node)
         self.host.state_dir = node / "plugins" / DRIVER / "profiles"
-        self.daemon = DaemonProcess(node, node=storm.LAB_NODE, profiles="hard-vNPU", env=self.host.env,
+        self.daemon = DaemonProcess(node, node=storm.LAB_NODE, profiles="hard-vNPU", env={**self.host.env, **env},
                                     extra_args=daemon_args(self.host))
         self.claims = [write_claim(self.daemon.root, self._claim(i)) for i in range(claims)]
         self.asked: dict[str, str] = {}
@@ -59,3 +61,13 @@ def test_a_kill9_storm_over_hard_vnpus_loses_nothing_and_leaves_no_orphan_vnpu(s
         s.trial()
     assert dict(s.tallies) == dict.fromkeys(storm.TALLIES, 0), "\n".join(s.details)
     assert s.acked  # the storm did prepare and unprepare claims
+
+
+def test_a_kill9_storm_over_hard_vnpus_with_disk_faults_leaves_no_orphan_vnpu(short_tmp):
+    """The same with ENOSPC and EIO at random durable writes (the ledger's among them) all through
+    each trial (tests/storm.py --disk-faults)."""
+    s = HardVnpuStorm(short_tmp, seed=12, disk_faults=True)
+    for _ in range(4):
+        s.trial()
+    assert dict(s.tallies) == dict.fromkeys(storm.TALLIES, 0), "\n".join(s.details)
+    assert s.disk_errors > 0

@@ -57,6 +57,7 @@ from typing import Any
 import anyio
 import attrs
 
+from ascend_dra.faults import disk_fault
 from ascend_dra.model import ClaimAllocation
 from ascend_dra.profiles.ascend import host as ascend_host
 from ascend_dra.profiles.ascend.attributes import chip_attributes, device_name
@@ -391,6 +392,7 @@ def _make_dirs(claim_dir: str, requests: Sequence[str]) -> None:
     os.chmod(claim_dir, 0o755)
     for request in requests:
         path = os.path.join(claim_dir, request)
+        disk_fault("vnpu-core-dir:mkdir", path)  # tests: the claim dir made, its first subdir not
         os.makedirs(path, exist_ok=True)
         os.chmod(path, 0o777)
 

@@ -90,7 +90,7 @@ class Ledger:
     def write(self, entry: LedgerEntry) -> None:
         """Record ``entry`` durably (replacing an entry for the same vNPU ID)."""
         self.root.mkdir(mode=0o750, parents=True, exist_ok=True)
-        write_atomic(self.path(entry), json.dumps(entry.to_json(), sort_keys=True).encode())
+        write_atomic(self.path(entry), json.dumps(entry.to_json(), sort_keys=True).encode(), fault="hard-vnpu-ledger")
 
     def read(self, npu_id: int, chip_id: int, vnpu_id: int) -> LedgerEntry | None:
         """The entry for that vNPU ID, or None (an unreadable file counts as none, with a warning)."""
