@@ -287,3 +287,14 @@ def test_a_32000_character_cell_is_refused_by_its_length() -> None:
     assert (error.line_no, error.reason) == (7, f"a line of {len(error.line)} characters; npu-smi prints at most "
                                                 f"{_text.MAX_LINE}")
     assert len(str(error)) < 400  # the message shows the start of the line, not all of it
+
+
+@pytest.mark.parametrize(("parse", "text"), [
+    (tables.parse_mapping, "NPU ID  Chip ID  " + "  ".join(f"X{i}" for i in range(1200)) + "  Chip Name\n"),
+    (topo.parse_topo, " ".join(f"NPU{i}" for i in range(1000)) + "\n"),
+    (lambda text: remap.parse_phyid_remap(text, physical_id=0), "".join(f"K{i}:1\n" for i in range(2000))),
+], ids=["m-unknown-columns", "topo-rows-and-columns", "remap-keys-printed"])
+def test_an_error_message_shows_the_start_of_what_it_lists(parse: Callable[[str], object], text: str) -> None:
+    """Found by test_ascend_mutations.py: a reason that lists what a damaged line holds (columns,
+    labels, keys) was as long as the output, and went whole into logs and notes."""
+    assert len(str(refused(parse, text))) < 2000

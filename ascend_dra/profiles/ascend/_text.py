@@ -80,7 +80,8 @@ class Once:
         """
         first = self.seen.setdefault(key, line_no)
         if first != line_no:
-            raise NpuSmiParseError(self.command, line_no, line, f"a second {label} (the first is on line {first})")
+            raise NpuSmiParseError(self.command, line_no, line,
+                                   f"a second {shown(label)} (the first is on line {first})")
 
 
 def shown(value: str) -> str:

@@ -63,7 +63,7 @@ class NpuSmiParseError(NpuSmiError):
 
     :ivar line_no: 1-based line number in the output (0 when the problem is the output as a whole).
     :ivar line: the offending line, as printed (the message shows its first :data:`SHOWN` characters).
-    :ivar reason: what was expected.
+    :ivar reason: what was expected (the message shows its first ``4 * SHOWN`` characters).
     """
 
     def __init__(self, command: str, line_no: int, line: str, reason: str) -> None:
@@ -74,4 +74,5 @@ class NpuSmiParseError(NpuSmiError):
         shown = line.strip()
         shown = shown if len(shown) <= SHOWN else f"{shown[:SHOWN]}..."
         where = f"line {line_no} {shown!r}" if line_no else "output"
-        super().__init__(f"parse {command!r}: {where}: {reason}")
+        told = reason if len(reason) <= 4 * SHOWN else f"{reason[:4 * SHOWN]}..."
+        super().__init__(f"parse {command!r}: {where}: {told}")

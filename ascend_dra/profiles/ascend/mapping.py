@@ -1,8 +1,8 @@
 """Parser for ``npu-smi info -m``: each chip's NPU ID, chip ID, logic ID and name (re-exported by :mod:`.tables`).
 
 The header is split at runs of two or more blanks (or a TAB), a row at blanks with the chip name
-last, never by offset (docs/ascend-hardware.md#npu-smi-output-format). Samples: ``tests/fixtures/npu-smi/`` (provenance in
-its ``SOURCES.md``).
+last, never by offset (docs/ascend-hardware.md#npu-smi-output-format). Samples:
+``tests/fixtures/npu-smi/`` (provenance in its ``SOURCES.md``).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def parse_mapping(text: str, *, command: str = "npu-smi info -m") -> tuple[Mappi
             unknown = [name for name in header if name not in _MAPPING_COLUMNS]
             if unknown or header[-1] != "Chip Name" or "NPU ID" not in header or "Chip ID" not in header:
                 raise NpuSmiParseError(command, line_no, line,
-                                       f"unknown header (columns {', '.join(unknown) or 'out of order'})")
+                                       f"unknown header (columns {_text.shown(', '.join(unknown)) or 'out of order'})")
             continue
         parts = line.split(None, len(header) - 1)
         if len(parts) != len(header):

@@ -106,7 +106,8 @@ def parse_phyid_remap(text: str, *, physical_id: int,
     for field, label in required:
         if values.get(field) is None:
             line_no, line = where.get(field, (0, ""))
-            raise NpuSmiParseError(command, line_no, line, f"no {label} (keys printed: {', '.join(fields)})")
+            raise NpuSmiParseError(command, line_no, line,
+                                   f"no {label} (keys printed: {_text.shown(', '.join(fields))})")
     printed = values.get("physical_id")
     if printed is not None and printed != physical_id:
         raise NpuSmiParseError(command, *where["physical_id"],

@@ -150,7 +150,7 @@ class IncompleteChip:
     @property
     def reason(self) -> str:
         """What happened to the chip, naming what the row says of it (for logs and ``ascend-dra discover``)."""
-        known = ", ".join(f"{label} {value}" for label, value in (
+        known = ", ".join(f"{label} {_text.shown(str(value))}" for label, value in (
             ("NPU", self.npu_id), ("name", self.name), ("health", self.health), ("chip", self.chip_id),
             ("Device", self.device), ("Phy-ID", self.phy_id), ("Bus-Id", self.bus_id)) if value is not None)
         if self.npu_id is not None:
@@ -349,7 +349,7 @@ def _row_values(command: str, line_no: int, line: str, header: list[list[str]], 
         tokens = _tokens(cell)
         if len(tokens) != len(names):
             raise NpuSmiParseError(command, line_no, line, f"cell {_text.shown(cell)!r} has {len(tokens)} "
-                                   f"values for columns {', '.join(names)}")
+                                   f"values for columns {_text.shown(', '.join(names))}")
         for name, token in zip(names, tokens, strict=True):
             if name not in known:
                 raise NpuSmiParseError(command, line_no, line, f"unknown column {name!r}")

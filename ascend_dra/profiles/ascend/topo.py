@@ -136,7 +136,8 @@ def parse_topo(text: str, *, command: str = "npu-smi info -t topo") -> Topology:
         raise NpuSmiParseError(command, 0, "", "empty output")
     ids = [n for k, n in columns if k != "NIC"]
     if sorted(rows) != sorted(ids):
-        raise NpuSmiParseError(command, 0, "", f"matrix has rows for {sorted(rows)} but columns for {ids}")
+        raise NpuSmiParseError(command, 0, "", f"matrix has rows for {_text.shown(str(sorted(rows)))} but columns "
+                               f"for {_text.shown(str(ids))}")
     kind = next(k for k, _ in columns if k != "NIC")
     return Topology(
         ids=tuple(ids),
@@ -152,4 +153,4 @@ def _check_links(command: str, line_no: int, line: str, links: list[str]) -> Non
     for link in links:
         if link not in LINK_KINDS:
             raise NpuSmiParseError(command, line_no, line,
-                                   f"unknown link kind {link!r} (known: {', '.join(sorted(LINK_KINDS))})")
+                                   f"unknown link kind {_text.shown(link)!r} (known: {', '.join(sorted(LINK_KINDS))})")
