@@ -99,28 +99,27 @@ def remap_of(name: str) -> Callable[[str, str], object]:
     return lambda text, command: remap.parse_phyid_remap(text, physical_id=PHYID[name], command=command)
 
 
+#: The parsers that take ``(text, *, command)``, by the sample set they read.
+READERS: Mapping[str, Callable[..., object]] = {
+    "info": tables.parse_info, "info -m": tables.parse_mapping, "info -l": keyvalue.parse_list,
+    "info -h": tables.parse_help_types, "board -i": keyvalue.parse_board, "board -i -c": keyvalue.parse_chip_board,
+    "device-share": keyvalue.parse_device_share, "memory": readings.parse_memory, "usages": readings.parse_usages,
+    "common": readings.parse_common, "health": readings.parse_health, "ecc (key/value)": keyvalue.parse_key_values,
+    "topo": topo.parse_topo, "template-info": vnpu_tables.parse_template_info, "info-vnpu": vnpu_tables.parse_vnpu_info,
+}
+
+
+def reader(parse: Callable[..., object]) -> Callable[[str, str], object]:
+    return lambda text, command: parse(text, command=command)
+
+
 PARSERS = [
-    Parser("info", lambda t, c: tables.parse_info(t, command=c), texts(SAMPLES["info"])),
-    Parser("info -m", lambda t, c: tables.parse_mapping(t, command=c), texts(SAMPLES["info -m"])),
-    Parser("info -l", lambda t, c: keyvalue.parse_list(t, command=c), texts(SAMPLES["info -l"])),
-    Parser("info -h", lambda t, c: tables.parse_help_types(t, command=c), texts(SAMPLES["info -h"])),
-    Parser("board -i", lambda t, c: keyvalue.parse_board(t, command=c), texts(SAMPLES["board -i"])),
-    Parser("board -i -c", lambda t, c: keyvalue.parse_chip_board(t, command=c), texts(SAMPLES["board -i -c"])),
-    Parser("device-share", lambda t, c: keyvalue.parse_device_share(t, command=c), texts(SAMPLES["device-share"])),
-    # No published sample: the line MindCluster's "Creating vNPUs" page prints (keyvalue.parse_vnpu_cfg_recover).
-    Parser("vnpu-cfg-recover", lambda t, c: keyvalue.parse_vnpu_cfg_recover(t, command=c),
-           ("\tVNPU config recover mode       : Enable\n", "VNPU config recover mode : Disable\n")),
-    Parser("memory", lambda t, c: readings.parse_memory(t, command=c), texts(SAMPLES["memory"])),
-    Parser("usages", lambda t, c: readings.parse_usages(t, command=c), texts(SAMPLES["usages"])),
-    Parser("common", lambda t, c: readings.parse_common(t, command=c), texts(SAMPLES["common"])),
-    Parser("health", lambda t, c: readings.parse_health(t, command=c), texts(SAMPLES["health"])),
-    Parser("ecc (key/value)", lambda t, c: keyvalue.parse_key_values(t, command=c), texts(SAMPLES["ecc (key/value)"])),
-    Parser("topo", lambda t, c: topo.parse_topo(t, command=c), texts(SAMPLES["topo"])),
+    *[Parser(name, reader(parse), texts(SAMPLES[name])) for name, parse in READERS.items()],
     *[Parser(f"phyid-remap -p {PHYID[name]} ({name})", remap_of(name), (fixture(name),))
       for name in SAMPLES["phyid-remap"]],
-    Parser("template-info", lambda t, c: vnpu_tables.parse_template_info(t, command=c),
-           texts(SAMPLES["template-info"])),
-    Parser("info-vnpu", lambda t, c: vnpu_tables.parse_vnpu_info(t, command=c), texts(SAMPLES["info-vnpu"])),
+    # No published sample: the line MindCluster's "Creating vNPUs" page prints (keyvalue.parse_vnpu_cfg_recover).
+    Parser("vnpu-cfg-recover", reader(keyvalue.parse_vnpu_cfg_recover),
+           ("\tVNPU config recover mode       : Enable\n", "VNPU config recover mode : Disable\n")),
     # version.info (docs/ascend-hardware.md#driver-paths): no npu-smi output, and its own error.
     Parser("version.info", lambda t, c: parse_version_info(t),
            ("Version=25.5.1\n", "Version=24.1.rc1.b030\npackage_version=24.1.rc1.b030\n", "package_version=23.0.rc3\n"),
