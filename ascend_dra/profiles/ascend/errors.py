@@ -9,6 +9,11 @@ from __future__ import annotations
 __all__ = ("NpuSmiError", "NpuSmiFailed", "NpuSmiNotFound", "NpuSmiParseError", "NpuSmiTimeout")
 
 
+#: Characters of an offending line an :class:`NpuSmiParseError` message shows (a damaged line
+#: can be thousands of characters long, and the message goes into logs and notes).
+SHOWN = 200
+
+
 class NpuSmiError(Exception):
     """Base class of every npu-smi problem; ``command`` is the command line as a string."""
 
@@ -57,8 +62,8 @@ class NpuSmiParseError(NpuSmiError):
     """Raised by a parser when the output does not have a layout we know.
 
     :ivar line_no: 1-based line number in the output (0 when the problem is the output as a whole).
-    :ivar line: the offending line, as printed.
-    :ivar reason: what was expected.
+    :ivar line: the offending line, as printed (the message shows its first :data:`SHOWN` characters).
+    :ivar reason: what was expected (the message shows its first ``4 * SHOWN`` characters).
     """
 
     def __init__(self, command: str, line_no: int, line: str, reason: str) -> None:
@@ -66,5 +71,8 @@ class NpuSmiParseError(NpuSmiError):
         self.line_no = line_no
         self.line = line
         self.reason = reason
-        where = f"line {line_no} {line.strip()!r}" if line_no else "output"
-        super().__init__(f"parse {command!r}: {where}: {reason}")
+        shown = line.strip()
+        shown = shown if len(shown) <= SHOWN else f"{shown[:SHOWN]}..."
+        where = f"line {line_no} {shown!r}" if line_no else "output"
+        told = reason if len(reason) <= 4 * SHOWN else f"{reason[:4 * SHOWN]}..."
+        super().__init__(f"parse {command!r}: {where}: {told}")

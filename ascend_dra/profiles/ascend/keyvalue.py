@@ -7,7 +7,8 @@ sometimes trailing spaces (docs/ascend-hardware.md#npu-smi-output-format), so ke
 line separates blocks. Every unit is the one npu-smi prints: memory in **MiB** (npu-smi says
 ``MB``; the numbers are binary, e.g. ``HBM Capacity(MB) : 65536`` for 64 GiB), rates in percent,
 frequencies in MHz, power in W, temperature in °C. Unknown keys are kept in ``fields`` (newer
-npu-smi adds keys); a line that is not ``key : value`` raises :class:`NpuSmiParseError`.
+npu-smi adds keys); a line that is not ``key : value``, a key printed twice in one block, and a
+number outside its range (:mod:`.bounds`) raise :class:`NpuSmiParseError`.
 Samples: ``tests/fixtures/npu-smi/`` (real outputs; provenance in its ``SOURCES.md``).
 """
 
@@ -19,6 +20,8 @@ from collections.abc import Mapping
 import attrs
 
 from ascend_dra.profiles.ascend import _text
+from ascend_dra.profiles.ascend import bounds as b
+from ascend_dra.profiles.ascend.bounds import Bounds
 from ascend_dra.profiles.ascend.errors import NpuSmiParseError
 
 __all__ = (
@@ -37,8 +40,9 @@ __all__ = (
     "parse_vnpu_cfg_recover",
 )
 
-_KEY_VALUE = re.compile(r"^\s*(?P<key>[^:]*?[^:\s])\s+:(?:\s(?P<value>.*))?$")
 _DIE_GROUP = re.compile(r"^[0-9A-Fa-f]{8}$")
+# domain:bus:device.function, as npu-smi prints a Bus-Id (the pattern of .tables)
+_PCI_ADDRESS = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]")
 
 
 @attrs.frozen
@@ -60,11 +64,11 @@ class KeyValueBlock:
         return next((k for k in keys if self.get(k) is not None), keys[0])
 
     def where(self, key: str) -> tuple[int, str]:
-        """``(line_no, line)`` of ``key`` (of the block's first line when absent)."""
+        """``(line_no, line)`` of ``key`` (of the block's first line when absent; ``(0, "")`` for an empty block)."""
         for k, _, line_no, line in self.entries:
             if k == key:
                 return line_no, line
-        return self.entries[0][2], self.entries[0][3]
+        return (self.entries[0][2], self.entries[0][3]) if self.entries else (0, "")
 
     def as_dict(self) -> dict[str, str]:
         """Keys to values (the first occurrence wins)."""
@@ -74,9 +78,14 @@ class KeyValueBlock:
         return out
 
     @staticmethod
-    def merged(blocks: tuple[KeyValueBlock, ...]) -> KeyValueBlock:
-        """One block of every entry of ``blocks``, in order (for outputs whose blocks are one record)."""
-        return KeyValueBlock(tuple(entry for block in blocks for entry in block.entries))
+    def merged(blocks: tuple[KeyValueBlock, ...], command: str) -> KeyValueBlock:
+        """One block of every entry of ``blocks``, in order (for outputs whose blocks are one record).
+
+        :raises NpuSmiParseError: naming the second line of a key printed twice (in one record, as in one block).
+        """
+        block = KeyValueBlock(tuple(entry for block in blocks for entry in block.entries))
+        _once_each(command, block.entries)
+        return block
 
     def text(self, key: str) -> str | None:
         """The value of ``key``; None when missing or one of npu-smi's "no value" spellings."""
@@ -88,67 +97,93 @@ class KeyValueBlock:
         value = self.text(key)
         return None if value is None else value.lower()
 
-    def integer(self, command: str, key: str) -> int | None:
-        """The value of ``key`` as an int; None when missing or absent.
+    def integer(self, command: str, key: str, bounds: Bounds) -> int | None:
+        """The value of ``key`` as an int within ``bounds``; None when missing or absent.
 
-        :raises NpuSmiParseError: naming ``command`` and the line, when it is not an integer.
+        :raises NpuSmiParseError: naming ``command`` and the line, when it is not an integer within ``bounds``.
         """
         value = self.get(key)
         if value is None:
             return None
-        return _text.to_int(command, *self.where(key), value, key)
+        return _text.to_int(command, *self.where(key), value, key, bounds)
 
-    def required_integer(self, command: str, key: str) -> int:
+    def required_integer(self, command: str, key: str, bounds: Bounds) -> int:
         """:meth:`integer`, which must be present.
 
-        :raises NpuSmiParseError: when missing, absent or not an integer.
+        :raises NpuSmiParseError: when missing, absent or not an integer within ``bounds``.
         """
-        value = self.integer(command, key)
+        value = self.integer(command, key, bounds)
         if value is None:
-            raise NpuSmiParseError(command, *self.where(key), f"missing {key!r}")
+            raise NpuSmiParseError(command, *self.where(key), f"missing {_text.shown(key)!r}")
         return value
 
-    def amount(self, command: str, key: str) -> int | None:
+    def amount(self, command: str, key: str, bounds: Bounds) -> int | None:
         """A capacity or count: like :meth:`integer`, and DCMI's 8255 "not supported" reads as None (:mod:`._text`)."""
         value = self.get(key)
         if value is None:
             return None
-        return _text.to_amount(command, *self.where(key), value, key)
+        return _text.to_amount(command, *self.where(key), value, key, bounds)
 
-    def number(self, command: str, key: str) -> float | None:
-        """The value of ``key`` as a float (watts, say); None when missing or absent.
+    def number(self, command: str, key: str, bounds: Bounds) -> float | None:
+        """The value of ``key`` as a float within ``bounds`` (watts, say); None when missing or absent.
 
-        :raises NpuSmiParseError: when it is not a number.
+        :raises NpuSmiParseError: when it is not a number within ``bounds``.
         """
         value = self.get(key)
         if value is None:
             return None
-        return _text.to_float(command, *self.where(key), value, key)
+        return _text.to_float(command, *self.where(key), value, key, bounds)
 
 
 def parse_key_values(text: str, *, command: str = "npu-smi info -t <type>") -> tuple[KeyValueBlock, ...]:
     """Split a key/value output into blocks.
 
+    A key is everything before the line's first ``:``, and is followed by blank space (npu-smi
+    pads it to 30 characters); the value is what follows the ``:`` and one blank, stripped.
+
     :return: the non-empty blocks in output order.
-    :raises NpuSmiParseError: on a non-blank line that is not ``key : value``, or an empty output.
+    :raises NpuSmiParseError: on a non-blank line that is not ``key : value``, a key printed twice in
+        one block, a line longer than :data:`._text.MAX_LINE`, or an empty output.
     """
     blocks: list[KeyValueBlock] = []
     current: list[tuple[str, str, int, str]] = []
-    for line_no, line in enumerate(text.splitlines(), start=1):
+    for line_no, line in _text.numbered_lines(command, text):
         if not line.strip():
             if current:
                 blocks.append(KeyValueBlock(tuple(current)))
                 current = []
             continue
-        match = _KEY_VALUE.match(line)
-        if not match:
+        entry = _key_value(line)
+        if entry is None:
             raise NpuSmiParseError(command, line_no, line, "expected 'key : value'")
-        current.append((match.group("key").strip(), (match.group("value") or "").strip(), line_no, line))
+        current.append((*entry, line_no, line))
     if current:
         blocks.append(KeyValueBlock(tuple(current)))
     if not blocks:
         raise NpuSmiParseError(command, 0, "", "empty output")
+    for block in blocks:
+        _once_each(command, block.entries)
     return tuple(blocks)
+
+
+def _key_value(line: str) -> tuple[str, str] | None:
+    """``(key, value)`` of a ``key : value`` line, None when it is not one.
+
+    Read by position, not by the regex ``^\\s*([^:]*?[^:\\s])\\s+:(?:\\s(.*))?$`` it replaces (the
+    same lines), which took time quadratic in the length of a line of blanks and no ``:``.
+    """
+    before, colon, after = line.partition(":")
+    key = before.strip()
+    if not colon or not key or before == before.rstrip() or (after and not after[0].isspace()):
+        return None
+    return key, after.strip()
+
+
+def _once_each(command: str, entries: tuple[tuple[str, str, int, str], ...]) -> None:
+    """A block holds each key once: a second one is two records run together, or a repeated line."""
+    once = _text.Once(command)
+    for key, _, line_no, line in entries:
+        once.add(key, line_no, line, f"{_text.shown(key)!r} line")
 
 
 # -- npu-smi info -l ------------------------------------------------------------------------------
@@ -178,19 +213,25 @@ def parse_list(text: str, *, command: str = "npu-smi info -l") -> NpuList:
     Samples: ``910B4_info_-l_8cards.txt`` (8 NPUs, 1 chip each), ``950_info_-l.txt`` (Product Name,
     Serial Number, no Chip Count).
 
-    :raises NpuSmiParseError: when the count disagrees with the NPUs listed, or a block has no ``NPU ID``.
+    :raises NpuSmiParseError: when the count disagrees with the NPUs listed, a block has no ``NPU ID``,
+        an NPU or the count is printed twice, or a number is out of its range (:mod:`.bounds`).
     """
     blocks = parse_key_values(text, command=command)
     total: int | None = None
     npus: list[ListedNpu] = []
+    counted, listed = _text.Once(command), _text.Once(command)
     for block in blocks:
         keys = block.as_dict()
         if "Total Count" in keys or "Card Count" in keys:
-            total = block.integer(command, "Total Count" if "Total Count" in keys else "Card Count")
+            key = "Total Count" if "Total Count" in keys else "Card Count"
+            counted.add("count", *block.where(key), f"{_text.shown(key)!r} line")
+            total = block.integer(command, key, b.NPUS)
             continue
+        npu_id = block.required_integer(command, "NPU ID", b.NPU_ID)
+        listed.add(npu_id, *block.where("NPU ID"), f"NPU {npu_id}")
         npus.append(ListedNpu(
-            npu_id=block.required_integer(command, "NPU ID"),
-            chip_count=block.integer(command, "Chip Count"),
+            npu_id=npu_id,
+            chip_count=block.integer(command, "Chip Count", b.CHIPS_PER_NPU),
             product_name=block.text("Product Name"),
             serial_number=block.text("Serial Number"),
         ))
@@ -230,20 +271,21 @@ def parse_board(text: str, *, command: str = "npu-smi info -t board -i <N>") -> 
     """Parse card-level ``npu-smi info -t board -i N``. Samples: ``910A_info_-t_board_-i.txt``,
     ``950_info_-t_board_-i.txt`` (``DDie ID``).
 
-    :raises NpuSmiParseError: on a layout error, a malformed ``DDie ID`` or a missing ``NPU ID``.
+    :raises NpuSmiParseError: on a layout error, a malformed ``DDie ID`` or ``PCIe Bus Info``, a number
+        out of its range (:mod:`.bounds`) or a missing ``NPU ID``.
     """
-    block = KeyValueBlock.merged(parse_key_values(text, command=command))
+    block = KeyValueBlock.merged(parse_key_values(text, command=command), command)
     ddie = block.get("DDie ID")
     return BoardInfo(
-        npu_id=block.required_integer(command, "NPU ID"),
+        npu_id=block.required_integer(command, "NPU ID", b.NPU_ID),
         software_version=block.text("Software Version"),
         firmware_version=block.text("Firmware Version"),
         board_id=block.text_lower("Board ID"),
-        pcie_bus_info=block.text_lower("PCIe Bus Info"),
-        slot_id=block.integer(command, "Slot ID"),
+        pcie_bus_info=_pci_address(command, block),
+        slot_id=block.integer(command, "Slot ID", b.SLOT_ID),
         pci_vendor_id=block.text_lower("PCI Vendor ID"),
         pci_device_id=block.text_lower("PCI Device ID"),
-        chip_count=block.integer(command, "Chip Count"),
+        chip_count=block.integer(command, "Chip Count", b.CHIPS_PER_NPU),
         ddie_id=None if ddie is None else die_id(command, *block.where("DDie ID"), ddie, "DDie ID"),
         fields=block.as_dict(),
     )
@@ -290,10 +332,22 @@ def die_id(command: str, line_no: int, line: str, value: str, what: str = "die I
         return None
     groups = value.split()
     if len(groups) != 5 or not all(_DIE_GROUP.match(g) for g in groups):
-        raise NpuSmiParseError(command, line_no, line, f"{what}: {value!r} is not five 8-digit hex groups")
+        raise NpuSmiParseError(command, line_no, line, f"{what}: {_text.shown(value)!r} is not five 8-digit hex groups")
     if {g.upper() for g in groups} in ({"00000000"}, {"FFFFFFFF"}):
         return None
     return "-".join(g.upper() for g in groups)
+
+
+def _pci_address(command: str, block: KeyValueBlock) -> str | None:
+    """``PCIe Bus Info`` in lower case, None when absent (discovery's fallback for a chip's Bus-Id).
+
+    :raises NpuSmiParseError: when it is not a PCI address: it names a sysfs path and is published.
+    """
+    value = block.text_lower("PCIe Bus Info")
+    if value is not None and not _PCI_ADDRESS.fullmatch(value):
+        raise NpuSmiParseError(command, *block.where("PCIe Bus Info"),
+                               f"PCIe Bus Info: {_text.shown(value)!r} is not a PCI address (dddd:bb:dd.f) or NA")
+    return value
 
 
 def _without_chip_version(value: str) -> str:
@@ -317,17 +371,18 @@ def parse_chip_board(text: str, *, command: str = "npu-smi info -t board -i <N> 
     as the npu-smi source prints it (``print_die_id_info``); no published chip-level 950 sample
     exists, since the 950's npu-smi takes no ``-c`` (its card-level ``DDie ID`` is in :func:`parse_board`).
 
-    :raises NpuSmiParseError: on a layout error, a malformed die ID, or a missing ``NPU ID``/``Chip ID``.
+    :raises NpuSmiParseError: on a layout error, a malformed die ID or ``PCIe Bus Info``, a number out
+        of its range (:mod:`.bounds`), or a missing ``NPU ID``/``Chip ID``.
     """
-    block = KeyValueBlock.merged(parse_key_values(text, command=command))
+    block = KeyValueBlock.merged(parse_key_values(text, command=command), command)
     vdie_key = block.first_key("VDie ID", "DDie ID", "Die ID")
     vdie = block.get(vdie_key)
     if vdie_key == "Die ID" and vdie is not None:
         vdie = _without_chip_version(vdie)
     ndie = block.get("NDie ID")
     return ChipBoardInfo(
-        npu_id=block.required_integer(command, "NPU ID"),
-        chip_id=block.required_integer(command, "Chip ID"),
+        npu_id=block.required_integer(command, "NPU ID", b.NPU_ID),
+        chip_id=block.required_integer(command, "Chip ID", b.CHIP_ID),
         chip_type=block.text("Chip Type"),
         chip_name=block.text("Chip Name"),
         chip_version=block.text("Chip Version"),
@@ -335,8 +390,8 @@ def parse_chip_board(text: str, *, command: str = "npu-smi info -t board -i <N> 
         board_id=block.text_lower("Board ID"),
         vdie_id=None if vdie is None else die_id(command, *block.where(vdie_key), vdie, vdie_key),
         ndie_id=None if ndie is None else die_id(command, *block.where("NDie ID"), ndie, "NDie ID"),
-        chip_position_id=block.integer(command, "Chip Position ID"),
-        pcie_bus_info=block.text_lower("PCIe Bus Info"),
+        chip_position_id=block.integer(command, "Chip Position ID", b.CHIP_ID),
+        pcie_bus_info=_pci_address(command, block),
         firmware_version=block.text("Firmware Version"),
         fields=block.as_dict(),
     )
@@ -358,13 +413,16 @@ def parse_device_share(text: str, *, command: str = "npu-smi info -t device-shar
     """Parse ``npu-smi info -t device-share [-i N]``: per NPU ``NPU ID``/``Chip Count``, then per chip
     ``Device-share Status`` followed by ``Chip ID``. Sample: ``310P3_info_-t_device-share.txt``.
 
-    :raises NpuSmiParseError: on a chip block before any NPU, a missing or non-boolean status.
+    :raises NpuSmiParseError: on a chip block before any NPU, a missing or non-boolean status, an NPU
+        or a chip printed twice, or an ID out of its range (:mod:`.bounds`).
     """
     out: list[DeviceShare] = []
     npu_id: int | None = None
+    once = _text.Once(command)
     for block in parse_key_values(text, command=command):
         if block.get("NPU ID") is not None:
-            npu_id = block.required_integer(command, "NPU ID")
+            npu_id = block.required_integer(command, "NPU ID", b.NPU_ID)
+            once.add(("npu", npu_id), *block.where("NPU ID"), f"NPU {npu_id}")
             continue
         if npu_id is None:
             raise NpuSmiParseError(command, block.entries[0][2], block.entries[0][3], "chip block before 'NPU ID'")
@@ -373,7 +431,9 @@ def parse_device_share(text: str, *, command: str = "npu-smi info -t device-shar
         enabled = None if raw is None else _text.to_bool(command, line_no, line, raw, "Device-share Status")
         if enabled is None:
             raise NpuSmiParseError(command, line_no, line, "missing 'Device-share Status'")
-        out.append(DeviceShare(npu_id=npu_id, chip_id=block.required_integer(command, "Chip ID"), enabled=enabled))
+        chip_id = block.required_integer(command, "Chip ID", b.CHIP_ID)
+        once.add(("chip", npu_id, chip_id), *block.where("Chip ID"), f"chip {chip_id} of NPU {npu_id}")
+        out.append(DeviceShare(npu_id=npu_id, chip_id=chip_id, enabled=enabled))
     return tuple(out)
 
 
@@ -392,11 +452,12 @@ def parse_vnpu_cfg_recover(text: str, *, command: str = "npu-smi info -t vnpu-cf
     :return: True for ``Enable``, False for ``Disable``.
     :raises NpuSmiParseError: when the line is missing or its value is neither ``Enable`` nor ``Disable``.
     """
-    block = KeyValueBlock.merged(parse_key_values(text, command=command))
+    block = KeyValueBlock.merged(parse_key_values(text, command=command), command)
     raw = block.get(VNPU_CFG_RECOVER)
     line_no, line = block.where(VNPU_CFG_RECOVER)
     if raw is None:
         raise NpuSmiParseError(command, line_no, line, f"missing {VNPU_CFG_RECOVER!r}")
     if raw.lower() not in ("enable", "disable"):
-        raise NpuSmiParseError(command, line_no, line, f"{VNPU_CFG_RECOVER}: {raw!r} is not Enable or Disable")
+        raise NpuSmiParseError(command, line_no, line,
+                               f"{VNPU_CFG_RECOVER}: {_text.shown(raw)!r} is not Enable or Disable")
     return raw.lower() == "enable"

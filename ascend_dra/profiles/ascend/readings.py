@@ -19,6 +19,7 @@ from collections.abc import Mapping
 import attrs
 
 from ascend_dra.profiles.ascend import _text
+from ascend_dra.profiles.ascend import bounds as b
 from ascend_dra.profiles.ascend.errors import NpuSmiParseError
 from ascend_dra.profiles.ascend.keyvalue import KeyValueBlock, parse_key_values
 
@@ -86,22 +87,28 @@ def parse_memory(text: str, *, command: str = "npu-smi info -t memory -i <N>") -
 
     A block with ``Chip ID`` is one chip; without it (the 950 sample) the whole output is one chip.
 
-    :raises NpuSmiParseError: on a layout error or a missing ``NPU ID``.
+    :raises NpuSmiParseError: on a layout error, a missing ``NPU ID``, a second ``NPU ID`` or chip, or
+        a number out of its range (:mod:`.bounds`).
     """
     blocks = parse_key_values(text, command=command)
     npu_id: int | None = None
     chips: list[ChipMemory] = []
+    once = _text.Once(command)
     for block in blocks:
         if block.get("NPU ID") is not None:
-            npu_id = block.required_integer(command, "NPU ID")
+            once.add("npu", *block.where("NPU ID"), "'NPU ID' line")
+            npu_id = block.required_integer(command, "NPU ID", b.NPU_ID)
         if any(k.startswith(("DDR", "HBM")) or k in _DDR_CAPACITY + _DDR_CLOCK for k, *_ in block.entries):
+            chip_id = block.integer(command, "Chip ID", b.CHIP_ID)
+            once.add(("chip", chip_id), *block.where("Chip ID"),
+                     "block without 'Chip ID'" if chip_id is None else f"chip {chip_id}")
             chips.append(ChipMemory(
-                chip_id=block.integer(command, "Chip ID"),
-                ddr_capacity_mib=block.amount(command, block.first_key(*_DDR_CAPACITY)),
-                ddr_clock_mhz=block.integer(command, block.first_key(*_DDR_CLOCK)),
-                hbm_capacity_mib=block.amount(command, "HBM Capacity(MB)"),
-                hbm_clock_mhz=block.integer(command, "HBM Clock Speed(MHz)"),
-                hbm_temperature_c=block.integer(command, "HBM Temperature(C)"),
+                chip_id=chip_id,
+                ddr_capacity_mib=block.amount(command, block.first_key(*_DDR_CAPACITY), b.MEMORY_MIB),
+                ddr_clock_mhz=block.integer(command, block.first_key(*_DDR_CLOCK), b.FREQUENCY_MHZ),
+                hbm_capacity_mib=block.amount(command, "HBM Capacity(MB)", b.MEMORY_MIB),
+                hbm_clock_mhz=block.integer(command, "HBM Clock Speed(MHz)", b.FREQUENCY_MHZ),
+                hbm_temperature_c=block.integer(command, "HBM Temperature(C)", b.TEMPERATURE_C),
                 hbm_manufacturer_id=block.text_lower("HBM Manufacturer ID"),
             ))
     if npu_id is None:
@@ -151,20 +158,24 @@ def parse_usages(text: str, *, command: str = "npu-smi info -t usages -i <N>") -
     ``950_info_-t_usages_-i_0.txt`` (one block, ``NPU Utilization(%)``).
 
     :raises NpuSmiParseError: on a layout error, a chip block without ``Chip ID`` at either end, a
-        value that is not an integer or NA, or a ``Chip Count`` that disagrees with the blocks.
+        value that is not an integer within its range (:mod:`.bounds`) or NA, a chip printed twice,
+        or a ``Chip Count`` that disagrees with the blocks.
     """
     blocks = parse_key_values(text, command=command)
     head, body = blocks[0], blocks[1:]
-    npu_id = head.required_integer(command, "NPU ID")
-    chip_count = head.integer(command, "Chip Count")
+    npu_id = head.required_integer(command, "NPU ID", b.NPU_ID)
+    chip_count = head.integer(command, "Chip Count", b.CHIPS_PER_NPU)
     chips = []
+    once = _text.Once(command)
     if not body and chip_count is None and len(head.entries) > 1:
         chips.append(_chip_usages(command, head, None))  # the 950: one device, no Chip ID
     for block in body:
         if "Chip ID" not in (block.entries[0][0], block.entries[-1][0]):
             line_no, line = block.entries[-1][2], block.entries[-1][3]
             raise NpuSmiParseError(command, line_no, line, "a chip block must start or end with 'Chip ID'")
-        chips.append(_chip_usages(command, block, block.required_integer(command, "Chip ID")))
+        chip_id = block.required_integer(command, "Chip ID", b.CHIP_ID)
+        once.add(chip_id, *block.where("Chip ID"), f"chip {chip_id}")
+        chips.append(_chip_usages(command, block, chip_id))
     _check_count(command, head, chip_count, len(chips))
     return UsagesInfo(npu_id=npu_id, chip_count=chip_count, chips=tuple(chips))
 
@@ -172,13 +183,13 @@ def parse_usages(text: str, *, command: str = "npu-smi info -t usages -i <N>") -
 def _chip_usages(command: str, block: KeyValueBlock, chip_id: int | None) -> ChipUsages:
     rates = {
         k[: -len(" Usage Rate(%)")] if k.endswith(" Usage Rate(%)") else _OTHER_RATES[k]:
-            _text.to_int(command, n, line, v, k)
+            _text.to_int(command, n, line, v, k, b.PERCENT)
         for k, v, n, line in block.entries if k.endswith(" Usage Rate(%)") or k in _OTHER_RATES
     }
     return ChipUsages(
         chip_id=chip_id,
-        ddr_capacity_mib=block.amount(command, block.first_key(*_USAGES_DDR_CAPACITY)),
-        hbm_capacity_mib=block.amount(command, "HBM Capacity(MB)"),
+        ddr_capacity_mib=block.amount(command, block.first_key(*_USAGES_DDR_CAPACITY), b.MEMORY_MIB),
+        hbm_capacity_mib=block.amount(command, "HBM Capacity(MB)", b.MEMORY_MIB),
         rates=rates,
     )
 
@@ -262,16 +273,18 @@ def parse_common(text: str, *, command: str = "npu-smi info -t common -i <N>") -
     (``tests/unit/test_ascend_readings.py``).
 
     :raises NpuSmiParseError: on a layout error, a block that starts otherwise (another ``Chip Name``),
-        a second mcu or 3559 block, a value that is not a number, or a ``Chip Count`` mismatch.
+        a second mcu or 3559 block, a chip printed twice, a value that is not a number within its
+        range (:mod:`.bounds`), or a ``Chip Count`` mismatch.
     """
     blocks = parse_key_values(text, command=command)
     head, body = blocks[0], blocks[1:]
     keys = [k for k, *_ in head.entries]
     if "Chip ID" in keys[1:]:  # no blank line before the first chip block (a document's rendering dropped it)
-        at = keys.index("Chip ID")
+        at = keys.index("Chip ID", 1)
         head, body = KeyValueBlock(head.entries[:at]), [KeyValueBlock(head.entries[at:]), *body]
-    npu_id = head.required_integer(command, "NPU ID")
-    chip_count = head.integer(command, "Chip Count")
+    npu_id = head.required_integer(command, "NPU ID", b.NPU_ID)
+    chip_count = head.integer(command, "Chip Count", b.CHIPS_PER_NPU)
+    once = _text.Once(command)
     chips: list[ChipCommon] = []
     board: dict[str, tuple[int | None, float | None]] = {}  # "mcu" / "3559" -> (temperature, power)
     if not body and chip_count is None and len(head.entries) > 1:
@@ -279,7 +292,9 @@ def parse_common(text: str, *, command: str = "npu-smi info -t common -i <N>") -
     for block in body:
         key, value, line_no, line = block.entries[0]
         if key == "Chip ID":
-            chips.append(_chip_common(command, block, block.required_integer(command, "Chip ID")))
+            chip_id = block.required_integer(command, "Chip ID", b.CHIP_ID)
+            once.add(chip_id, line_no, line, f"chip {chip_id}")
+            chips.append(_chip_common(command, block, chip_id))
             continue
         name = value.lower()
         if key != "Chip Name" or name not in ("mcu", "3559"):
@@ -287,8 +302,8 @@ def parse_common(text: str, *, command: str = "npu-smi info -t common -i <N>") -
                                    "a block must start with 'Chip ID' or 'Chip Name : mcu' or 'Chip Name : 3559'")
         if name in board:
             raise NpuSmiParseError(command, line_no, line, f"a second 'Chip Name : {name}' block")
-        board[name] = (block.integer(command, "Temperature(C)"),
-                       block.number(command, block.first_key(*_BOARD_POWER)))
+        board[name] = (block.integer(command, "Temperature(C)", b.TEMPERATURE_C),
+                       block.number(command, block.first_key(*_BOARD_POWER), b.POWER_W))
     _check_count(command, head, chip_count, len(chips))
     mcu, cpu = board.get("mcu"), board.get("3559")
     return CommonInfo(npu_id=npu_id, chip_count=chip_count, chips=tuple(chips),
@@ -298,14 +313,14 @@ def parse_common(text: str, *, command: str = "npu-smi info -t common -i <N>") -
 def _chip_common(command: str, block: KeyValueBlock, chip_id: int | None) -> ChipCommon:
     return ChipCommon(
         chip_id=chip_id,
-        memory_usage_percent=block.integer(command, "Memory Usage Rate(%)"),
-        hbm_usage_percent=block.integer(command, "HBM Usage Rate(%)"),
-        aicore_usage_percent=block.integer(command, "Aicore Usage Rate(%)"),
-        aicore_freq_mhz=block.integer(command, "Aicore Freq(MHZ)"),
-        aicore_cur_freq_mhz=block.integer(command, "Aicore curFreq(MHZ)"),
-        aicore_count=block.amount(command, "Aicore Count"),
-        temperature_c=block.integer(command, "Temperature(C)"),
-        power_w=block.number(command, "NPU Real-time Power(W)"),
+        memory_usage_percent=block.integer(command, "Memory Usage Rate(%)", b.PERCENT),
+        hbm_usage_percent=block.integer(command, "HBM Usage Rate(%)", b.PERCENT),
+        aicore_usage_percent=block.integer(command, "Aicore Usage Rate(%)", b.PERCENT),
+        aicore_freq_mhz=block.integer(command, "Aicore Freq(MHZ)", b.FREQUENCY_MHZ),
+        aicore_cur_freq_mhz=block.integer(command, "Aicore curFreq(MHZ)", b.FREQUENCY_MHZ),
+        aicore_count=block.amount(command, "Aicore Count", b.AICORE_COUNT),
+        temperature_c=block.integer(command, "Temperature(C)", b.TEMPERATURE_C),
+        power_w=block.number(command, "NPU Real-time Power(W)", b.POWER_W),
     )
 
 
@@ -356,7 +371,7 @@ def parse_health(text: str, *, command: str = "npu-smi info -t health -i <N> -c 
     :raises NpuSmiParseError: when neither ``Health Status`` nor ``Health`` is printed, a line with no
         key (or a failed-lookup line) does not follow ``Error Information``, or a code is not hexadecimal.
     """
-    lines = text.splitlines()
+    lines = [line for _, line in _text.numbered_lines(command, text)]
     # (line_no, line, text, keyed): error texts on lines parse_key_values cannot read; blanked for it.
     texts: list[tuple[int, str, str, bool]] = []
     for index, line in enumerate(lines):
@@ -368,15 +383,16 @@ def parse_health(text: str, *, command: str = "npu-smi info -t health -i <N> -c 
         else:
             continue
         lines[index] = ""
-    block = KeyValueBlock.merged(parse_key_values("\n".join(lines), command=command))
+    block = KeyValueBlock.merged(parse_key_values("\n".join(lines), command=command), command)
     key = block.first_key("Health Status", "Health")
     status = block.text(key)
     if status is None:
         raise NpuSmiParseError(command, *block.where(key), "missing 'Health Status' (950: 'Health')")
     keyed = sorted([(n, line, value) for n, line, value, has_key in texts if has_key]
                    + [(n, line, v) for k, v, n, line in block.entries if k == _INFORMATION])
-    if len(keyed) > 1:
-        raise NpuSmiParseError(command, keyed[1][0], keyed[1][1], f"a second {_INFORMATION!r} line")
+    once = _text.Once(command)
+    for n, line, _ in keyed:  # keyed, or a failed lookup straight after the key
+        once.add(_INFORMATION, n, line, f"{_INFORMATION!r} line")
     first = _text.text_or_none(keyed[0][2]) if keyed else None
     informations = [] if first is None else [first]
     for n, line, value, has_key in texts:
@@ -402,5 +418,5 @@ def _error_codes(command: str, block: KeyValueBlock) -> tuple[str, ...]:
     for code in codes:
         if not _HEX.match(code):
             raise NpuSmiParseError(command, *block.where("Error Code"),
-                                   f"Error Code: {code!r} is not a hexadecimal code")
+                                   f"Error Code: {_text.shown(code)!r} is not a hexadecimal code")
     return tuple(code.upper() for code in codes)

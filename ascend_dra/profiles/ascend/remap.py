@@ -25,11 +25,11 @@ from collections.abc import Mapping
 import attrs
 
 from ascend_dra.profiles.ascend import _text
+from ascend_dra.profiles.ascend import bounds as b
 from ascend_dra.profiles.ascend.errors import NpuSmiParseError
 
 __all__ = ("PhyIdRemap", "parse_phyid_remap")
 
-_LINE = re.compile(r"^\s*(?P<key>[^:]*[^:\s])\s*:\s*(?P<value>.*?)\s*$")
 #: normalised key (lower case, letters and digits only) -> field.
 _KEYS = {
     "chiplogicid": "logic_id", "logicid": "logic_id",
@@ -37,6 +37,10 @@ _KEYS = {
     "chipid": "chip_id", "slotid": "slot_id",
     "chipphyid": "physical_id", "phyid": "physical_id", "physicalid": "physical_id", "chipphysicalid": "physical_id",
 }
+_BOUNDS = {"logic_id": b.LOGIC_ID, "npu_id": b.NPU_ID, "chip_id": b.CHIP_ID, "slot_id": b.SLOT_ID,
+           "physical_id": b.PHYSICAL_ID}
+_LABELS = {"logic_id": "logic ID", "npu_id": "NPU ID", "chip_id": "chip ID", "slot_id": "slot ID",
+           "physical_id": "physical ID"}
 
 
 @attrs.frozen
@@ -62,39 +66,48 @@ def parse_phyid_remap(text: str, *, physical_id: int,
     """Parse ``npu-smi info -t phyid-remap -p <physical_id>`` (see the module docstring).
 
     :param physical_id: the physical ID that was asked for; a printed physical ID must equal it.
-    :raises NpuSmiParseError: on a line that is not ``key:value``, a non-numeric ID, a missing
+    :raises NpuSmiParseError: on a line that is not ``key:value``, an ID that is not a number within
+        its range (:mod:`.bounds`), an ID printed twice (under any of its spellings), a missing
         logic ID, NPU ID or chip ID (naming the field), a logic-ID line beside a ``Slot ID`` (neither
         layout), or a printed physical ID that is not the one asked for.
     """
     values: dict[str, int | None] = {}
     fields: dict[str, str] = {}
     where: dict[str, tuple[int, str]] = {}
-    for line_no, line in enumerate(text.splitlines(), start=1):
+    once = _text.Once(command)
+    for line_no, line in _text.numbered_lines(command, text):
         if not line.strip():
             continue
-        match = _LINE.match(line)
-        if not match:
+        # Split at the first ':' (a key has none), not by a regex: ^\s*([^:]*[^:\s])\s*:\s*(.*?)\s*$
+        # took time quadratic in the length of a line of blanks.
+        before, colon, after = line.partition(":")
+        key, value = before.strip(), after.strip()
+        if not colon or not key:
             raise NpuSmiParseError(command, line_no, line, "expected 'key:value'")
-        key, value = match.group("key").strip(), match.group("value")
         fields.setdefault(key, value)
         field = _KEYS.get(re.sub(r"[^a-z0-9]", "", key.lower()))
-        if field is not None and field not in values:
-            values[field] = _text.to_int(command, line_no, line, value, key)
+        if field is not None:
+            once.add(field, line_no, line, f"{_LABELS[field]} line ({_text.shown(key)!r})")
+            values[field] = _text.to_int(command, line_no, line, value, key, _BOUNDS[field])
             where[field] = (line_no, line)
     if not fields:
         raise NpuSmiParseError(command, 0, "", "empty output")
-    required = [("logic_id", "logic ID"), ("npu_id", "NPU ID"), ("chip_id", "chip ID")]
+    required = [(field, _LABELS[field]) for field in ("logic_id", "npu_id", "chip_id")]
     if "slot_id" in values:  # the 950's layout: its NPU ID is the logic ID
         if "logic_id" in values:
             raise NpuSmiParseError(command, *where["logic_id"],
                                    "a logic ID and a Slot ID: neither npu-smi's layout (the 950 prints NPU ID as "
                                    "the logic ID)")
-        values["logic_id"] = values.get("npu_id")
+        npu_id = values["logic_id"] = values.get("npu_id")
+        problem = None if npu_id is None else b.LOGIC_ID.problem(npu_id)
+        if problem is not None:
+            raise NpuSmiParseError(command, *where["npu_id"], f"NPU ID, the 950's logic ID: {problem}")
         required = required[1:]
     for field, label in required:
         if values.get(field) is None:
             line_no, line = where.get(field, (0, ""))
-            raise NpuSmiParseError(command, line_no, line, f"no {label} (keys printed: {', '.join(fields)})")
+            raise NpuSmiParseError(command, line_no, line,
+                                   f"no {label} (keys printed: {_text.shown(', '.join(fields))})")
     printed = values.get("physical_id")
     if printed is not None and printed != physical_id:
         raise NpuSmiParseError(command, *where["physical_id"],

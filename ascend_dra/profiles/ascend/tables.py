@@ -1,6 +1,6 @@
-"""Parsers for npu-smi's tabular outputs: ``npu-smi info`` (the box table), ``info -m``,
-and the ``-t`` list of ``info -h``. ``-t topo`` lives in :mod:`.topo`, ``-t template-info`` and
-``-t info-vnpu`` in :mod:`.vnpu_tables` (all re-exported here).
+"""Parsers for npu-smi's tabular outputs: ``npu-smi info`` (the box table) and the ``-t`` list of
+``info -h``. ``info -m`` lives in :mod:`.mapping`, ``-t topo`` in :mod:`.topo`, ``-t template-info``
+and ``-t info-vnpu`` in :mod:`.vnpu_tables` (all re-exported here).
 
 Column widths and header spacing differ between driver versions, so box tables are read by
 header names and ``|`` separators, never by offsets (docs/ascend-hardware.md#npu-smi-output-format). Memory is in
@@ -17,7 +17,10 @@ import re
 import attrs
 
 from ascend_dra.profiles.ascend import _text
+from ascend_dra.profiles.ascend import bounds as b
+from ascend_dra.profiles.ascend.bounds import Bounds
 from ascend_dra.profiles.ascend.errors import NpuSmiParseError
+from ascend_dra.profiles.ascend.mapping import MappingRow, parse_mapping
 from ascend_dra.profiles.ascend.topo import LINK_KINDS, Topology, parse_topo
 from ascend_dra.profiles.ascend.vnpu_tables import Template, Vnpu, VnpuInfo, parse_template_info, parse_vnpu_info
 
@@ -43,12 +46,22 @@ __all__ = (
 # domain:bus:device.function, as npu-smi prints Bus-Id ("%04X:%02X:%02X.%-4X", npu_info_print.c)
 _PCI_ADDRESS = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]$")
 _HEADER = re.compile(r"npu-smi\s+(?P<tool>\S+)\s+Version:\s*(?P<driver>\S+)")
-# "used / total" (spaces optional, "NA" or "-" allowed) becomes one token before splitting a cell.
-_USED_TOTAL = re.compile(r"(\S+?)\s*/\s*(\S+)")
+_TITLE = "'npu-smi ... Version:' title"
 
 
 def _tokens(cell: str) -> list[str]:
-    return _USED_TOTAL.sub(lambda m: f"{m.group(1)}/{m.group(2)}", cell).split()
+    """The values of a cell, ``used / total`` (spaces optional, ``NA`` or ``-`` allowed) as one value.
+
+    Joined word by word, not by a regex: ``(\\S+?)\\s*/\\s*(\\S+)`` searched over a long word
+    without ``/`` tried every start and end in it (quadratic; a 32,000-character cell took ~10 s).
+    """
+    tokens: list[str] = []
+    for word in cell.split():
+        if tokens and (word.startswith("/") or tokens[-1].endswith("/")):
+            tokens[-1] += word
+        else:
+            tokens.append(word)
+    return tokens
 
 
 # -- npu-smi info ---------------------------------------------------------------------------------
@@ -137,7 +150,7 @@ class IncompleteChip:
     @property
     def reason(self) -> str:
         """What happened to the chip, naming what the row says of it (for logs and ``ascend-dra discover``)."""
-        known = ", ".join(f"{label} {value}" for label, value in (
+        known = ", ".join(f"{label} {_text.shown(str(value))}" for label, value in (
             ("NPU", self.npu_id), ("name", self.name), ("health", self.health), ("chip", self.chip_id),
             ("Device", self.device), ("Phy-ID", self.phy_id), ("Bus-Id", self.bus_id)) if value is not None)
         if self.npu_id is not None:
@@ -167,17 +180,17 @@ class InfoTable:
     incomplete: tuple[IncompleteChip, ...] = ()
 
 
-# Column names of the two header rows -> (field, kind). Kinds: int, float, str, pair.
-_ROW1 = {
-    "NPU": ("npu_id", "int"), "NPU ID": ("npu_id", "int"), "Name": ("name", "str"), "Health": ("health", "str"),
-    "Power(W)": ("power_w", "float"), "Temp(C)": ("temperature_c", "int"),
-    "Hugepages-Usage(page)": ("hugepages", "pair"),
+# Column names of the two header rows -> (field, kind, range). Kinds: int, float, str, pair.
+_ROW1: dict[str, tuple[str, str, Bounds | None]] = {
+    "NPU": ("npu_id", "int", b.NPU_ID), "NPU ID": ("npu_id", "int", b.NPU_ID), "Name": ("name", "str", None),
+    "Health": ("health", "str", None), "Power(W)": ("power_w", "float", b.POWER_W),
+    "Temp(C)": ("temperature_c", "int", b.TEMPERATURE_C), "Hugepages-Usage(page)": ("hugepages", "pair", b.HUGEPAGES),
 }
-_ROW2 = {
-    "Chip": ("chip_id", "int"), "Device": ("device", "int"), "Phy-ID": ("phy_id", "int"),
-    "Bus-Id": ("bus_id", "str"), "AICore(%)": ("aicore_percent", "int"),
-    "Memory-Usage(MB)": ("memory", "pair"), "HBM-Usage(MB)": ("hbm", "pair"),
-    "NPU Util(%)": ("npu_util_percent", "int"),
+_ROW2: dict[str, tuple[str, str, Bounds | None]] = {
+    "Chip": ("chip_id", "int", b.CHIP_ID), "Device": ("device", "int", b.LOGIC_ID),
+    "Phy-ID": ("phy_id", "int", b.PHYSICAL_ID), "Bus-Id": ("bus_id", "str", None),
+    "AICore(%)": ("aicore_percent", "int", b.PERCENT), "Memory-Usage(MB)": ("memory", "pair", b.MEMORY_MIB),
+    "HBM-Usage(MB)": ("hbm", "pair", b.MEMORY_MIB), "NPU Util(%)": ("npu_util_percent", "int", b.PERCENT),
 }
 #: Header names of two words (the 950's), which splitting a header cell at blanks must keep whole.
 _TWO_WORD_COLUMNS = {("NPU", "ID"), ("NPU", "Util(%)")}
@@ -207,12 +220,19 @@ def parse_info(text: str, *, command: str = "npu-smi info") -> InfoTable:
     A chip block of one row alone (npu-smi could not print the chip's health, or read its logic ID)
     goes to ``incomplete`` and the other chips are read (:class:`IncompleteChip`; known from the source only).
 
+    npu-smi prints its title once, first: a second title (concatenated or repeated output) is an
+    error naming it, and so is a chip (``NPU`` and ``Chip``) printed twice. Before, a title reset the
+    reader and the chip rows above it were dropped without a word.
+
     :return: chips in output order.
-    :raises NpuSmiParseError: on a title or header we do not know, a chip block that is neither two
-        rows nor one of them alone, a cell whose value count differs from its header, or a non-numeric value.
+    :raises NpuSmiParseError: on a title or header we do not know, a second title, a chip block that
+        is neither two rows nor one of them alone, a chip printed twice, a cell whose value count
+        differs from its header, a value that is not a number within its range (:mod:`.bounds`), a
+        Bus-Id that is not a PCI address, or a line longer than :data:`._text.MAX_LINE`.
     """
-    lines = text.splitlines()
+    lines = _text.numbered_lines(command, text)
     tool = driver = None
+    titles, printed = _text.Once(command), _text.Once(command)
     columns: list[list[list[str]]] = []  # header rows -> cells -> column names
     chips: list[InfoChip] = []
     incomplete: list[IncompleteChip] = []
@@ -228,10 +248,12 @@ def parse_info(text: str, *, command: str = "npu-smi info") -> InfoTable:
         if state == "body" and len(block) == 1:
             incomplete.append(_one_row_alone(command, columns, *block[0]))
         elif state == "body":
-            chips.append(_info_chip(command, columns, block))
+            chip = _info_chip(command, columns, block)
+            printed.add((chip.npu_id, chip.chip_id), *block[0], f"chip NPU {chip.npu_id} chip {chip.chip_id}")
+            chips.append(chip)
         block.clear()
 
-    for line_no, line in enumerate(lines, start=1):
+    for line_no, line in lines:
         stripped = line.strip()
         if not stripped:
             continue
@@ -249,8 +271,7 @@ def parse_info(text: str, *, command: str = "npu-smi info") -> InfoTable:
             continue
         match = _HEADER.search(stripped)
         if match:
-            if state not in ("title", "body", "processes"):
-                raise NpuSmiParseError(command, line_no, line, "title line inside a table header")
+            titles.add("title", line_no, line, _TITLE)  # one table per output
             tool, driver = _text.text_or_none(match.group("tool")), _text.text_or_none(match.group("driver"))
             state, columns = "header", []
             continue
@@ -286,7 +307,7 @@ def parse_info(text: str, *, command: str = "npu-smi info") -> InfoTable:
     if state == "title":
         raise NpuSmiParseError(command, 0, "", "no 'npu-smi ... Version:' table found")
     if state == "header":
-        raise NpuSmiParseError(command, len(lines), lines[-1] if lines else "", "table header without rows")
+        raise NpuSmiParseError(command, *lines[-1], "table header without rows")
     return InfoTable(tool_version=tool, driver_version=driver, chips=tuple(chips), processes=tuple(processes),
                      skipped=tuple(skipped), incomplete=tuple(incomplete))
 
@@ -307,6 +328,11 @@ def _info_chip(command: str, columns: list[list[list[str]]], block: list[tuple[i
         if values.get(required) is None:
             line_no, line = block[0]
             raise NpuSmiParseError(command, line_no, line, f"no value for {required}")
+    bus_id = values.get("bus_id")
+    if bus_id is not None and not _PCI_ADDRESS.match(str(bus_id)):
+        # It names a sysfs path and is published: what is not an address is neither.
+        raise NpuSmiParseError(command, *block[1],
+                               f"Bus-Id {_text.shown(str(bus_id))!r} is not a PCI address (dddd:bb:dd.f) or NA")
     return InfoChip(**values)  # type: ignore[arg-type]
 
 
@@ -316,24 +342,24 @@ def _no_chip_column(columns: list[list[list[str]]]) -> bool:
 
 
 def _row_values(command: str, line_no: int, line: str, header: list[list[str]], cells: list[str],
-                known: dict[str, tuple[str, str]]) -> dict[str, object]:
+                known: dict[str, tuple[str, str, Bounds | None]]) -> dict[str, object]:
     """The :class:`InfoChip` fields of one row: each cell's values under its header cell's column names."""
     values: dict[str, object] = {}
     for names, cell in zip(header, cells, strict=True):
         tokens = _tokens(cell)
         if len(tokens) != len(names):
-            raise NpuSmiParseError(command, line_no, line,
-                                   f"cell {cell!r} has {len(tokens)} values for columns {', '.join(names)}")
+            raise NpuSmiParseError(command, line_no, line, f"cell {_text.shown(cell)!r} has {len(tokens)} "
+                                   f"values for columns {_text.shown(', '.join(names))}")
         for name, token in zip(names, tokens, strict=True):
             if name not in known:
                 raise NpuSmiParseError(command, line_no, line, f"unknown column {name!r}")
-            field, kind = known[name]
-            if kind == "int":
-                values[field] = _text.to_int(command, line_no, line, token, name)
-            elif kind == "float":
-                values[field] = _text.to_float(command, line_no, line, token, name)
-            elif kind == "pair":
-                used, total = _text.to_pair(command, line_no, line, token, name)
+            field, kind, bounds = known[name]
+            if kind == "int" and bounds is not None:
+                values[field] = _text.to_int(command, line_no, line, token, name, bounds)
+            elif kind == "float" and bounds is not None:
+                values[field] = _text.to_float(command, line_no, line, token, name, bounds)
+            elif kind == "pair" and bounds is not None:
+                used, total = _text.to_pair(command, line_no, line, token, name, bounds)
                 prefix = {"hugepages": "hugepages", "memory": "memory", "hbm": "hbm"}[field]
                 unit = "" if field == "hugepages" else "_mib"
                 values[f"{prefix}_used{unit}"], values[f"{prefix}_total{unit}"] = used, total
@@ -363,7 +389,8 @@ def _one_row_alone(command: str, columns: list[list[list[str]]], line_no: int, l
             continue
         bus_id = values.get("bus_id")
         if known is _ROW2 and bus_id is not None and not _PCI_ADDRESS.match(str(bus_id)):
-            problems.append(f"Bus-Id {bus_id!r} is not a PCI address or NA")  # the shape alone is no proof
+            # the shape alone is no proof
+            problems.append(f"Bus-Id {_text.shown(str(bus_id))!r} is not a PCI address or NA")
             continue
         if known is _ROW1:
             return IncompleteChip(line_no=line_no, line=line, npu_id=values.get("npu_id"),  # type: ignore[arg-type]
@@ -393,89 +420,17 @@ def _info_process(command: str, columns: list[str], line_no: int, line: str) -> 
         npu_chip.append("0")  # the 950: rows name the NPU ID only (one chip per NPU ID)
     if len(npu_chip) != 2:
         raise NpuSmiParseError(command, line_no, line, "the first cell must hold the NPU and chip IDs")
-    npu_id = _text.to_int(command, line_no, line, npu_chip[0], "NPU")
-    chip_id = _text.to_int(command, line_no, line, npu_chip[1], "Chip")
-    pid = _text.to_int(command, line_no, line, cells[1], "Process id")
+    npu_id = _text.to_int(command, line_no, line, npu_chip[0], "NPU", b.NPU_ID)
+    chip_id = _text.to_int(command, line_no, line, npu_chip[1], "Chip", b.CHIP_ID)
+    pid = _text.to_int(command, line_no, line, cells[1], "Process id", b.PID)
     if npu_id is None or chip_id is None or pid is None:
         raise NpuSmiParseError(command, line_no, line, "NPU, chip and process IDs are required")
     in_container = None
     if len(cells) > 4:
-        in_container = _text.to_int(command, line_no, line, cells[4], "Process id in container")
+        in_container = _text.to_int(command, line_no, line, cells[4], "Process id in container", b.PID)
     return InfoProcess(npu_id=npu_id, chip_id=chip_id, pid=pid, name=cells[2],
-                       memory_mib=_text.to_int(command, line_no, line, cells[3], "Process memory(MB)"),
+                       memory_mib=_text.to_int(command, line_no, line, cells[3], "Process memory(MB)", b.MEMORY_MIB),
                        pid_in_container=in_container)
-
-
-# -- npu-smi info -m ------------------------------------------------------------------------------
-
-
-@attrs.frozen
-class MappingRow:
-    """One row of ``npu-smi info -m``.
-
-    :ivar logic_id: ``Chip Logic ID``; None on ``Mcu`` rows (printed ``-``) and on the 950 (no such column).
-    :ivar chip_name: as printed (``Ascend 910B4``, ``MiniD`` for the 310, ``Mcu``).
-    :ivar physical_id: a chip physical-ID column, if this generation prints one (``Chip Phy-ID``
-        on the 950, 910_93 **[U]**).
-    :ivar slot_id: ``Slot ID`` (the 950), else None.
-    """
-
-    npu_id: int
-    chip_id: int
-    logic_id: int | None
-    chip_name: str
-    physical_id: int | None = None
-    slot_id: int | None = None
-
-    @property
-    def is_mcu(self) -> bool:
-        """True for the board's MCU row (not a chip)."""
-        return self.chip_name.lower() == "mcu"
-
-
-_MAPPING_COLUMNS = {
-    "NPU ID": "npu_id", "Chip ID": "chip_id", "Chip Logic ID": "logic_id",
-    "Chip Phy-ID": "physical_id", "Chip Physical ID": "physical_id", "Chip Name": "chip_name",
-    "Slot ID": "slot_id",
-}
-
-
-def parse_mapping(text: str, *, command: str = "npu-smi info -m") -> tuple[MappingRow, ...]:
-    """Parse ``npu-smi info -m`` (columns ``NPU ID``, ``Chip ID``, ``Chip Logic ID``, ``Chip Name``;
-    the 950 prints ``NPU ID``, ``Slot ID``, ``Chip ID``, ``Chip Phy-ID``, ``Chip Name`` and no logic
-    ID, which is then None and found from the device nodes, :mod:`.ids`).
-
-    Samples: ``910A_info_-m_*.txt``, ``910B4_info_-m_8cards_with_Mcu.txt`` (Mcu rows, right padding),
-    ``310_info_-m_atlas800-3000_MiniD_Mcu.txt``, ``950PR_info_-m_*.txt``.
-
-    :raises NpuSmiParseError: on an unknown column (a newer generation), a row with too few
-        values, or a non-numeric ID.
-    """
-    header: list[str] | None = None
-    rows: list[MappingRow] = []
-    for line_no, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        if header is None:
-            header = re.split(r"\s{2,}|\t", line.strip())
-            unknown = [name for name in header if name not in _MAPPING_COLUMNS]
-            if unknown or header[-1] != "Chip Name" or "NPU ID" not in header or "Chip ID" not in header:
-                raise NpuSmiParseError(command, line_no, line,
-                                       f"unknown header (columns {', '.join(unknown) or 'out of order'})")
-            continue
-        parts = line.split(None, len(header) - 1)
-        if len(parts) != len(header):
-            raise NpuSmiParseError(command, line_no, line, f"expected {len(header)} columns")
-        values: dict[str, object] = {"logic_id": None}
-        for name, value in zip(header, parts, strict=True):
-            field = _MAPPING_COLUMNS[name]
-            values[field] = value.strip() if field == "chip_name" else _text.to_int(command, line_no, line, value, name)
-        if values["npu_id"] is None or values["chip_id"] is None:
-            raise NpuSmiParseError(command, line_no, line, "NPU ID and Chip ID are required")
-        rows.append(MappingRow(**values))  # type: ignore[arg-type]
-    if header is None:
-        raise NpuSmiParseError(command, 0, "", "empty output")
-    return tuple(rows)
 
 
 # -- npu-smi info -h ------------------------------------------------------------------------------
@@ -490,7 +445,7 @@ def parse_help_types(text: str, *, command: str = "npu-smi info -h") -> tuple[st
     """
     collected: list[str] = []
     collecting = False
-    for line in text.splitlines():
+    for _, line in _text.numbered_lines(command, text):
         stripped = line.strip()
         if stripped.startswith("type:"):
             collecting = True

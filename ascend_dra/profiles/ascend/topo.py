@@ -24,6 +24,7 @@ import re
 import attrs
 
 from ascend_dra.profiles.ascend import _text
+from ascend_dra.profiles.ascend import bounds as b
 from ascend_dra.profiles.ascend.errors import NpuSmiParseError
 
 __all__ = ("LABEL_NPU", "LABEL_PHYSICAL", "LINK_KINDS", "Topology", "parse_topo")
@@ -36,8 +37,10 @@ LABEL_NPU = "npu"
 #: ... or physical IDs (``Phy-ID<k>``, A3).
 LABEL_PHYSICAL = "physical"
 
-_LABEL = re.compile(r"^(?P<kind>NPU|Phy-ID|NIC)(?P<n>\d+)$")
+_LABEL = re.compile(r"(?P<kind>NPU|Phy-ID|NIC)(?P<n>[0-9]+)")
 _KINDS = {"NPU": LABEL_NPU, "Phy-ID": LABEL_PHYSICAL}
+#: What the number of each label kind is (docs/ascend-hardware.md#the-ids).
+_LABEL_BOUNDS = {"NPU": b.NPU_ID, "Phy-ID": b.PHYSICAL_ID, "NIC": b.NIC}
 
 
 @attrs.frozen
@@ -68,8 +71,12 @@ class Topology:
 def _label(command: str, line_no: int, line: str, token: str) -> tuple[str, int]:
     match = _LABEL.fullmatch(token)
     if not match:
-        raise NpuSmiParseError(command, line_no, line, f"unknown label {token!r} (known: NPU<k>, Phy-ID<k>, NIC<k>)")
-    return match.group("kind"), int(match.group("n"))
+        raise NpuSmiParseError(command, line_no, line,
+                               f"unknown label {_text.shown(token)!r} (known: NPU<k>, Phy-ID<k>, NIC<k>)")
+    kind = match.group("kind")
+    number = _text.to_int(command, line_no, line, match.group("n"), f"{kind}<k> label", _LABEL_BOUNDS[kind])
+    assert number is not None  # digits are never absent
+    return kind, number
 
 
 def parse_topo(text: str, *, command: str = "npu-smi info -t topo") -> Topology:
@@ -77,13 +84,15 @@ def parse_topo(text: str, *, command: str = "npu-smi info -t topo") -> Topology:
 
     :return: the chip-to-chip matrix, the CPU affinity per chip label and the chip-to-NIC links.
     :raises NpuSmiParseError: on a missing or mixed header (``NPU<k>`` and ``Phy-ID<k>`` together),
-        a row for an unknown label, a row of the wrong length, an unknown link kind, or a matrix
-        that is not square.
+        a label printed twice (as a column or as a row), a row for an unknown label, a row of the
+        wrong length, an unknown link kind, a label number out of its range (:mod:`.bounds`), or a
+        matrix that is not square.
     """
     columns: list[tuple[str, int]] | None = None
     has_affinity = False
     rows: dict[int, tuple[tuple[str, ...], tuple[str, ...], str | None]] = {}
-    for line_no, line in enumerate(text.splitlines(), start=1):
+    printed_rows = _text.Once(command)
+    for line_no, line in _text.numbered_lines(command, text):
         stripped = line.strip()
         if not stripped:
             continue
@@ -93,6 +102,9 @@ def parse_topo(text: str, *, command: str = "npu-smi info -t topo") -> Topology:
             has_affinity = stripped.endswith("CPU Affinity")
             names = stripped.removesuffix("CPU Affinity").split()
             columns = [_label(command, line_no, line, n) for n in names]
+            printed_columns = _text.Once(command)
+            for name, column in zip(names, columns, strict=True):
+                printed_columns.add(column, line_no, line, f"column {name}")
             kinds = {kind for kind, _ in columns if kind != "NIC"}
             if len(kinds) != 1:
                 raise NpuSmiParseError(command, line_no, line,
@@ -100,6 +112,7 @@ def parse_topo(text: str, *, command: str = "npu-smi info -t topo") -> Topology:
             continue
         parts = stripped.split()
         kind, number = _label(command, line_no, line, parts[0])
+        printed_rows.add((kind, number), line_no, line, f"row {parts[0]}")
         values = parts[1:]
         width = len(columns)
         if kind == "NIC":
@@ -123,7 +136,8 @@ def parse_topo(text: str, *, command: str = "npu-smi info -t topo") -> Topology:
         raise NpuSmiParseError(command, 0, "", "empty output")
     ids = [n for k, n in columns if k != "NIC"]
     if sorted(rows) != sorted(ids):
-        raise NpuSmiParseError(command, 0, "", f"matrix has rows for {sorted(rows)} but columns for {ids}")
+        raise NpuSmiParseError(command, 0, "", f"matrix has rows for {_text.shown(str(sorted(rows)))} but columns "
+                               f"for {_text.shown(str(ids))}")
     kind = next(k for k, _ in columns if k != "NIC")
     return Topology(
         ids=tuple(ids),
@@ -139,4 +153,4 @@ def _check_links(command: str, line_no: int, line: str, links: list[str]) -> Non
     for link in links:
         if link not in LINK_KINDS:
             raise NpuSmiParseError(command, line_no, line,
-                                   f"unknown link kind {link!r} (known: {', '.join(sorted(LINK_KINDS))})")
+                                   f"unknown link kind {_text.shown(link)!r} (known: {', '.join(sorted(LINK_KINDS))})")

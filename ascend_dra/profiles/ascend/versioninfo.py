@@ -14,9 +14,15 @@ import re
 
 import attrs
 
+from ascend_dra.profiles.ascend._text import read_int
+from ascend_dra.profiles.ascend.bounds import RELEASE_PART
+
 __all__ = ("DriverRelease", "VersionInfoError", "parse_version_info")
 
-_RELEASE = re.compile(r"^(\d+)\.(\d+)(?:[.\-].*)?$")
+# [0-9], not \d, which also matches the digits of other scripts.
+_RELEASE = re.compile(r"([0-9]+)\.([0-9]+)(?:[.\-].*)?")
+#: A release is a short word (``24.1.rc1.b030``); the API allows 64 characters for a version.
+_LONGEST = 64
 
 
 class VersionInfoError(ValueError):
@@ -42,12 +48,21 @@ class DriverRelease:
     def parse(cls, text: str) -> DriverRelease:
         """``"25.5.1"`` -> ``DriverRelease(25, 5)``; ``"23.0.rc3"`` -> ``(23, 0)``.
 
-        :raises VersionInfoError: when ``text`` does not start with ``<major>.<minor>``.
+        :raises VersionInfoError: when ``text`` does not start with ``<major>.<minor>``, either is
+            out of range (:data:`.bounds.RELEASE_PART`), or it is longer than a release.
         """
-        match = _RELEASE.fullmatch(text.strip())
+        text = text.strip()
+        if len(text) > _LONGEST:
+            raise VersionInfoError(f"release {text[:_LONGEST]!r}... is {len(text)} characters long; "
+                                   f"a release has at most {_LONGEST}")
+        match = _RELEASE.fullmatch(text)
         if match is None:
             raise VersionInfoError(f"release {text!r} does not start with <major>.<minor>")
-        return cls(int(match.group(1)), int(match.group(2)), text.strip())
+        try:
+            major, minor = (read_int(match.group(n), RELEASE_PART) for n in (1, 2))
+        except ValueError as exc:
+            raise VersionInfoError(f"release {text!r}: {exc}") from None
+        return cls(major, minor, text)
 
     def __str__(self) -> str:
         return self.text
