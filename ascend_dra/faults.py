@@ -56,7 +56,7 @@ WRITE_POINTS = ("prepare:completed-write-submitted", "journal:before-append", "j
 #: disk that fills mid-write), its ``fdatasync``, and the ``ftruncate`` that cuts a failed append off
 #: again or empties the journal after a compaction; a snapshot's temp file and its ``fsync``
 #: (compaction); HAMivNPUCore's per-claim local dir (``mkdir`` of a request's subdir, the claim's
-#: dir made); a hard-vNPU ledger entry and its
+#: dir made) and its ``ld.so.preload``; a hard-vNPU ledger entry and its
 #: ``fsync``; a profile's common CDI spec and a claim's spec (written, never fsynced:
 #: docs/durable-state.md).
 DISK_POINTS = (
@@ -67,6 +67,7 @@ DISK_POINTS = (
     "snapshot:write",
     "snapshot:sync",
     "vnpu-core-dir:mkdir",
+    "vnpu-core-preload:write",
     "hard-vnpu-ledger:write",
     "hard-vnpu-ledger:sync",
     "cdi-common:write",

@@ -127,6 +127,10 @@ def _local_dir(node: Node, claim: dict[str, Any]) -> str:
     return re.escape(str(node.local_dir(claim) / "npu"))
 
 
+def _preload(node: Node, claim: dict[str, Any]) -> str:
+    return re.escape(str(node.local_dir(claim) / "ld.so.preload"))
+
+
 def _ledger(node: Node, claim: dict[str, Any]) -> str:
     return re.escape(str(node.host.state_dir / "hard-vNPU")) + r"/vnpu-\d+-\d+-\d+\.json"
 
@@ -142,6 +146,7 @@ CASES: dict[str, tuple[str, tuple[str, ...], Callable[[Node, dict[str, Any]], st
     "cdi-common:write": ("fake", ("cdi-common:write",), _common_spec),
     "cdi-claim:write": ("fake", ("cdi-claim:write",), _claim_spec),
     "vnpu-core-dir:mkdir": ("HAMivNPUCore", ("vnpu-core-dir:mkdir",), _local_dir),
+    "vnpu-core-preload:write": ("HAMivNPUCore", ("vnpu-core-preload:write",), _preload),
     "journal:sync/side-effects": ("HAMivNPUCore", ("journal:sync",), _journal),
     "hard-vnpu-ledger:write": ("hard-vNPU", ("hard-vnpu-ledger:write",), _ledger),
     "hard-vnpu-ledger:sync": ("hard-vNPU", ("hard-vnpu-ledger:sync",), _ledger),

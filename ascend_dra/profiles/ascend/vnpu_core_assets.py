@@ -39,6 +39,7 @@ import stat
 from pathlib import Path, PurePosixPath
 
 from ascend_dra.atomicfile import write_atomic
+from ascend_dra.faults import disk_fault
 from ascend_dra.profiles.ascend.vnpu_core_host import CONTAINER_VNPU_CORE_DIR, VnpuCoreHost
 
 __all__ = (
@@ -91,6 +92,7 @@ def write_preload(claim_dir: str) -> str:
     :raises OSError: naming the file (full disk, read-only file system, ...).
     """
     path = preload_path(claim_dir)
+    disk_fault("vnpu-core-preload:write", path)  # tests: a full disk as the file is written
     write_atomic(Path(path), f"{CONTAINER_LIBRARY}\n".encode(), 0o644, durable=False)
     os.chmod(path, 0o644)
     return path
