@@ -317,6 +317,10 @@ class RecordTable(MutableMapping[str, ClaimRecord]):
         """Whether a change waits for :meth:`take_dirty`."""
         return bool(self._dirty)
 
+    def is_dirty(self, uid: str) -> bool:
+        """Whether a change of ``uid`` (a deletion too) waits for :meth:`take_dirty`."""
+        return uid in self._dirty
+
     def requeue(self, uids: Iterable[str]) -> None:
         """Mark ``uids`` as changed again (their write failed); the next write carries their current state."""
         self._dirty.update(uids)

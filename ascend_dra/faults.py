@@ -55,10 +55,9 @@ WRITE_POINTS = ("prepare:completed-write-submitted", "journal:before-append", "j
 #: (written alone into an empty journal), an append's ``pwrite`` (half of it lands first, as on a
 #: disk that fills mid-write), its ``fdatasync``, and the ``ftruncate`` that cuts a failed append off
 #: again or empties the journal after a compaction; a snapshot's temp file and its ``fsync``
-#: (compaction); HAMivNPUCore's per-claim local dir (``mkdir`` of a request's subdir, the claim's
-#: dir made) and its ``ld.so.preload``; a hard-vNPU ledger entry and its
-#: ``fsync``; a profile's common CDI spec and a claim's spec (written, never fsynced:
-#: docs/durable-state.md).
+#: (compaction); HAMivNPUCore's per-claim local dir (``mkdir`` of a request's subdir, the claim's dir
+#: made) and its ``ld.so.preload``; a hard-vNPU ledger entry and its ``fsync``; a profile's common
+#: CDI spec and a claim's spec (written, never fsynced: docs/durable-state.md).
 DISK_POINTS = (
     "journal:header",
     "journal:write",

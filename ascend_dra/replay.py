@@ -73,6 +73,13 @@ class ReplayMixin:
         reallocated = None if isinstance(claim, ClaimUnreadable) else reallocation(record, claim)
         if reallocated is not None:
             return PrepareError(f"{where}: {reallocated}")
+        if self._records.is_dirty(record.uid):
+            # A failed write left the record as it is here unwritten (put back after an Unprepare whose
+            # write failed, say): the files may say otherwise, so nothing is answered until it is on disk.
+            try:
+                await self._save()
+            except OSError as exc:
+                return checkpoint_write_failed(record.namespace, record.name, exc)
         rebooted = record.boot_id != self.boot_id
         try:
             missing = self._missing_spec_files(record)

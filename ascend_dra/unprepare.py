@@ -60,6 +60,8 @@ class UnprepareMixin:
                         await self._unprepare_unreadable(ref.uid)
                     elif record is None:
                         await self._remove_stray_specs(ref.uid)
+                        if self._records.is_dirty(ref.uid):  # its deletion waits for a write that failed
+                            await self._save_or_fail(ref)
                     else:
                         targets.append(record)
                     results[ref.uid] = None
@@ -115,6 +117,16 @@ class UnprepareMixin:
                     if record.uid not in self._records:  # deleted for good (or cancelled: the next write)
                         self._holds.update(record.uid, None)
         return results
+
+    async def _save_or_fail(self: DeviceState, ref: ClaimRef) -> None:
+        """Write the pending changes before ``ref`` is answered as unprepared.
+
+        :raises PrepareError: the write failed (naming the file and the cause).
+        """
+        try:
+            await self._save()
+        except OSError as exc:
+            raise checkpoint_write_failed(ref.namespace, ref.name, exc) from None
 
     async def _unprepare_unreadable(self: DeviceState, uid: str) -> None:
         """Drop a record another release wrote, after removing the specs it names.

@@ -6,7 +6,7 @@ unprepare claims at random, kills the daemon with SIGKILL at a random instant, r
 what survived, then replays what the kubelet would resend (the last operation asked of every
 claim, until it succeeds) and checks again. Tallies, all of which must stay 0:
 
-* ``lost``: a claim whose Prepare was acknowledged (and not unprepared since) with no
+* ``lost``: a claim whose Prepare was acknowledged (and no Unprepare asked since) with no
   ``PrepareCompleted`` record after the restart;
 * ``orphan_specs``: a claim CDI spec on disk that no record backs, after the restart;
 * ``double_held``: an exclusive device held by two records, or a shared device whose records
@@ -15,8 +15,8 @@ claim, until it succeeds) and checks again. Tallies, all of which must stay 0:
 * ``replay_failed``: a replayed operation that failed for another reason than the device being
   held by another claim (contention pairs are allocated the same exclusive device on purpose);
 * ``orphan_side_effects``: HAMivNPUCore only, a per-claim local dir that no record owns;
-* ``leaked``: a claim whose Unprepare was acknowledged (and not prepared since) with a record after
-  the restart (its devices held for a claim the kubelet released);
+* ``leaked``: a claim whose Unprepare was acknowledged (and not prepared since) with a
+  ``PrepareCompleted`` record after the restart (its devices held for a claim the kubelet released);
 * ``rpc_failed``: a call that failed at the gRPC level while the daemon was alive (an error the
   daemon did not turn into the claim's answer), or a daemon that died by itself.
 
@@ -227,6 +227,10 @@ class Storm:
         op = rng.choice(("prepare", "prepare", "unprepare"))
         with self.lock:
             self.asked[uid] = op
+            if self.acked.get(uid, op) != op:
+                # The other operation's acknowledgement no longer says what the claim is: this one may
+                # fail half-way (an Unprepare whose last write fails leaves the claim PrepareStarted).
+                del self.acked[uid]
         try:
             reply = (k.prepare if op == "prepare" else k.unprepare)(claim)
         except grpc.RpcError:
@@ -273,9 +277,8 @@ class Storm:
         for uid, op in self.acked.items():
             if op == "prepare" and self.asked.get(uid) == "prepare" and uid not in completed:
                 self._fail("lost", f"claim {uid} was acknowledged prepared and has no completed record")
-            if op == "unprepare" and self.asked.get(uid) == "unprepare" and uid in records:
-                self._fail("leaked", f"claim {uid} was acknowledged unprepared and has a record "
-                                     f"({records[uid]['state']})")
+            if op == "unprepare" and self.asked.get(uid) == "unprepare" and uid in completed:
+                self._fail("leaked", f"claim {uid} was acknowledged unprepared and has a completed record")
         backed = {f for r in records.values() for f in r.get("cdi_specs") or ()}
         for file in self.daemon.cdi_dir.glob("*.yaml"):
             if not file.name.endswith("_common.yaml") and file.name not in backed:

@@ -19,6 +19,7 @@ from ascend_dra.cdi import naming
 from ascend_dra.journal import JOURNAL_FILE, Journal, change_lines
 from ascend_dra.journal import read as read_journal
 from ascend_dra.profiles.fake import FakeProfile
+from ascend_dra.state import PrepareError
 from tests.claimfiles import claim_object, write_claim
 from tests.unit.test_state import SideEffectProfile, make_state, on_disk, ref
 
@@ -259,3 +260,57 @@ async def test_a_journal_that_cannot_be_emptied_after_a_compaction_does_not_brin
     y = write_claim(tmp_path, claim_object("y", results=[("npu", "npu-1-0")]))
     assert isinstance((await state.prepare([ref(y)]))[y["metadata"]["uid"]], list)
     assert set(on_disk(tmp_path).claims) == {y["metadata"]["uid"]}
+
+
+@pytest.mark.anyio
+async def test_an_unprepare_is_acknowledged_only_once_a_deletion_still_pending_is_durable(tmp_path):
+    """A claim's record went out as PrepareCompleted, its spec then failed (ENOSPC) and so did the
+    write of its deletion (EIO): the claim was gone in memory, still prepared on disk. The kubelet's
+    Unprepare of it found nothing to do and was acknowledged with no write, and after a restart
+    the record held its device for a claim the kubelet had released."""
+    state = await make_state(tmp_path, {"fake": FakeProfile()})
+    bad = write_claim(tmp_path, claim_object("bad", results=[("npu", "npu-0-0")]))
+    bad_file = naming.claim_spec_file(state.cdi_kind("fake"), bad["metadata"]["uid"])
+    write, append = state.cdi.write, state.store.journal.append
+    appends: list[bytes] = []
+
+    def full_for_bad(filename, spec):
+        if filename == bad_file:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), filename)
+        return write(filename, spec)
+
+    def only_the_first_append(data: bytes) -> None:  # the record goes out, its deletion does not
+        appends.append(data)
+        if len(appends) > 1:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        append(data)
+
+    state.cdi.write = full_for_bad  # type: ignore[method-assign]
+    state.store.journal.append = only_the_first_append  # type: ignore[method-assign]
+    assert isinstance((await state.prepare([ref(bad)]))[bad["metadata"]["uid"]], PrepareError)
+    assert bad["metadata"]["uid"] in on_disk(tmp_path).claims  # its deletion could not be written
+    error = (await state.unprepare([ref(bad)]))[bad["metadata"]["uid"]]
+    assert str(error).startswith("ResourceClaim default/bad: writing the checkpoint: Input/output error")
+    state.store.journal.append = append  # type: ignore[method-assign]
+    assert (await state.unprepare([ref(bad)]))[bad["metadata"]["uid"]] is None
+    assert on_disk(tmp_path).claims == {}
+
+
+@pytest.mark.anyio
+async def test_a_replay_is_answered_only_once_its_record_as_answered_is_on_disk(tmp_path, arm):
+    """An Unprepare's first write (the claim back to PrepareStarted) failed at its fdatasync, and so
+    did cutting it off again: the record was put back as PrepareCompleted in memory, the file held
+    PrepareStarted. The kubelet's next Prepare was answered from memory with no write, and a restart
+    then rolled the claim back: an acknowledged Prepare was lost (a storm with disk faults found it)."""
+    state = await make_state(tmp_path, {"effects": SideEffectProfile()})
+    x = write_claim(tmp_path, claim_object("x", results=[("a", "hw-0")]))
+    uid = x["metadata"]["uid"]
+    answer = (await state.prepare([ref(x)]))[uid]
+    arm("journal:sync=EIO", "journal:truncate=EIO")
+    assert "writing the checkpoint: Input/output error" in str((await state.unprepare([ref(x)]))[uid])
+    assert "writing the checkpoint: Input/output error" in str((await state.prepare([ref(x)]))[uid])
+    arm()
+    assert (await state.prepare([ref(x)]))[uid] == answer
+    assert on_disk(tmp_path).claims[uid].state == "PrepareCompleted"
+    restarted = await make_state(tmp_path, {"effects": SideEffectProfile()})
+    assert restarted.prepared_claims[uid].state == "PrepareCompleted"
