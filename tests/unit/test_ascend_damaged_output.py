@@ -298,3 +298,10 @@ def test_an_error_message_shows_the_start_of_what_it_lists(parse: Callable[[str]
     """Found by test_ascend_mutations.py: a reason that lists what a damaged line holds (columns,
     labels, keys) was as long as the output, and went whole into logs and notes."""
     assert len(str(refused(parse, text))) < 2000
+
+
+def test_a_topo_label_out_of_range_is_named_by_its_kind_not_repeated() -> None:
+    """Found by the 20,000-example run: the reason repeated the 5003-character label it refused."""
+    text = fixture("910B3_info_-t_topo.txt").replace("NPU0 ", f"NPU{HUGE} ", 1)
+    assert refused(topo.parse_topo, text).reason == (
+        f"NPU<k> label: {'9' * 20}... (5000 digits) is out of range 0..2147483647 (an NPU ID, a DCMI card ID)")

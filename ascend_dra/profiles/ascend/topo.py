@@ -74,7 +74,7 @@ def _label(command: str, line_no: int, line: str, token: str) -> tuple[str, int]
         raise NpuSmiParseError(command, line_no, line,
                                f"unknown label {_text.shown(token)!r} (known: NPU<k>, Phy-ID<k>, NIC<k>)")
     kind = match.group("kind")
-    number = _text.to_int(command, line_no, line, match.group("n"), f"label {token}", _LABEL_BOUNDS[kind])
+    number = _text.to_int(command, line_no, line, match.group("n"), f"{kind}<k> label", _LABEL_BOUNDS[kind])
     assert number is not None  # digits are never absent
     return kind, number
 
