@@ -305,3 +305,16 @@ def test_a_topo_label_out_of_range_is_named_by_its_kind_not_repeated() -> None:
     text = fixture("910B3_info_-t_topo.txt").replace("NPU0 ", f"NPU{HUGE} ", 1)
     assert refused(topo.parse_topo, text).reason == (
         f"NPU<k> label: {'9' * 20}... (5000 digits) is out of range 0..2147483647 (an NPU ID, a DCMI card ID)")
+
+
+@pytest.mark.parametrize(("old", "new", "reason"), [
+    ("NIC0       NIC1", "NIC1       NIC1", "a second column NIC1 (the first is on line 1)"),
+    ("Phy-ID0    Phy-ID1", "Phy-ID1    Phy-ID1", "a second column Phy-ID1 (the first is on line 1)"),
+], ids=["nic", "phy-id"])
+def test_a_topo_column_printed_twice_in_its_header_is_refused(old: str, new: str, reason: str) -> None:
+    """Found by the 20,000-example run: a label printed twice on one line was taken (NICs [1, 1, 2, 3]),
+    since the once-each rule only looked at other lines."""
+    text = fixture("910C_A3_info_-t_topo_Phy-ID_NIC_constructed.txt")
+    assert old in text
+    error = refused(topo.parse_topo, text.replace(old, new, 1))
+    assert (error.line_no, error.reason) == (1, reason)

@@ -76,12 +76,13 @@ class Once:
         """Note that ``key`` was printed on ``line_no``.
 
         :param label: how the error names it, e.g. ``"chip NPU 0 chip 0"`` -> ``a second chip NPU 0 chip 0``.
-        :raises NpuSmiParseError: naming ``line_no`` when ``key`` was printed on another line before.
+        :raises NpuSmiParseError: naming ``line_no`` when ``key`` was printed before, on this line too
+            (two columns of one header).
         """
-        first = self.seen.setdefault(key, line_no)
-        if first != line_no:
+        if key in self.seen:
             raise NpuSmiParseError(self.command, line_no, line,
-                                   f"a second {shown(label)} (the first is on line {first})")
+                                   f"a second {shown(label)} (the first is on line {self.seen[key]})")
+        self.seen[key] = line_no
 
 
 def shown(value: str) -> str:
