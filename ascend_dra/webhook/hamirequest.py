@@ -81,7 +81,7 @@ def memory_bytes(value: object) -> int:
     match = _SUFFIX.fullmatch(text)
     has_unit = bool(match) and match.group(1) in _BYTE_UNITS
     if number <= 0:
-        raise ValueError(f"{text!r} must be more than 0 (MiB, or bytes with a unit such as Gi)")
+        raise ValueError(f"{text!r} must be more than 0 (MiB, or bytes with a unit such as 8Gi)")
     # A bound is stated in the unit the value was written with (issue 40): bytes in its suffix, or
     # MiB in the plain number's own notation (4k is 4000 MiB here).
     unit = unit_of(text)
