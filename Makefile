@@ -91,12 +91,16 @@ chart-check: helm-bin
 	  $(HELM) lint --strict --kube-version 1.35 $(CHART) -f $$f && \
 	  $(HELM) template ascend-dra $(CHART) --kube-version 1.35 -f $$f >/dev/null || exit 1; done
 
-# The image (Dockerfile), with podman; not part of `make test`. Needs the base image's registry
-# and PyPI; BASE_IMAGE=... picks another base (docs/operations.md, "Image").
+# The image (Dockerfile), with podman, from Debian's packages and PyPI only (hack/build-image.sh): a
+# Debian bookworm base made with mmdebstrap and the locked wheels fetched on the host, both cached in
+# ~/.cache/ascend-dra; the build itself needs no network. BASE_IMAGE=... builds on another base
+# (python:3.11-slim-bookworm, the Dockerfile's default); WHEELS=index has pip in the build use its
+# index (docs/operations.md, "Image"). tests/container/test_image.py builds it in `make test`.
 IMAGE ?= ascend-dra:$(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 BASE_IMAGE ?=
-image:
-	podman build $(if $(BASE_IMAGE),--build-arg BASE_IMAGE=$(BASE_IMAGE)) -t $(IMAGE) .
+WHEELS ?= host
+image: container-deps
+	IMAGE=$(IMAGE) BASE_IMAGE=$(BASE_IMAGE) WHEELS=$(WHEELS) PYTHON=$(PYTHON) hack/build-image.sh
 
 # Control-plane binaries (kube-apiserver, kube-scheduler, kube-controller-manager, etcd) are
 # built from their Go modules into ~/.cache/ascend-dra/controlplane-<version>, only when missing

@@ -25,18 +25,22 @@ import pytest
 
 IMAGE = "localhost/adra-bb:latest"
 APPLETS = ("sh", "ls", "env", "cat")
-INSTALL_HINT = "run hack/install-container-deps.sh (installs podman, runc and busybox-static)"
+INSTALL_HINT = "run hack/install-container-deps.sh (installs podman, runc, busybox-static and mmdebstrap)"
 #: podman call (or step) -> seconds, printed in the terminal summary.
 TIMINGS: list[tuple[str, float]] = []
+#: Lines about our image (size, biggest parts), printed in the terminal summary.
+IMAGE_REPORT: list[str] = []
 #: Created by ``podman import`` (containers/image's blob-info cache, not configurable in podman 4.3).
 _BLOB_CACHE_ROOT = Path("/var/lib/containers")
 
 
 class Podman:
-    """``podman`` with a private containers.conf and storage under ``base``."""
+    """``podman`` with a private containers.conf and storage under ``base`` (``driver``: the storage
+    driver, ``vfs`` or ``overlay``)."""
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, driver: str = "vfs") -> None:
         self.base = base
+        self.driver = driver
         self.conf = base / "containers.conf"
         self.storage_conf = base / "storage.conf"
         self.env = {"CONTAINERS_CONF": str(self.conf), "CONTAINERS_STORAGE_CONF": str(self.storage_conf),
@@ -66,7 +70,7 @@ network_config_dir = "{self.base}/cni"
 """)
         self.storage_conf.write_text(f"""\
 [storage]
-driver = "vfs"
+driver = "{self.driver}"
 graphroot = "{self.base}/graph"
 runroot = "{self.base}/run"
 """)
@@ -145,3 +149,7 @@ def pytest_terminal_summary(terminalreporter) -> None:
         terminalreporter.section("container test timings")
         for label, seconds in TIMINGS:
             terminalreporter.write_line(f"{seconds:7.2f} s  {label}")
+    if IMAGE_REPORT:
+        terminalreporter.section("container image")
+        for line in IMAGE_REPORT:
+            terminalreporter.write_line(line)
