@@ -32,7 +32,8 @@ $(FLOORS_VENV)/.installed: pyproject.toml hack/floors.txt plugins/example-profil
 	touch $@
 
 # `pytest tests` on the first version includes tests/kubelet (the real kubelet and containerd; 1.35 only,
-# it skips itself with the reason on another version).
+# it skips itself with the reason on another version) and tests/e2e (two kubelet 1.37 nodes, whatever
+# the version).
 test: venv proto-check lint chart-check cluster-bins node-bins container-deps test-floors
 	ASCEND_DRA_K8S=$(firstword $(K8S_VERSIONS)) $(PY) -m pytest tests -q
 	for v in $(wordlist 2,9,$(K8S_VERSIONS)); do ASCEND_DRA_K8S=$$v $(PY) -m pytest tests/cluster -q || exit 1; done
@@ -108,10 +109,12 @@ image: container-deps
 cluster-bins:
 	for v in $(K8S_VERSIONS); do tests/cluster/build.sh --k8s $$v || exit 1; done
 
-# The kubelet (same k8s.io/kubernetes 1.35 modules as the control plane) and containerd 2.x + ctr for
-# tests/kubelet, into ~/.cache/ascend-dra/{kubelet,containerd}-<version>, only when missing.
+# The kubelets (same k8s.io/kubernetes modules as the control planes: 1.35 for tests/kubelet, 1.37 and
+# its kubectl for tests/e2e) and containerd 2.x + ctr, into ~/.cache/ascend-dra/{kubelet,containerd}-<version>,
+# only when missing.
 node-bins:
 	tests/kubelet/build.sh
+	tests/kubelet/build.sh --k8s 1.37
 
 cluster-up: venv
 	tests/cluster/build.sh --k8s $(K8S)

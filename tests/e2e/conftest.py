@@ -1,0 +1,100 @@
+"""Fixtures of the end-to-end tier: the two-node bed (tests/e2e/bed.py) for the whole session.
+
+* Kubernetes 1.37 whatever ``$ASCEND_DRA_K8S`` says (the bed is of the newest version we support;
+  ``make test`` runs the tier once).
+* Missing Go binaries (control plane 1.37, kubelet and kubectl 1.37, containerd, helm) are built at the
+  end of collection, outside the per-test timeout; ``ASCEND_DRA_NO_BUILD=1`` fails instead.
+* ``ASCEND_DRA_KEEP_BED_DIR=1`` keeps /tmp/adra-e2e-*/ (the kubelets', containerds' and control
+  plane's logs) after the run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.controlplane import BUILD_SH, default_bin_dir, missing_binaries
+from tests.e2e.bed import E2E_K8S, NODE_BUILD_SH, Bed, BedError
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD_HELM = ROOT / "hack" / "build-helm.sh"
+
+
+def _builds() -> list[list[str]]:
+    """The build commands whose products are missing."""
+    todo = []
+    if missing_binaries(default_bin_dir(E2E_K8S)):
+        todo.append(["bash", str(BUILD_SH), "--k8s", E2E_K8S])
+    if subprocess.run(["bash", str(NODE_BUILD_SH), "--k8s", E2E_K8S, "--check"], capture_output=True).returncode:
+        todo.append(["bash", str(NODE_BUILD_SH), "--k8s", E2E_K8S])
+    helm = Path(subprocess.run(["bash", str(BUILD_HELM), "--print"], capture_output=True, text=True).stdout.strip())
+    if not os.access(helm, os.X_OK):
+        todo.append(["bash", str(BUILD_HELM)])
+    return todo
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Build what is missing before the first test (a cold kubelet build takes minutes)."""
+    if session.config.option.collectonly or os.environ.get("ASCEND_DRA_NO_BUILD"):
+        return
+    if not any("bed" in getattr(item, "fixturenames", ()) for item in session.items):
+        return
+    tr = session.config.pluginmanager.get_plugin("terminalreporter")
+    log = Path(os.environ.get("ASCEND_DRA_CACHE", Path.home() / ".cache" / "ascend-dra")) / "e2e-build.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    for argv in _builds():
+        if tr is not None:
+            tr.write_line(f"tests/e2e: running {' '.join(argv[1:])} (log: {log})")
+        with open(log, "ab") as f:
+            rc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT).returncode
+        if rc != 0:
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+            raise pytest.UsageError(f"{' '.join(argv)} failed (exit {rc}); last lines of {log}:\n{tail}")
+
+
+@pytest.fixture(scope="session")
+def bed_dir() -> Iterator[Path]:
+    """A short directory (unix socket paths) for the bed."""
+    path = Path(tempfile.mkdtemp(prefix="adra-e2e-", dir="/tmp"))
+    yield path
+    if not os.environ.get("ASCEND_DRA_KEEP_BED_DIR"):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _left_on_host(bed: Bed) -> list[str]:
+    """What of ``bed`` the host still has after :meth:`Bed.stop`: its bridge, its cgroups, processes of
+    its namespaces (none must remain)."""
+    left = []
+    assert bed.bridge is not None
+    links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout.split("\n")
+    ours = {bed.bridge.name, *(bed.bridge.veth(i) for i in range(len(bed.nodes)))}
+    left += [f"link {line.split()[0]}" for line in links if line and line.split()[0].split("@")[0] in ours]
+    routes = subprocess.run(["ip", "-4", "route"], capture_output=True, text=True).stdout
+    left += [f"route {line}" for line in routes.splitlines() if f"dev {bed.bridge.name}" in line]
+    for node in bed.nodes.values():
+        left += [f"cgroup {d}" for d in node.cgroup_dirs() if d.exists()]
+    return left
+
+
+@pytest.fixture(scope="session")
+def bed(bed_dir: Path) -> Iterator[Bed]:
+    """The bed: control plane 1.37, ``node-a`` and ``node-b`` (the simulated Lab 18 node), Ready.
+    At the end, everything is stopped and the host is checked for leftovers."""
+    b = Bed(bed_dir)
+    try:
+        b.start()
+    except BedError as e:
+        pytest.fail(f"the test bed did not start: {e}", pytrace=False)
+    try:
+        yield b
+    finally:
+        b.stop()
+        left = _left_on_host(b)
+        assert not left, f"the stopped bed left on the host: {left}"
+
