@@ -12,7 +12,7 @@ K8S ?= $(firstword $(K8S_VERSIONS))
 
 .PHONY: venv test test-unit test-floors test-integration test-cluster test-container test-kubelet test-plugins proto \
         proto-check lint demo cluster-bins node-bins container-deps cluster-up cluster-down webhook-up webhook-down bench soak clean helm-bin \
-        chart-check image
+        chart-check image test-e2e e2e-bins e2e-up e2e-down
 
 # The venv is (re)built when pyproject.toml changes; the stamp records the last install.
 $(VENV)/.installed: pyproject.toml plugins/example-profile/pyproject.toml
@@ -32,8 +32,8 @@ $(FLOORS_VENV)/.installed: pyproject.toml hack/floors.txt plugins/example-profil
 	touch $@
 
 # `pytest tests` on the first version includes tests/kubelet (the real kubelet and containerd; 1.35 only,
-# it skips itself with the reason on another version) and tests/e2e (two kubelet 1.37 nodes, whatever
-# the version).
+# it skips itself with the reason on another version) and tests/e2e (the chart and image on two kubelet
+# 1.37 nodes, whatever the version).
 test: venv proto-check lint chart-check cluster-bins node-bins container-deps test-floors
 	ASCEND_DRA_K8S=$(firstword $(K8S_VERSIONS)) $(PY) -m pytest tests -q
 	for v in $(wordlist 2,9,$(K8S_VERSIONS)); do ASCEND_DRA_K8S=$$v $(PY) -m pytest tests/cluster -q || exit 1; done
@@ -58,6 +58,25 @@ test-container: venv container-deps
 test-kubelet: venv node-bins container-deps
 	tests/cluster/build.sh --k8s 1.35
 	ASCEND_DRA_K8S=1.35 $(PY) -m pytest tests/kubelet -q
+
+# The end-to-end tier alone: our image and chart on two kubelet 1.37 nodes (tests/e2e/README.md).
+test-e2e: venv e2e-bins container-deps
+	$(PY) -m pytest tests/e2e -q
+
+# The same bed left running with the chart installed, to try ascend-dra on (README.md); prints the
+# KUBECONFIG export. `make e2e-down` stops it and removes $(E2E_DIR).
+E2E_DIR ?= .e2e
+e2e-up: venv e2e-bins image
+	$(PY) -m tests.e2e.cli up --dir $(E2E_DIR)
+
+e2e-down:
+	@if [ ! -x $(PY) ]; then echo "nothing to stop (no $(VENV) yet)"; exit 0; fi; \
+	$(PY) -m tests.e2e.cli down --dir $(E2E_DIR)
+
+# Control plane, kubelet + kubectl 1.37, containerd and helm of the bed, only what is missing.
+e2e-bins: helm-bin
+	tests/cluster/build.sh --k8s 1.37
+	tests/kubelet/build.sh --k8s 1.37
 
 # podman, runc and busybox for tests/container, from Debian, only what is missing (apt needs root or sudo).
 container-deps:
@@ -146,4 +165,4 @@ soak: venv
 	$(PY) -m tests.storm --trials 200
 
 clean:
-	rm -rf $(VENV) $(FLOORS_VENV) demo demo-hard-vnpu .cluster
+	rm -rf $(VENV) $(FLOORS_VENV) demo demo-hard-vnpu .cluster $(E2E_DIR)

@@ -1,9 +1,12 @@
-"""Fixtures of the end-to-end tier: the two-node bed (tests/e2e/bed.py) for the whole session.
+"""Fixtures of the end-to-end tier: the two-node bed (tests/e2e/bed.py) for the whole session, and
+our image in each node's containerd.
 
 * Kubernetes 1.37 whatever ``$ASCEND_DRA_K8S`` says (the bed is of the newest version we support;
   ``make test`` runs the tier once).
 * Missing Go binaries (control plane 1.37, kubelet and kubectl 1.37, containerd, helm) are built at the
-  end of collection, outside the per-test timeout; ``ASCEND_DRA_NO_BUILD=1`` fails instead.
+  end of collection, outside the per-test timeout; ``ASCEND_DRA_NO_BUILD=1`` fails instead. So is our
+  image, with ``make image`` in the tests' podman storage (tests/e2e/images.py; seconds when
+  tests/container/test_image.py built it first).
 * ``ASCEND_DRA_KEEP_BED_DIR=1`` keeps /tmp/adra-e2e-*/ (the kubelets', containerds' and control
   plane's logs) after the run.
 """
@@ -14,13 +17,19 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.cluster.controlplane import BUILD_SH, default_bin_dir, missing_binaries
+from tests.e2e import images, usage
 from tests.e2e.bed import E2E_K8S, NODE_BUILD_SH, Bed, BedError
+from tests.e2e.claims import CLAIMS_NS, start_claim_pod
+from tests.e2e.release import FAKE_NODE, Tools, install
+from tests.kubelet.pods import create_namespace
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_HELM = ROOT / "hack" / "build-helm.sh"
@@ -39,11 +48,22 @@ def _builds() -> list[list[str]]:
     return todo
 
 
+#: ``(reference, archive)`` of the image built at the end of collection.
+_IMAGE: list[tuple[str, Path]] = []
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Build what is missing before the first test (a cold kubelet build takes minutes)."""
-    if session.config.option.collectonly or os.environ.get("ASCEND_DRA_NO_BUILD"):
+    """Build what is missing before the first test (a cold kubelet build takes minutes), and the image."""
+    if session.config.option.collectonly:
         return
     if not any("bed" in getattr(item, "fixturenames", ()) for item in session.items):
+        return
+    if any("image" in getattr(item, "fixturenames", ()) for item in session.items):
+        try:
+            _IMAGE.append(images.build_for_tests())
+        except images.ImageMissing as e:
+            raise pytest.UsageError(str(e)) from None
+    if os.environ.get("ASCEND_DRA_NO_BUILD"):
         return
     tr = session.config.pluginmanager.get_plugin("terminalreporter")
     log = Path(os.environ.get("ASCEND_DRA_CACHE", Path.home() / ".cache" / "ascend-dra")) / "e2e-build.log"
@@ -98,3 +118,55 @@ def bed(bed_dir: Path) -> Iterator[Bed]:
         left = _left_on_host(b)
         assert not left, f"the stopped bed left on the host: {left}"
 
+
+@pytest.fixture(scope="session")
+def tools(bed: Bed, bed_dir: Path) -> Tools:
+    """helm and kubectl pointed at the bed, as a user's shell would be (a working dir of its own)."""
+    workdir = bed_dir / "user"
+    workdir.mkdir(exist_ok=True)
+    return Tools(bed, workdir)
+
+
+@pytest.fixture(scope="session")
+def image(bed: Bed) -> tuple[str, str]:
+    """``(repository, tag)`` of our image (``make image``), imported into every node's containerd."""
+    if not _IMAGE:
+        pytest.fail("the image was not built at the end of collection", pytrace=False)
+    ref, tarball = _IMAGE[0]
+    bed.import_image(tarball)
+    repository, tag = ref.rsplit(":", 1)
+    return repository, tag
+
+
+@pytest.fixture(scope="session")
+def installed(tools: Tools, image: tuple[str, str]) -> float:
+    """Both releases installed and rolled out (tests/e2e/release.py); the Unix time the install began."""
+    began = time.time()
+    install(tools, *image)
+    return began
+
+
+@pytest.fixture(scope="session")
+def claims_ns(bed: Bed, installed: float) -> str:
+    """The namespace of the tier's claim pods (not the lab's)."""
+    assert bed.cp is not None
+    create_namespace(bed.cp, CLAIMS_NS)
+    return CLAIMS_NS
+
+
+@pytest.fixture(scope="session")
+def fake_pod(bed: Bed, claims_ns: str) -> dict[str, Any]:
+    """A pod with one simulated NPU on the fake node, running (it stays for the upgrade and the
+    uninstall steps); its claim under ``claim``."""
+    assert bed.cp is not None
+    pod, claim = start_claim_pod(bed.cp, claims_ns, "fake-1", FAKE_NODE)
+    return {**pod, "claim": claim}
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The usage figures of the chart's pods (tests/e2e/usage.py), also written to e2e-usage.json."""
+    if usage.RECORD:
+        out = images.cache_root() / "e2e-usage.json"
+        terminalreporter.section(f"chart pods' resource usage (also in {out})")
+        for line in usage.write(out):
+            terminalreporter.write_line(line)

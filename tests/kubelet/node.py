@@ -150,6 +150,26 @@ def _zombie(pid: int) -> bool:
         return True
 
 
+def path_in(pid: int, path: Path | str) -> Path:
+    """``path`` as process ``pid`` sees it, reached through ``/proc/<pid>/root``. Symbolic links on
+    the way are followed in that process's file system: the kernel would resolve an absolute one
+    (``/var/run`` -> ``/run``) in ours."""
+    root = Path(f"/proc/{pid}/root")
+    parts, done, hops = list(Path(path).relative_to("/").parts), Path("/"), 0
+    while parts:
+        part = parts.pop(0)
+        candidate = done.parent if part == ".." else done / part
+        link = root / candidate.relative_to("/")
+        if link.is_symlink() and hops < 40:
+            hops += 1
+            target = Path(os.readlink(link))
+            parts = [*(target.relative_to("/").parts if target.is_absolute() else target.parts), *parts]
+            done = Path("/") if target.is_absolute() else done
+            continue
+        done = candidate
+    return root / done.relative_to("/")
+
+
 def host_ip() -> str:
     """The address of the default route's interface: the kubelet refuses a loopback node IP.
 
@@ -250,9 +270,9 @@ class Node:
 
     def host_path(self, path: Path | str) -> Path:
         """``path`` of the node's mount namespace as the host reaches it (``/proc/<holder>/root/...``
-        while the node runs)."""
+        while the node runs); see :func:`path_in`."""
         assert self.holder is not None, "the node is not running"
-        return Path(f"/proc/{self.holder.pid}/root") / Path(path).relative_to("/")
+        return path_in(self.holder.pid, path)
 
     @property
     def containerd_socket(self) -> Path:
