@@ -8,6 +8,8 @@ judges a daemon pod's own token. The upgrade and uninstall steps: test_roll.py, 
 from __future__ import annotations
 
 import math
+import urllib.error
+import urllib.request
 
 import pytest
 import yaml
@@ -26,6 +28,7 @@ from tests.e2e.release import (
     LAB_NODE,
     LAB_RELEASE,
     NAMESPACE,
+    WEBHOOK,
     daemon_pods,
     webhook_pods,
 )
@@ -35,6 +38,15 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 EXAMPLES = CHART.parents[2] / "examples"
 SA_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+
+def http_get(url: str) -> tuple[int, str]:
+    """A plain GET (a pod's metrics port, from the host); ``(status, body)``."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
 
 
 def test_the_daemon_pods_register_with_each_kubelet_publish_and_turn_ready_only_after(bed, installed, image):
@@ -60,6 +72,15 @@ def test_the_daemon_pods_register_with_each_kubelet_publish_and_turn_ready_only_
         assert {d["name"] for s in slices for d in s["spec"]["devices"]} == devices, slices
         assert all(s["spec"]["pool"]["name"] == node_name for s in slices)
         usage.startup(bed, get_pod(cp, NAMESPACE, pod["metadata"]["name"]))
+        # The metrics port the readiness probe asks, from the host, as a scraper would.
+        ip = get_pod(cp, NAMESPACE, pod["metadata"]["name"])["status"]["podIP"]
+        assert http_get(f"http://{ip}:8080/readyz")[0] == 200
+    # The chart's ResourceQuotas admitted the pods of the priority classes they cover, and count them.
+    pods = ok(cp, "GET", f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
+    for quota in ok(cp, "GET", f"/api/v1/namespaces/{NAMESPACE}/resourcequotas")["items"]:
+        [scope] = quota["spec"]["scopeSelector"]["matchExpressions"]
+        covered = [p for p in pods if p["spec"].get("priorityClassName") in scope["values"]]
+        assert covered and quota["status"]["used"]["pods"] == str(len(covered)), (quota, len(covered))
     usage.snapshot(bed, "installed")
 
 
@@ -76,6 +97,15 @@ def test_a_claim_pod_on_the_fake_node_sees_its_device_env_and_mounts(bed, fake_p
     env = printed_env(log)
     assert {k: env.get(k) for k in want} == want
     assert f"/dev/davinci{want['ASCEND_VISIBLE_DEVICES']}" in log and "Version=simulated" in log, log
+    # The validating webhook (the chart's pods, failurePolicy Ignore: only a call refuses) checks
+    # opaque configs of claims.
+    bad = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "bad"},
+           "spec": {"spec": {"devices": {
+               "requests": [{"name": "npu", "exactly": {"deviceClassName": f"fake.{DRIVER}"}}],
+               "config": [{"requests": ["npu"], "opaque": {"driver": DRIVER, "parameters": {
+                   "apiVersion": f"{DRIVER}/v1alpha1", "kind": "FakeConfig", "aicoreLimit": 500}}}]}}}}
+    status, reply = cp.api("POST", f"{RES}/namespaces/{CLAIMS_NS}/resourceclaimtemplates", bad, json_style="kubectl")
+    assert status == 422 and "aicoreLimit" in reply["message"] and "denied the request" in reply["message"], reply
     # The daemon wrote the claim's status.devices (KEP-4817) with its token, through the chart's RBAC
     # and policy: its entry names its own node's pool and the env it gave the container.
     [entry] = wait_for(lambda: our_status(cp, CLAIMS_NS, "fake-1"), "status.devices written", within=30)
@@ -134,6 +164,16 @@ def test_hami_pods_go_through_the_webhook_pod_and_share_a_chip_as_in_lab_18(bed,
     env = printed_env(pod_log(cp, ns, "ascend-share-c", container="app"))
     assert {k: env.get(k) for k in LAB_ENV} == LAB_ENV, env
     assert get_pod(cp, ns, "ascend-share-b")["status"]["phase"] == "Running"
+    # The webhook's pods answered those reviews (their metrics port, from the host), and the chart's
+    # PodDisruptionBudget covers both replicas.
+    answered = 0
+    for pod in webhook_pods(cp):
+        status, text = http_get(f"http://{pod['status']['podIP']}:9090/metrics")
+        answered += sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                        if line.startswith("ascend_dra_webhook_reviews_total{") and "mutate" in line)
+    assert answered >= 3, answered
+    pdb = ok(cp, "GET", f"/apis/policy/v1/namespaces/{NAMESPACE}/poddisruptionbudgets/{WEBHOOK}")["status"]
+    assert (pdb["currentHealthy"], pdb["disruptionsAllowed"]) == (2, 1), pdb
 
 
 def _slice(node: str, name: str) -> dict:
@@ -158,7 +198,7 @@ def test_the_policy_refuses_a_slice_of_the_other_node_made_with_the_daemon_pods_
     assert status in (200, 404), reply  # 404: our daemon's slice watch removed the stranger first
 
 
-def test_the_pods_stay_within_their_memory_limits_after_the_claims_and_lab_18(bed, installed):
+def test_the_pods_stay_within_their_memory_requests_and_limits_after_the_claims_and_lab_18(bed, installed):
     """RSS and CPU of the daemon and webhook pods that served the steps above (tests/e2e/usage.py):
     the chart's requests and limits come from these figures."""
-    assert not usage.over_limit(usage.snapshot(bed, "after claims and lab"))
+    assert not usage.outgrown(usage.snapshot(bed, "after claims and lab"))

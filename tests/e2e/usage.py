@@ -74,10 +74,16 @@ def startup(bed: Any, pod: dict[str, Any]) -> dict[str, float]:
     return figures
 
 
-def over_limit(figures: dict[str, dict[str, Any]]) -> list[str]:
-    """The pods whose peak RSS reached their container's memory limit."""
-    return [f"{name}: peak {f['peak_rss_mib']} MiB, limit {f['resources']['limits']['memory']}"
-            for name, f in figures.items() if f["peak_rss_mib"] >= mib(f["resources"]["limits"]["memory"])]
+def outgrown(figures: dict[str, dict[str, Any]]) -> list[str]:
+    """The pods whose RSS passed their memory request, or whose peak reached their limit: the chart's
+    defaults no longer fit what the run measures."""
+    out = []
+    for name, f in figures.items():
+        request, limit = (mib(f["resources"][k]["memory"]) for k in ("requests", "limits"))
+        if f["rss_mib"] > request or f["peak_rss_mib"] >= limit:
+            out.append(f"{name}: RSS {f['rss_mib']} MiB (request {request:.0f}), peak {f['peak_rss_mib']} "
+                       f"(limit {limit:.0f})")
+    return out
 
 
 def write(path: Path) -> list[str]:
