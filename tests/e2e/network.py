@@ -151,7 +151,7 @@ class Bridge:
 
 
 class NodeNet:
-    """One node's network namespace on ``bridge`` (implements tests.kubelet.node.NodeNetwork)."""
+    """One node's network namespace on ``bridge`` (implements tests.kubelet.hostns.NodeNetwork)."""
 
     def __init__(self, bridge: Bridge, index: int, apiserver_port: int, nodes: int) -> None:
         self.bridge = bridge

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.kubelet.node import Node, path_in
+from tests.kubelet.hostns import path_in
+from tests.kubelet.node import Node
 
 #: klog's header: ``I1207 11:40:01.123456    1234 file.go:12] "message" key="value" ...``
 _KLOG = re.compile(r"^[IWEF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})\.(\d{6})\s")

@@ -45,12 +45,13 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import yaml
 
 from tests.cluster.controlplane import ControlPlane, _tail, free_port
 from tests.kubelet import images
+from tests.kubelet.hostns import NodeNetwork, PidProcess, path_in, zombie
 
 RUNC = "/usr/sbin/runc"
 CNI_BIN = "/usr/lib/cni"
@@ -67,48 +68,6 @@ KUBELET_SYSCTLS = {"vm/overcommit_memory": 1, "vm/panic_on_oom": 0, "kernel/pani
 
 class NodeError(RuntimeError):
     """A node component failed to start, to become ready or to stop."""
-
-
-class NodeNetwork(Protocol):
-    """A network namespace of the node's own (tests/e2e/network.py): the node gets ``node_ip`` there,
-    its pods the CNI network of ``cni_config``."""
-
-    node_ip: str
-
-    def attach(self, pid: int) -> None:
-        """Wire the network namespace of process ``pid`` (the node's namespace holder) up."""
-
-    def cni_config(self) -> str:
-        """The CNI conflist (JSON) containerd gives its pods."""
-
-
-class _Pid:
-    """A process known by pid only (a node that another process started, :meth:`Node.attach`), with the
-    part of ``subprocess.Popen``'s interface :meth:`Node.stop` uses."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.returncode: int | None = None
-
-    def poll(self) -> int | None:
-        if self.returncode is None and (not Path(f"/proc/{self.pid}").exists() or _zombie(self.pid)):
-            self.returncode = -1
-        return self.returncode
-
-    def send_signal(self, sig: int) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, sig)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = time.monotonic() + (timeout if timeout is not None else 1e9)
-        while self.poll() is None:
-            if time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0)
-            time.sleep(0.05)
-        return -1
 
 
 def cgroup_mounts() -> tuple[int, list[Path]]:
@@ -139,35 +98,8 @@ def _kill_and_wait(pids: set[int], timeout: float = 10.0) -> None:
             os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + timeout
     while pids and time.monotonic() < deadline:
-        pids = {p for p in pids if Path(f"/proc/{p}").exists() and not _zombie(p)}
+        pids = {p for p in pids if Path(f"/proc/{p}").exists() and not zombie(p)}
         time.sleep(0.05)
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
-
-
-def path_in(pid: int, path: Path | str) -> Path:
-    """``path`` as process ``pid`` sees it, reached through ``/proc/<pid>/root``. Symbolic links on
-    the way are followed in that process's file system: the kernel would resolve an absolute one
-    (``/var/run`` -> ``/run``) in ours."""
-    root = Path(f"/proc/{pid}/root")
-    parts, done, hops = list(Path(path).relative_to("/").parts), Path("/"), 0
-    while parts:
-        part = parts.pop(0)
-        candidate = done.parent if part == ".." else done / part
-        link = root / candidate.relative_to("/")
-        if link.is_symlink() and hops < 40:
-            hops += 1
-            target = Path(os.readlink(link))
-            parts = [*(target.relative_to("/").parts if target.is_absolute() else target.parts), *parts]
-            done = Path("/") if target.is_absolute() else done
-            continue
-        done = candidate
-    return root / done.relative_to("/")
 
 
 def host_ip() -> str:
@@ -245,9 +177,9 @@ class Node:
         self.restrict_oom = not int(_status_field("CapEff"), 16) & (1 << 24)
         self.cgroup_name = f"ascend-dra-{self.workdir.parent.name}-{self.workdir.name}"
         self.cgroup_version, self._cgroup_mounts = cgroup_mounts()
-        self.holder: subprocess.Popen[bytes] | _Pid | None = None
-        self.containerd: subprocess.Popen[bytes] | _Pid | None = None
-        self.kubelet: subprocess.Popen[bytes] | _Pid | None = None
+        self.holder: subprocess.Popen[bytes] | PidProcess | None = None
+        self.containerd: subprocess.Popen[bytes] | PidProcess | None = None
+        self.kubelet: subprocess.Popen[bytes] | PidProcess | None = None
         self.kubelet_port = 0
         self.node_ip = network.node_ip if network is not None else host_ip()
         self._logs: list[Any] = []
@@ -591,7 +523,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
                    cdi_dir=Path(state["cdi_dir"]))
         node.own_netns, node.node_ip = state["own_netns"], state["node_ip"]
         pids = state["pids"]
-        node.holder, node.containerd, node.kubelet = (_Pid(pids[n]) if n in pids else None
+        node.holder, node.containerd, node.kubelet = (PidProcess(pids[n]) if n in pids else None
                                                       for n in ("holder", "containerd", "kubelet"))
         return node
 
