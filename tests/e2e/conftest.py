@@ -1,5 +1,6 @@
-"""Fixtures of the end-to-end tier: the two-node bed (tests/e2e/bed.py) for the whole session, and
-our image in each node's containerd.
+"""Fixtures of the end-to-end tier: the two-node bed (tests/e2e/bed.py) and our image in each node's
+containerd, for the whole package (torn down when its last test is done, not at the end of a
+`pytest tests` session that runs other tiers after it).
 
 * Kubernetes 1.37 whatever ``$ASCEND_DRA_K8S`` says (the bed is of the newest version we support;
   ``make test`` runs the tier once).
@@ -78,7 +79,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             raise pytest.UsageError(f"{' '.join(argv)} failed (exit {rc}); last lines of {log}:\n{tail}")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def bed_dir() -> Iterator[Path]:
     """A short directory (unix socket paths) for the bed."""
     path = Path(tempfile.mkdtemp(prefix="adra-e2e-", dir="/tmp"))
@@ -102,7 +103,7 @@ def _left_on_host(bed: Bed) -> list[str]:
     return left
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def bed(bed_dir: Path) -> Iterator[Bed]:
     """The bed: control plane 1.37, ``node-a`` and ``node-b`` (the simulated Lab 18 node), Ready.
     At the end, everything is stopped and the host is checked for leftovers."""
@@ -119,7 +120,7 @@ def bed(bed_dir: Path) -> Iterator[Bed]:
         assert not left, f"the stopped bed left on the host: {left}"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def tools(bed: Bed, bed_dir: Path) -> Tools:
     """helm and kubectl pointed at the bed, as a user's shell would be (a working dir of its own)."""
     workdir = bed_dir / "user"
@@ -127,7 +128,7 @@ def tools(bed: Bed, bed_dir: Path) -> Tools:
     return Tools(bed, workdir)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def image(bed: Bed) -> tuple[str, str]:
     """``(repository, tag)`` of our image (``make image``), imported into every node's containerd."""
     if not _IMAGE:
@@ -138,7 +139,7 @@ def image(bed: Bed) -> tuple[str, str]:
     return repository, tag
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def installed(tools: Tools, image: tuple[str, str]) -> float:
     """Both releases installed and rolled out (tests/e2e/release.py); the Unix time the install began."""
     began = time.time()
@@ -146,7 +147,7 @@ def installed(tools: Tools, image: tuple[str, str]) -> float:
     return began
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def claims_ns(bed: Bed, installed: float) -> str:
     """The namespace of the tier's claim pods (not the lab's)."""
     assert bed.cp is not None
@@ -154,7 +155,7 @@ def claims_ns(bed: Bed, installed: float) -> str:
     return CLAIMS_NS
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def fake_pod(bed: Bed, claims_ns: str) -> dict[str, Any]:
     """A pod with one simulated NPU on the fake node, running (it stays for the upgrade and the
     uninstall steps); its claim under ``claim``."""
