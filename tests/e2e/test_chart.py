@@ -189,13 +189,35 @@ def test_the_policy_refuses_a_slice_of_the_other_node_made_with_the_daemon_pods_
     [pod] = daemon_pods(cp, FAKE_RELEASE)
     token = in_container(task_pid(node, container_id(pod, "plugin")), SA_TOKEN).read_text().strip()
     status, reply = api_as(cp, token, "POST", f"{RES}/resourceslices", _slice(LAB_NODE, "e2e-other-node"))
-    assert status == 403, reply
+    assert status == 403, reply["message"]
     assert f"runs on node {FAKE_NODE} and may write only its ResourceSlices" in reply["message"], reply
     assert f'not one with spec.nodeName "{LAB_NODE}"' in reply["message"], reply
     status, reply = api_as(cp, token, "POST", f"{RES}/resourceslices", _slice(FAKE_NODE, "e2e-own-node"))
     assert status == 201, reply
     status, reply = api_as(cp, token, "DELETE", f"{RES}/resourceslices/e2e-own-node")
     assert status in (200, 404), reply  # 404: our daemon's slice watch removed the stranger first
+
+
+def test_the_daemon_pods_own_token_writes_no_status_of_a_claim_on_the_other_node(bed, fake_pod):
+    """node-b's daemon token (read from its container) may not write status.devices of node-a's
+    claim: the chart's RBAC grants associated-node, not arbitrary-node; node-a's daemon wrote that
+    claim's status with its own token."""
+    cp = bed.cp
+    [pod] = daemon_pods(cp, LAB_RELEASE)
+    token = in_container(task_pid(bed.nodes[LAB_NODE], container_id(pod, "plugin")), SA_TOKEN).read_text().strip()
+    claim = fake_pod["claim"]
+    path = f"{RES}/namespaces/{CLAIMS_NS}/resourceclaims/{claim['metadata']['name']}/status"
+    [result] = claim["status"]["allocation"]["devices"]["results"]
+    entry = {"driver": DRIVER, "pool": result["pool"], "device": result["device"], "data": {"forged": True}}
+    status, reply = api_as(cp, token, "PATCH", path, {"status": {"devices": [entry]}},
+                           content_type="application/merge-patch+json")
+    # 1.37 checks it before admission (granular status authorization): a claim allocated on another
+    # node than the token's needs arbitrary-node, which the chart does not grant (tests/cluster's
+    # test_chart_policy.py shows the policy refusing it where the API server does not).
+    assert status == 422, reply["message"]
+    assert 'verb="[arbitrary-node:patch]"' in reply["message"] and "resourceclaims/driver" in reply["message"], reply
+    [ours] = our_status(cp, CLAIMS_NS, "fake-1")
+    assert "forged" not in ours.get("data", {}), ours
 
 
 def test_the_pods_stay_within_their_memory_requests_and_limits_after_the_claims_and_lab_18(bed, installed):
