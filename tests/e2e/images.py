@@ -8,7 +8,7 @@
   (:func:`archive` without a storage).
 
 An archive is a docker-archive (``ctr images import`` reads its repository tag) saved once per image
-ID into ``.../e2e-images/<id>.tar``, the older ones removed; :meth:`tests.e2e.bed.Bed.import_image`
+ID into ``.../e2e-images/<id>.tar`` (the three newest kept); :meth:`tests.e2e.bed.Bed.import_image`
 imports it into every node, where the chart's pods find it (``imagePullPolicy: IfNotPresent``).
 """
 
@@ -30,6 +30,8 @@ ROOT = Path(__file__).resolve().parents[2]
 REPOSITORY = "localhost/ascend-dra"
 #: The tag the tier builds (a user's `make image` tags the version).
 TEST_TAG = "e2e"
+#: Archives kept in the cache (about 180 MB each).
+KEEP_ARCHIVES = 3
 
 
 class ImageMissing(RuntimeError):
@@ -71,12 +73,13 @@ def archive(ref: str, env: Mapping[str, str] | None = None) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     path = cache / f"{image_id(ref, env)}.tar"
     if not path.exists():
-        for old in cache.glob("*.tar"):
-            old.unlink()
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # another run may save the same image meanwhile
         subprocess.run(["podman", "save", "--format", "docker-archive", "-o", str(tmp), ref], check=True,
                        capture_output=True, env={**os.environ, **(env or {})})
         tmp.replace(path)
+        # The newest few stay: a run of another checkout may be importing its own right now.
+        for old in sorted(cache.glob("*.tar"), key=lambda f: f.stat().st_mtime, reverse=True)[KEEP_ARCHIVES:]:
+            old.unlink(missing_ok=True)
     return path
 
 
