@@ -12,7 +12,7 @@ K8S ?= $(firstword $(K8S_VERSIONS))
 
 .PHONY: venv test test-unit test-floors test-integration test-cluster test-container test-kubelet test-plugins proto \
         proto-check lint demo cluster-bins node-bins container-deps observe-deps cluster-up cluster-down webhook-up webhook-down bench soak clean helm-bin \
-        chart-check image
+        chart-check image test-e2e e2e-bins e2e-up e2e-down
 
 # The venv is (re)built when pyproject.toml changes; the stamp records the last install.
 $(VENV)/.installed: pyproject.toml plugins/example-profile/pyproject.toml
@@ -32,9 +32,10 @@ $(FLOORS_VENV)/.installed: pyproject.toml hack/floors.txt plugins/example-profil
 	touch $@
 
 # `pytest tests` on the first version includes tests/kubelet (the real kubelet and containerd; 1.35 only,
-# it skips itself with the reason on another version).
+# it skips itself with the reason on another version). tests/e2e (our image and chart on two kubelet 1.37
+# nodes) is not in it yet: it landed without a full `.ci/run` to show it green there; `make test-e2e`.
 test: venv proto-check lint chart-check cluster-bins node-bins container-deps observe-deps test-floors
-	ASCEND_DRA_K8S=$(firstword $(K8S_VERSIONS)) $(PY) -m pytest tests -q
+	ASCEND_DRA_K8S=$(firstword $(K8S_VERSIONS)) $(PY) -m pytest tests -q --ignore=tests/e2e
 	for v in $(wordlist 2,9,$(K8S_VERSIONS)); do ASCEND_DRA_K8S=$$v $(PY) -m pytest tests/cluster -q || exit 1; done
 	$(PY) -m pytest plugins/example-profile/tests -q
 
@@ -57,6 +58,25 @@ test-container: venv container-deps
 test-kubelet: venv node-bins container-deps
 	tests/cluster/build.sh --k8s 1.35
 	ASCEND_DRA_K8S=1.35 $(PY) -m pytest tests/kubelet -q
+
+# The end-to-end tier alone: our image and chart on two kubelet 1.37 nodes (tests/e2e/README.md).
+test-e2e: venv e2e-bins container-deps
+	$(PY) -m pytest tests/e2e -q
+
+# The same bed left running with the chart installed, to try ascend-dra on (README.md); prints the
+# KUBECONFIG export. `make e2e-down` stops it and removes $(E2E_DIR).
+E2E_DIR ?= .e2e
+e2e-up: venv e2e-bins image
+	$(PY) -m tests.e2e.cli up --dir $(E2E_DIR)
+
+e2e-down:
+	@if [ ! -x $(PY) ]; then echo "nothing to stop (no $(VENV) yet)"; exit 0; fi; \
+	$(PY) -m tests.e2e.cli down --dir $(E2E_DIR)
+
+# Control plane, kubelet + kubectl 1.37, containerd and helm of the bed, only what is missing.
+e2e-bins: helm-bin
+	tests/cluster/build.sh --k8s 1.37
+	tests/kubelet/build.sh --k8s 1.37
 
 # podman, runc and busybox for tests/container, from Debian, only what is missing (apt needs root or sudo).
 container-deps:
@@ -112,8 +132,9 @@ image: container-deps
 cluster-bins:
 	for v in $(K8S_VERSIONS); do tests/cluster/build.sh --k8s $$v || exit 1; done
 
-# The kubelet (same k8s.io/kubernetes 1.35 modules as the control plane) and containerd 2.x + ctr for
-# tests/kubelet, into ~/.cache/ascend-dra/{kubelet,containerd}-<version>, only when missing.
+# The kubelet 1.35 (same k8s.io/kubernetes modules as its control plane) for tests/kubelet and containerd
+# 2.x + ctr, into ~/.cache/ascend-dra/{kubelet,containerd}-<version>, only when missing (tests/e2e's
+# kubelet 1.37 and kubectl: e2e-bins).
 node-bins:
 	tests/kubelet/build.sh
 
@@ -149,4 +170,4 @@ soak: venv
 	$(PY) -m tests.storm --trials 200 --disk-faults
 
 clean:
-	rm -rf $(VENV) $(FLOORS_VENV) demo demo-hard-vnpu .cluster
+	rm -rf $(VENV) $(FLOORS_VENV) demo demo-hard-vnpu .cluster $(E2E_DIR)

@@ -294,9 +294,14 @@ class ControlPlane:
         ready_timeout: float = 90.0,
         verbosity: int = 1,
         fake_node: bool = True,
+        address: str = "127.0.0.1",
     ) -> None:
-        """``fake_node=False``: create no Node object (a real kubelet registers ``node_name``, tests/kubelet)."""
+        """``fake_node=False``: create no Node object (a real kubelet registers ``node_name``, tests/kubelet).
+        ``address``: where kube-apiserver listens and what it advertises (tests/e2e: the host's address
+        on the test bed's bridge, which the nodes' network namespaces reach); etcd, the scheduler and the
+        controller manager stay on 127.0.0.1."""
         self.workdir = Path(workdir).resolve()
+        self.address = address
         self.bin_dir = Path(bin_dir).resolve() if bin_dir is not None else default_bin_dir()
         self.node_name = node_name
         self.feature_gates = dict(DEFAULT_FEATURE_GATES if feature_gates is None else feature_gates)
@@ -317,7 +322,7 @@ class ControlPlane:
 
     @property
     def server(self) -> str:
-        return f"https://127.0.0.1:{self.ports['apiserver']}"
+        return f"https://{self.address}:{self.ports['apiserver']}"
 
     @property
     def ca_file(self) -> Path:
@@ -433,8 +438,8 @@ class ControlPlane:
         apiserver = [
             self._bin("kube-apiserver"),
             f"--etcd-servers=http://127.0.0.1:{p['etcd']}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            f"--bind-address={self.address}",
+            f"--advertise-address={self.address}",
             f"--secure-port={p['apiserver']}",
             f"--cert-dir={w / 'pki'}",
             f"--token-auth-file={w / 'tokens.csv'}",
@@ -449,8 +454,8 @@ class ControlPlane:
             f"--service-account-signing-key-file={w / 'pki' / 'sa.key'}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
-            # 127.0.0.1 is not a valid endpoint address: do not maintain the `kubernetes` endpoints.
-            "--endpoint-reconciler-type=none",
+            # 127.0.0.1 is not a valid endpoint address: do not maintain the `kubernetes` endpoints then.
+            f"--endpoint-reconciler-type={'none' if self.address.startswith('127.') else 'lease'}",
             # The admission plugin would taint every new Node not-ready; only the node lifecycle
             # controller (not running: no kubelet) would remove that taint again.
             "--disable-admission-plugins=TaintNodesByCondition",
@@ -519,6 +524,7 @@ class ControlPlane:
     def _write_state(self) -> None:
         state = {
             "node_name": self.node_name,
+            "address": self.address,
             "bin_dir": str(self.bin_dir),
             "ports": self.ports,
             "token": self.token,
@@ -532,7 +538,8 @@ class ControlPlane:
         """Re-create a handle for a control plane that `up` started (from workdir/state.json)."""
         workdir = Path(workdir).resolve()
         state = json.loads((workdir / STATE_FILE).read_text())
-        cp = cls(workdir, state["bin_dir"], node_name=state["node_name"], feature_gates=state["feature_gates"])
+        cp = cls(workdir, state["bin_dir"], node_name=state["node_name"], feature_gates=state["feature_gates"],
+                 address=state.get("address", "127.0.0.1"))
         cp.ports = {k: int(v) for k, v in state["ports"].items()}
         cp.token = state["token"]
         for name, pr in state["procs"].items():
