@@ -75,7 +75,7 @@ def daemon_args(host: SimHost) -> list[str]:
 def vnpus_of_records(claims: dict) -> set[tuple[int, int, int]]:
     """``(npu ID, chip ID, vNPU ID)`` of every vNPU the checkpoint's claim records name."""
     return {(v["npu_id"], v["chip_id"], v["vnpu_id"]) for r in claims.values()
-            for v in r.get("side_effects", {}).get("hard-vNPU", {}).get("vnpus", [])}
+            for v in ((r.get("side_effects") or {}).get("hard-vNPU") or {}).get("vnpus", [])}  # null: none yet
 
 
 def vnpu_keys(vnpus: list[dict]) -> set[tuple[int, int, int]]:
