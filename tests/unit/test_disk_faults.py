@@ -22,6 +22,7 @@ from ascend_dra.profiles.fake import FakeProfile
 from ascend_dra.state import PrepareError
 from tests.claimfiles import claim_object, write_claim
 from tests.unit.test_state import SideEffectProfile, make_state, on_disk, ref
+from tests.unit.test_state_overlap import fail_the_spec_and_then_the_deletion
 
 
 @pytest.fixture
@@ -270,28 +271,18 @@ async def test_an_unprepare_is_acknowledged_only_once_a_deletion_still_pending_i
     the record held its device for a claim the kubelet had released."""
     state = await make_state(tmp_path, {"fake": FakeProfile()})
     bad = write_claim(tmp_path, claim_object("bad", results=[("npu", "npu-0-0")]))
-    bad_file = naming.claim_spec_file(state.cdi_kind("fake"), bad["metadata"]["uid"])
-    write, append = state.cdi.write, state.store.journal.append
-    appends: list[bytes] = []
-
-    def full_for_bad(filename, spec):
-        if filename == bad_file:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), filename)
-        return write(filename, spec)
-
-    def only_the_first_append(data: bytes) -> None:  # the record goes out, its deletion does not
-        appends.append(data)
-        if len(appends) > 1:
-            raise OSError(errno.EIO, os.strerror(errno.EIO))
-        append(data)
-
-    state.cdi.write = full_for_bad  # type: ignore[method-assign]
-    state.store.journal.append = only_the_first_append  # type: ignore[method-assign]
+    append = state.store.journal.append
+    fail_the_spec_and_then_the_deletion(state, bad)
     assert isinstance((await state.prepare([ref(bad)]))[bad["metadata"]["uid"]], PrepareError)
     assert bad["metadata"]["uid"] in on_disk(tmp_path).claims  # its deletion could not be written
+
+    def eio(data: bytes) -> None:  # and the disk still fails
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    state.store.journal.append = eio
     error = (await state.unprepare([ref(bad)]))[bad["metadata"]["uid"]]
     assert str(error).startswith("ResourceClaim default/bad: writing the checkpoint: Input/output error")
-    state.store.journal.append = append  # type: ignore[method-assign]
+    state.store.journal.append = append  # the disk works again
     assert (await state.unprepare([ref(bad)]))[bad["metadata"]["uid"]] is None
     assert on_disk(tmp_path).claims == {}
 
