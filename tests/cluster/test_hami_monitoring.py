@@ -23,19 +23,17 @@ from typing import Any
 
 import attrs
 import pytest
-import yaml
 
-from ascend_dra.profiles.ascend import labnode, npusmi_sim
+from ascend_dra.profiles.ascend import npusmi_sim
 from ascend_dra.profiles.ascend.hard_vnpu import HardVnpuProfile
 from ascend_dra.profiles.ascend.npu310p import Npu310PProfile
 from ascend_dra.profiles.ascend.vnpu_core import VnpuCoreProfile
 from ascend_dra.slices import build_slices
 from tests.cluster.chart import render
 from tests.cluster.controlplane import free_port
-from tests.cluster.test_hami_lab import NS, allocated, cleanup, create, lab_pod, result_of, unschedulable
-from tests.cluster.test_publish import EXAMPLES, RES, delete_our_slices, ok, our_slices, wait_until
+from tests.cluster.test_hami_lab import NS, allocated, lab_daemon, lab_pod, result_of, unschedulable
+from tests.cluster.test_publish import RES, ok, our_slices, wait_until
 from tests.hardvnpu import SimHost
-from tests.integration.daemon import DaemonProcess, Kubelet
 from tests.prometheus import Prometheus
 from tests.unit.test_ascend_profiles import host_root, lab_310p3
 from tests.unit.test_hami_monitoring_attributes import DRIVER, MIB, hami_dra_reads, lab_context
@@ -85,25 +83,10 @@ def observed_lab(control_plane, short_tmp):
     """The lab node's daemon (HAMivNPUCore on the simulated 2 x 310P3, cluster mode, health every
     0.2 s, ``/metrics`` on a free port), the lab's DeviceClass, namespace and RuntimeClass; what the
     test created is removed afterwards."""
-    cp = control_plane
-    delete_our_slices(cp, cp.node_name)
-    node = labnode.build(short_tmp / "lab")
-    for manifest in ("hami-lab/namespace.yaml", "deviceclasses/hami-vnpu-core.yaml",
-                     "hami-lab/runtimeclass-ascend.yaml"):
-        create(cp, yaml.safe_load((EXAMPLES / manifest).read_text()))
-    cleanup(cp)
     port = free_port()
-    d = DaemonProcess(short_tmp / "node", node=cp.node_name, kubeconfig=cp.kubeconfig, profiles="HAMivNPUCore",
-                      extra_args=[*node.flags(), "--health-interval", "0.2", "--metrics-port", str(port),
-                                  "--metrics-address", "127.0.0.1"]).start()
-    k = Kubelet(d)
-    try:
-        yield cp, d, k, node, port
-    finally:
-        k.close()
-        cleanup(cp)
-        d.stop()
-        delete_our_slices(cp, cp.node_name)
+    with lab_daemon(control_plane, short_tmp, "--health-interval", "0.2", "--metrics-port", str(port),
+                    "--metrics-address", "127.0.0.1") as (d, k, node):
+        yield control_plane, d, k, node, port
 
 
 def dashboard_panels(namespace: str) -> list[dict[str, Any]]:

@@ -32,7 +32,7 @@ from tests.e2e.release import (
     daemon_pods,
     webhook_pods,
 )
-from tests.kubelet.pods import RES, delete_pod, get_pod, ok, our_slices, wait_for, wait_running
+from tests.kubelet.pods import RES, delete_pod, get_pod, ok, our_slices, unschedulable, wait_for, wait_running
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -147,14 +147,8 @@ def test_hami_pods_go_through_the_webhook_pod_and_share_a_chip_as_in_lab_18(bed,
     assert {r["device"] for r in results.values()} == {"npu-0-0"}
     assert results["ascend-share-a"]["shareID"] != results["ascend-share-b"]["shareID"]
     ok(cp, "POST", f"/api/v1/namespaces/{ns}/pods", lab_pod("ascend-share-c"))
-
-    def unschedulable() -> str | None:
-        for c in get_pod(cp, ns, "ascend-share-c").get("status", {}).get("conditions") or []:
-            if c["type"] == "PodScheduled" and c["status"] == "False" and c.get("reason") == "Unschedulable":
-                return c.get("message", "")
-        return None
-
-    assert "cannot allocate all claims" in wait_for(unschedulable, "C unschedulable", within=60)
+    assert "cannot allocate all claims" in wait_for(lambda: unschedulable(cp, ns, "ascend-share-c"),
+                                                    "C unschedulable", within=60)
     cdi = bed.nodes[LAB_NODE].host_path("/var/run/cdi")
     spec_a = [p for p in cdi.glob(f"k8s.{DRIVER}-vnpu_*.yaml") if claims["ascend-share-a"]["metadata"]["uid"] in p.name]
     assert spec_a
