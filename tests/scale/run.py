@@ -20,6 +20,7 @@ import math
 import os
 import platform
 import sys
+from pathlib import Path
 
 from tests.cluster.controlplane import exit_on_sigterm
 from tests.scale.bed import Bed
@@ -49,6 +50,18 @@ def uptime() -> str:
     return f"load average {' '.join(load)} on {os.cpu_count()} CPUs"
 
 
+def inotify_problem(nodes: int) -> str | None:
+    """Why this host cannot run ``nodes`` daemons, or None: each watches its device dir with one
+    inotify instance (a real node runs one), and the kernel allows ``fs.inotify.max_user_instances``
+    per user (128 by default) in all."""
+    path = Path("/proc/sys/fs/inotify/max_user_instances")
+    limit = int(path.read_text()) if path.exists() else 0
+    if limit and limit < nodes + 40:
+        return (f"{nodes} daemons need more inotify instances than fs.inotify.max_user_instances={limit} allows; "
+                f"raise it (as root: sysctl -w fs.inotify.max_user_instances={max(512, nodes + 40)})")
+    return None
+
+
 def _fmt(value: float | None) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
@@ -76,11 +89,11 @@ def report(results: dict[str, dict[str, dict[str, Figures]]], options: Options) 
     return "\n".join(lines)
 
 
-async def _run(bed: Bed, shapes: list[str], drivers: list[str], options: Options
-               ) -> dict[str, dict[str, dict[str, Figures]]]:
+async def _run(bed: Bed, shapes: list[str], drivers: list[str], options: Options,
+               results: dict[str, dict[str, dict[str, Figures]]]) -> None:
+    """Run every shape with every driver, filling ``results`` (what finished stays there if one fails)."""
     from tests.cluster.webhook_process import installed_hook
 
-    results: dict[str, dict[str, dict[str, Figures]]] = {}
     for shape in shapes:
         for driver in drivers:
             print(f"-- {shape}, {driver}: {uptime()}", flush=True)
@@ -91,7 +104,6 @@ async def _run(bed: Bed, shapes: list[str], drivers: list[str], options: Options
             else:
                 figures = await Session(bed, shape, driver, options).run()
             results.setdefault(shape, {})[driver] = figures
-    return results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,15 +132,20 @@ def main(argv: list[str] | None = None) -> int:
                       churn_rate=args.churn_rate, steady_s=args.steady_s, burst=args.burst)
     if args.quick:
         options = Options(nodes=10, rates=options.rates, churn_completions=3, churn_run_s=5, steady_s=20, burst=100)
+    problem = inotify_problem(options.nodes)
+    if problem:
+        print(f"scale: {problem}", file=sys.stderr)
+        return 2
     exit_on_sigterm()
     print(f"scale: {uptime()}", flush=True)
     bed = Bed(options.nodes).start()
+    results: dict[str, dict[str, dict[str, Figures]]] = {}
     try:
-        results = asyncio.run(_run(bed, shapes, drivers, options))
+        asyncio.run(_run(bed, shapes, drivers, options, results))
     finally:
         bed.stop()
-    print(report(results, options))
-    print(f"\nafter: {uptime()}")
+        print(report(results, options))
+        print(f"\nafter: {uptime()}")
     return 0
 
 

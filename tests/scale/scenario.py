@@ -143,7 +143,7 @@ class Session:
         return name
 
     def _labels(self, phase: str) -> dict[str, str]:
-        return {LABEL_RUN: self.run_id, LABEL_PHASE: phase}
+        return {LABEL_RUN: self.run_id, LABEL_PHASE: phase.replace(" ", "-")}
 
     async def _fill(self, ns: str, count: int, rate: float) -> Figures:
         jobs = [job(f"long-{i}", self.shape, self.driver, self._labels("fill")) for i in range(count)]
