@@ -3,7 +3,7 @@
 Three node kinds, one per workload (the profile decides the slices):
 
 * ``whole``: the ``fake`` profile, 8 simulated NPUs a node (whole chips);
-* ``hami``: ``HAMivNPUCore`` on the seed lab's simulated node (labnode.py) grown to 8 Ascend 310P3
+* ``hami``: ``HAMivNPUCore`` on Lab 18's simulated node (labnode.py) grown to 8 Ascend 310P3
   chips behind its ``/bin/sh`` npu-smi stand-in (soft split: consumable memory and cores);
 * ``hard``: ``hard-vNPU`` on the npu-smi simulator (npusmi_sim.py), 8 Ascend 310P3 chips, whose
   templates consume the chips' shared counters. The simulator is a Python program: started for
