@@ -276,12 +276,13 @@ class Fleet:
 
     def stop(self) -> None:
         """SIGTERM to all, then wait (SIGKILL after 20 s)."""
-        for proc in self.procs.values():
+        procs = list(self.procs.values())  # start() may still add to it (a run stopped while it starts)
+        for proc in procs:
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + 20
-        for proc in self.procs.values():
+        for proc in procs:
             try:
                 proc.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
