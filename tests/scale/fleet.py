@@ -221,11 +221,10 @@ class Fleet:
         """Start every node's driver, ``parallel`` at a time: the next starts once an earlier one
         has its registration socket (start-up is the CPU-heavy part of a Python daemon's life).
 
-        :raises RuntimeError: a driver exited, or had no registration socket after ``timeout`` s.
+        :raises RuntimeError: a driver exited, or had no registration socket ``timeout`` s after it started.
         """
         pending = list(self.hosts)
         waiting: dict[str, tuple[NodeHost, float]] = {}
-        deadline = time.monotonic() + timeout
         while pending or waiting:
             while pending and len(waiting) < self.parallel:
                 host = pending.pop(0)
@@ -239,9 +238,10 @@ class Fleet:
                 if any(host.registry.glob("*.sock")):
                     self.started[name] = time.monotonic() - began
                     del waiting[name]
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{self.driver}: no registration socket after {timeout:.0f} s on "
-                                   f"{', '.join(sorted(waiting))}")
+            late = sorted(name for name, (_, began) in waiting.items() if time.monotonic() - began > timeout)
+            if late:
+                raise RuntimeError(f"{self.driver}: no registration socket {timeout:.0f} s after the start on "
+                                   f"{', '.join(late)}")
             time.sleep(0.05)
 
     def _spawn(self, host: NodeHost) -> None:
