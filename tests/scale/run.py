@@ -40,7 +40,7 @@ ROWS = (
     ("cpu ms/s per driver", "low"), ("children cpu ms/s per driver", "low"), ("rss MiB all drivers", "low"),
     ("api requests /node/min", "low"), ("watches /node/min", "low"),
     ("create p50 ms", "low"), ("create p99 ms", "low"), ("review p50 ms", "low"), ("review p99 ms", "low"),
-    ("generator behind s", "low"), ("seconds", "low"),
+    ("creates refused", "low"), ("generator behind s", "low"), ("seconds", "low"),
 )
 
 
@@ -97,13 +97,13 @@ async def _run(bed: Bed, shapes: list[str], drivers: list[str], options: Options
     for shape in shapes:
         for driver in drivers:
             print(f"-- {shape}, {driver}: {uptime()}", flush=True)
+            figures = results.setdefault(shape, {}).setdefault(driver, {})
             if shape == "hami" and driver == "ours":
                 with installed_hook(bed.cp, bed.workdir, "template", profiles="HAMivNPUCore,npu-310P") as hook:
                     hook.use("template", ("--log-level", "info"))
-                    figures = await Session(bed, shape, driver, options, hook).run()
+                    await Session(bed, shape, driver, options, hook, figures).run()
             else:
-                figures = await Session(bed, shape, driver, options).run()
-            results.setdefault(shape, {})[driver] = figures
+                await Session(bed, shape, driver, options, figures=figures).run()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,7 +27,7 @@ from typing import Any
 
 import attrs
 
-from tests.scale.api import Api
+from tests.scale.api import Api, ApiError
 from tests.scale.kubelet import RUN_SECONDS
 
 __all__ = ("LABEL_PHASE", "LABEL_RUN", "Load", "create_at_rate", "job", "pod", "slots_per_node", "template")
@@ -96,17 +96,20 @@ class Load:
     """What one paced creation did: each request's latency (seconds) and how late the last began."""
 
     latencies: list[float] = attrs.Factory(list)
+    refused: list[str] = attrs.Factory(list)  # the refusals' messages (only with ``tolerate``)
     behind_s: float = 0.0
     began: float = 0.0
     ended: float = 0.0
 
 
 async def create_at_rate(api: Api, path: str, bodies: Sequence[dict[str, Any]], rate: float | None,
-                         concurrency: int = 64) -> Load:
+                         concurrency: int = 64, *, tolerate: bool = False) -> Load:
     """POST each body to ``path``, the i-th at ``i / rate`` seconds from now (CL2's qpsLoad); with
-    ``rate`` None, all at once (at most ``concurrency`` in flight). Every POST must succeed.
+    ``rate`` None, all at once (at most ``concurrency`` in flight).
 
-    :raises ApiError: a create was refused.
+    :param tolerate: a refused create is recorded in ``Load.refused`` (an outcome to report: the
+        webhook denying pods of a burst) instead of raised.
+    :raises ApiError: a create was refused (without ``tolerate``).
     """
     load = Load(began=time.time())
     start = time.monotonic()
@@ -119,7 +122,13 @@ async def create_at_rate(api: Api, path: str, bodies: Sequence[dict[str, Any]], 
             if rate:
                 load.behind_s = max(load.behind_s, time.monotonic() - (start + i / rate))
             began = time.perf_counter()
-            await api.call("POST", path, body)
+            try:
+                await api.call("POST", path, body)
+            except ApiError as exc:
+                if not tolerate:
+                    raise
+                load.refused.append(str(exc))
+                return
             load.latencies.append(time.perf_counter() - began)
 
     async with asyncio.TaskGroup() as tg:
