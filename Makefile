@@ -11,7 +11,7 @@ K8S_VERSIONS ?= 1.35 1.36 1.37
 K8S ?= $(firstword $(K8S_VERSIONS))
 
 .PHONY: venv test test-unit test-floors test-integration test-cluster test-container test-kubelet test-plugins proto \
-        proto-check lint demo cluster-bins node-bins container-deps observe-deps cluster-up cluster-down webhook-up webhook-down bench soak clean helm-bin \
+        proto-check lint demo cluster-bins node-bins container-deps observe-deps cluster-up cluster-down webhook-up webhook-down bench scale soak clean helm-bin \
         chart-check image test-e2e e2e-bins e2e-up e2e-down
 
 # The venv is (re)built when pyproject.toml changes; the stamp records the last install.
@@ -162,6 +162,13 @@ bench: venv cluster-bins node-bins container-deps
 	$(PY) bench/bench_startup.py
 	$(PY) bench/bench_webhook.py
 	$(PY) bench/bench_kubelet.py
+
+# The scale bed (tests/scale, issue 37): 100 simulated nodes, one daemon each, ClusterLoader2's DRA
+# workloads, ours beside the Go example driver (bench/README.md builds it); prints the report. About
+# an hour on 2 cores; SCALE_ARGS=--quick for 10 nodes. Not in `make test` (its smoke test is).
+SCALE_ARGS ?=
+scale: venv cluster-bins
+	$(PY) -m tests.scale.run $(SCALE_ARGS)
 
 # The full kill -9 storm (tests/storm.py): 200 trials per profile, prints the tallies (all must be 0);
 # then the same with ENOSPC and EIO at random durable writes (--disk-faults).

@@ -215,6 +215,7 @@ class ApiPublisher(SliceWatchMixin):
         self._watch_version: str | None = None  # the last resourceVersion the watch saw (where the next begins)
         self._list_version: str | None = None  # the last LIST's resourceVersion (where the first watch begins)
         self._listed = anyio.Event()  # set by each LIST that gave a version (a watch after a 410 waits for one)
+        self._streaming_since_sync = False  # a watch has streamed, without a break, since the last LIST
         # ((inventory, generation, node uid), slices, their sorted contents) of the last build.
         self._built: tuple[tuple[Any, int, str], list[dict[str, Any]], list[bytes]] | None = None
 
@@ -243,10 +244,17 @@ class ApiPublisher(SliceWatchMixin):
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._watch)
+                quiet = False  # the last turn reconciled (or found nothing to), and its wait ended on the timer
                 while True:
                     self._wake = anyio.Event()
                     if self._stand_by():
                         self.first_attempt.set()
+                    elif quiet and self._streaming_since_sync and self.last_error is None:
+                        # A resync while the watch has streamed since the last reconcile: any change
+                        # to our slices would have woken us (a deleted or re-created Node too, as the
+                        # garbage collector then deletes them), so there is nothing to GET or LIST.
+                        if self._published is not None:
+                            self._published()  # still current (rolling-update instances read it)
                     else:
                         self._syncing = True
                         try:
@@ -258,8 +266,11 @@ class ApiPublisher(SliceWatchMixin):
                         if any(not self._is_own_write(*event) for event in self._held_events):
                             self._wake.set()
                         self._held_events.clear()
-                    with anyio.move_on_after(STANDBY_POLL_S if self.standing_by_for else self.resync_interval):
+                    with anyio.move_on_after(STANDBY_POLL_S if self.standing_by_for else self.resync_interval
+                                             ) as waited:
                         await self._wake.wait()
+                    # (after standing by, what a newer instance wrote meanwhile is the next reconcile's to see)
+                    quiet = waited.cancelled_caught and not self.standing_by_for
         finally:
             if self._owns_api:
                 with anyio.CancelScope(shield=True):
@@ -339,6 +350,7 @@ class ApiPublisher(SliceWatchMixin):
         assert self._api is not None
         query = [("fieldSelector", self.slice_selector())]
         reply = await self._api.call("GET", f"{RESOURCE_V1}/resourceslices", query=query)
+        self._streaming_since_sync = self._streaming  # a watch that began before this LIST covers what follows
         self._list_version = (reply.get("metadata") or {}).get("resourceVersion") or self._list_version
         if self._list_version is not None:
             self._listed.set()

@@ -49,6 +49,9 @@ class SliceWatchMixin:
     _watch_version: str | None
     _list_version: str | None
     _listed: anyio.Event
+    _streaming_since_sync: bool
+    #: True while a watch request streams (its answer began, it has not ended).
+    _streaming: bool = False
 
     def slice_selector(self) -> str:
         """The field selector of our slices (``spec.driver`` and ``spec.nodeName``), one string for
@@ -114,24 +117,34 @@ class SliceWatchMixin:
         """One watch request, until the server ends it. :raises ApiError: it was refused."""
         assert self._api is not None
         async with self._api.stream(f"{RESOURCE_V1}/resourceslices", query=query, limits=limits) as response:
-            async for line in _lines(response.content):
-                event = orjson.loads(line)
-                kind = event.get("type")
-                if kind == "ERROR":  # e.g. the watch expired: a Status object; watch again
-                    raise ApiError(int((event.get("object") or {}).get("code") or 0),
-                                   str((event.get("object") or {}).get("message")))
-                meta = (event.get("object") or {}).get("metadata") or {}
-                if meta.get("resourceVersion"):
-                    self._watch_version = meta["resourceVersion"]
-                if kind not in ("DELETED", "MODIFIED", "ADDED"):
-                    continue  # BOOKMARK: only its version
-                key = (kind, meta.get("name"), meta.get("resourceVersion"))
-                if self._is_own_write(*key):
-                    continue
-                if self._syncing and kind != "DELETED":
-                    self._held_events.append(key)  # perhaps of the write under way
-                else:
-                    self._wake.set()
+            self._streaming = True
+            if self._list_version is not None and ("resourceVersion", self._list_version) in query:
+                self._streaming_since_sync = True  # it began where the last LIST ended: nothing missed
+            try:
+                await self._events(response)
+            finally:  # a break in the stream: the next resync looks again (events may be missed)
+                self._streaming = self._streaming_since_sync = False
+
+    async def _events(self, response: Any) -> None:
+        """Read one watch's events until it ends. :raises ApiError: an ERROR event."""
+        async for line in _lines(response.content):
+            event = orjson.loads(line)
+            kind = event.get("type")
+            if kind == "ERROR":  # e.g. the watch expired: a Status object; watch again
+                raise ApiError(int((event.get("object") or {}).get("code") or 0),
+                               str((event.get("object") or {}).get("message")))
+            meta = (event.get("object") or {}).get("metadata") or {}
+            if meta.get("resourceVersion"):
+                self._watch_version = meta["resourceVersion"]
+            if kind not in ("DELETED", "MODIFIED", "ADDED"):
+                continue  # BOOKMARK: only its version
+            key = (kind, meta.get("name"), meta.get("resourceVersion"))
+            if self._is_own_write(*key):
+                continue
+            if self._syncing and kind != "DELETED":
+                self._held_events.append(key)  # perhaps of the write under way
+            else:
+                self._wake.set()
 
 
 async def _lines(stream: Any) -> AsyncIterator[bytes]:

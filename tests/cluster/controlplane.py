@@ -295,11 +295,14 @@ class ControlPlane:
         verbosity: int = 1,
         fake_node: bool = True,
         address: str = "127.0.0.1",
+        extra_users: Sequence[str] = (),
+        extra_controller_manager_args: Sequence[str] = (),
     ) -> None:
         """``fake_node=False``: create no Node object (a real kubelet registers ``node_name``, tests/kubelet).
         ``address``: where kube-apiserver listens and what it advertises (tests/e2e: the host's address
         on the test bed's bridge, which the nodes' network namespaces reach); etcd, the scheduler and the
-        controller manager stay on 127.0.0.1."""
+        controller manager stay on 127.0.0.1. ``extra_users``: more token users in group
+        ``system:masters`` (:meth:`user_kubeconfig`), so the audit log tells their requests apart (tests/scale)."""
         self.workdir = Path(workdir).resolve()
         self.address = address
         self.bin_dir = Path(bin_dir).resolve() if bin_dir is not None else default_bin_dir()
@@ -310,7 +313,10 @@ class ControlPlane:
         self.ready_timeout = ready_timeout
         self.verbosity = verbosity
         self.fake_node = fake_node
+        self.extra_users = tuple(extra_users)
+        self.extra_controller_manager_args = list(extra_controller_manager_args)
         self.token = ""
+        self.user_tokens: dict[str, str] = {}
         self.ports: dict[str, int] = {}
         self.procs: dict[str, _Proc] = {}
         self.startup_seconds: float | None = None
@@ -411,12 +417,15 @@ class ControlPlane:
                 capture_output=True,
             )
         tokens = self.workdir / "tokens.csv"
-        if tokens.exists():
-            self.token = tokens.read_text().split(",", 1)[0]
-        else:
-            self.token = os.urandom(24).hex()
-            tokens.write_text(f'{self.token},{ADMIN_USER},{ADMIN_USER},"system:masters"\n')
+        if not tokens.exists():
+            lines = [f'{os.urandom(24).hex()},{user},{user},"system:masters"\n'
+                     for user in (ADMIN_USER, *self.extra_users)]
+            tokens.write_text("".join(lines))
             tokens.chmod(0o600)
+        for line in tokens.read_text().splitlines():
+            token, user = line.split(",")[:2]
+            self.user_tokens[user] = token
+        self.token = self.user_tokens[ADMIN_USER]
 
     def _gates(self) -> str:
         return ",".join(f"{k}={'true' if v else 'false'}" for k, v in self.feature_gates.items())
@@ -487,6 +496,7 @@ class ControlPlane:
             "--use-service-account-credentials=false",
             f"--service-account-private-key-file={w / 'pki' / 'sa.key'}",
             f"--root-ca-file={self.ca_file}",
+            *self.extra_controller_manager_args,
         ]
         scheduler = [
             self._bin("kube-scheduler"),
@@ -501,6 +511,15 @@ class ControlPlane:
             ("kube-scheduler", scheduler),
         ):
             self.procs[name] = _Proc(name, argv, w / f"{name}.log")
+
+    def user_kubeconfig(self, user: str, path: Path) -> Path:
+        """Write a kubeconfig at ``path`` for ``user`` (one of ``extra_users``); returns ``path``."""
+        cfg = yaml.safe_load(self.kubeconfig.read_text())
+        cfg["users"] = [{"name": user, "user": {"token": self.user_tokens[user]}}]
+        cfg["contexts"][0]["context"]["user"] = user
+        path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        path.chmod(0o600)
+        return path
 
     def _write_kubeconfig(self) -> None:
         cfg = {
@@ -634,9 +653,10 @@ class ControlPlane:
             raise ControlPlaneError(f"GET /version: HTTP {status}: {obj}")
         return f"{obj['major']}.{obj['minor'].rstrip('+')}"
 
-    def ensure_node(self) -> None:
-        """Create (or repair) the fake Node: Ready, 8 CPU / 32Gi / 110 pods, no taints."""
-        name = self.node_name
+    def ensure_node(self, name: str | None = None) -> None:
+        """Create (or repair) the fake Node ``name`` (default: ``node_name``): Ready, 8 CPU / 32Gi /
+        110 pods, no taints."""
+        name = name or self.node_name
         labels = {
             "kubernetes.io/hostname": name,
             "kubernetes.io/os": "linux",
