@@ -34,6 +34,19 @@ IMAGE_REPORT: list[str] = []
 _BLOB_CACHE_ROOT = Path("/var/lib/containers")
 
 
+def remove_blob_cache(root: Path = _BLOB_CACHE_ROOT) -> None:
+    """Undo what ``podman import`` made under ``root`` when it was not there before the session: the
+    blob-info cache file, then ``cache/`` and ``root`` only while empty. Everything else stays: a
+    user's podman storage (``storage/``) made meanwhile, by ``make image`` or by hand, is theirs."""
+    for cache in (root / "cache").glob("blob-info-cache-v1.*"):
+        cache.unlink(missing_ok=True)
+    for directory in (root / "cache", root):
+        try:
+            directory.rmdir()
+        except OSError:  # not empty (or gone): left as it is
+            pass
+
+
 class Podman:
     """``podman`` with a private containers.conf and storage under ``base`` (``driver``: the storage
     driver, ``vfs`` or ``overlay``)."""
@@ -141,7 +154,7 @@ def podman():
         p("rmi", "--all", "--force", label="teardown: podman rmi")
         shutil.rmtree(base, ignore_errors=True)
         if not had_blob_cache:
-            shutil.rmtree(_BLOB_CACHE_ROOT, ignore_errors=True)
+            remove_blob_cache()
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.container.conftest import _BLOB_CACHE_ROOT, IMAGE_REPORT, INSTALL_HINT, TIMINGS, Podman
+from tests.container.conftest import _BLOB_CACHE_ROOT, IMAGE_REPORT, INSTALL_HINT, TIMINGS, Podman, remove_blob_cache
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "localhost/ascend-dra:test"
@@ -69,7 +69,7 @@ def built():
             for transient in ("run", "libpod-tmp"):
                 shutil.rmtree(cache / transient, ignore_errors=True)
             if not had_blob_cache:
-                shutil.rmtree(_BLOB_CACHE_ROOT, ignore_errors=True)
+                remove_blob_cache()
 
 
 def _run(podman: Podman, *args: str, entrypoint: str | None = None, flags: tuple[str, ...] = ()) -> str:
