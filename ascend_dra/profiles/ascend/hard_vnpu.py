@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import attrs
 
 from ascend_dra.model import AttributeValue, Capacity
 from ascend_dra.profiles.ascend import host, templates
@@ -112,6 +113,9 @@ class HardVnpuProfile(AscendChipProfile):
         "vnpu-dev-dir": path_option("where the driver creates vdavinci<id> nodes on the host (default the host's "
                                     "device directory: --dev-root-on-host, else --dev-root)", "directory"),
         "boot-id-file": path_option("the boot id the vNPU ledger compares (default --boot-id-file)", "file"),
+        "templates": ProfileOption(help="the templates whose vNPUs are published, separated by commas or spaces "
+                                        "(default: every template of the chip's model)",
+                                   check=templates.check_template_names),
     }
 
     def option(self, ctx: ProfileContext, key: str, default: str) -> str:
@@ -158,16 +162,38 @@ class HardVnpuProfile(AscendChipProfile):
                 # Simulated chips are invented: the node's npu-smi knows other chips, or none.
                 by_model[key] = await self._resources(None if found.source == TIER_SIMULATED else npu_smi, chip)
             resources = by_model[key]
+            if resources is not None:
+                resources = self.configured(ctx, resources, chip)
             if resources is None or not resources.templates:
                 logger.info("chip model has no hard-vNPU templates; not published",
                             extra={"profile": self.name, "chip": chip.chip_name, "device_name": device_name(chip)})
-                dropped.append(DroppedChip.of(chip, f"chip model {chip.chip_name} has no hard-vNPU templates"))
+                reason = f"chip model {chip.chip_name} has no hard-vNPU templates"
+                if resources is not None and self.option(ctx, "templates", ""):
+                    reason = (f"none of the configured templates ({self.option(ctx, 'templates', '')}) is one of chip "
+                              f"model {chip.chip_name}'s")
+                dropped.append(DroppedChip.of(chip, reason))
                 continue
             chip_devices, counter_set = self.chip_devices(chip, resources)
             devices.extend(chip_devices)
             counter_sets.append(counter_set)
         self._dropped = tuple(dropped)
         return Inventory(devices=tuple(devices), counter_sets=tuple(counter_sets), source=found.source)
+
+    def configured(self, ctx: ProfileContext, resources: templates.ChipResources,
+                   chip: NpuChip) -> templates.ChipResources:
+        """``resources`` with only the templates of the option ``templates``, when it is set. A
+        configured name the chip's model does not accept is logged (a WARNING naming the model's
+        templates) and skipped; with none left the chip is not published (the caller says why)."""
+        wanted = templates.parse_template_names(self.option(ctx, "templates", ""))
+        if not wanted:
+            return resources
+        accepted = [t for t in resources.templates if t.name in wanted]
+        unknown = sorted(set(wanted) - {t.name for t in resources.templates})
+        if unknown:
+            logger.warning("configured hard-vNPU templates the chip model does not accept are skipped", extra={
+                "profile": self.name, "chip": chip.chip_name, "device_name": device_name(chip),
+                "skipped": ",".join(unknown), "templates_of_model": ",".join(t.name for t in resources.templates)})
+        return attrs.evolve(resources, templates=tuple(accepted))
 
     async def _resources(self, npu_smi: NpuSmi | None, chip: NpuChip) -> templates.ChipResources | None:
         """The chip model's resources and templates: the catalogue's, replaced by what

@@ -30,6 +30,7 @@ Units: memory in **MiB** everywhere here (template-info prints GiB, ``mem_size >
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 
 import attrs
@@ -249,3 +250,29 @@ def id_choices(resources: ChipResources, template: VnpuTemplate) -> int:
 def vnpu_id(physical_id: int, slot: int) -> int:
     """The vNPU ID of slot ``slot`` on the chip with ``physical_id`` (``physicalID x 16 + 100 + k``)."""
     return VNPU_ID_BASE + VNPU_ID_STRIDE * physical_id + slot
+
+
+#: A template name as npu-smi prints them (``vir04_3c_ndvpp``, ``vir10_3c_16g``).
+_TEMPLATE_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
+
+
+def parse_template_names(value: str) -> tuple[str, ...]:
+    """The names of a ``hard-vNPU.templates`` value, separated by commas or spaces (spaces in
+    ``PROFILE_OPTIONS`` and the chart's ``profileOptions``, whose entries commas separate); ``""``: none."""
+    return tuple(n for n in re.split(r"[,\s]+", value) if n)
+
+
+def check_template_names(value: str) -> None:
+    """The ``hard-vNPU.templates`` option's check.
+
+    :raises ValueError: empty, or a name that is not a template name (lower-case letters, digits and
+        ``_``, as ``npu-smi info -t template-info`` prints them), naming it and the known ones.
+    """
+    names = parse_template_names(value)
+    if not names:
+        raise ValueError("is empty; give template names such as vir04_3c,vir02 (or leave the option out for all)")
+    bad = [n for n in names if not _TEMPLATE_NAME.fullmatch(n)]
+    if bad:
+        known = sorted({t.name for r in MODELS.values() for t in r.templates})
+        raise ValueError(f"holds {', '.join(map(repr, bad))}, not a template name (lower-case letters, digits, _); "
+                         f"templates of the known chip models: {', '.join(known)}")
