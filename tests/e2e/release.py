@@ -91,7 +91,7 @@ def install(tools: Tools, repository: str, tag: str) -> None:
     tools.kubectl("label", "node", LAB_NODE, "accelerator=huawei-Ascend310P")
     tools.helm("install", LAB_RELEASE, str(CHART), "-n", NAMESPACE, "--create-namespace",
                "-f", str(values / "webhook-values.yaml"), "--set", "webhook.profiles={HAMivNPUCore,fake}",
-               *image_values(repository, tag))
+               "--set", "grafanaDashboard.enabled=true", *image_values(repository, tag))
     tools.run(["bash", str(ROOT / "hack" / "webhook-certs.sh")],
               env={"NAMESPACE": NAMESPACE, "SERVICE": WEBHOOK, "CONFIG": WEBHOOK, "CA_DIR": str(tools.workdir / "pki")})
     tools.helm("install", FAKE_RELEASE, str(CHART), "-n", NAMESPACE, "-f", str(values / "fake-values.yaml"),

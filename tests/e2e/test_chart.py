@@ -7,6 +7,7 @@ judges a daemon pod's own token. The upgrade and uninstall steps: test_roll.py, 
 
 from __future__ import annotations
 
+import json
 import math
 import urllib.error
 import urllib.request
@@ -82,6 +83,18 @@ def test_the_daemon_pods_register_with_each_kubelet_publish_and_turn_ready_only_
         covered = [p for p in pods if p["spec"].get("priorityClassName") in scope["values"]]
         assert covered and quota["status"]["used"]["pods"] == str(len(covered)), (quota, len(covered))
     usage.snapshot(bed, "installed")
+
+
+def test_the_lab_release_ships_the_dashboard_as_grafanas_sidecar_finds_it(bed, installed):
+    """``grafanaDashboard.enabled`` (set on the lab release): a ConfigMap with the sidecar's label
+    (``grafana_dashboard: "1"``) holds the dashboard as the chart's file has it; its panels are
+    checked against a real Prometheus in tests/cluster/test_hami_monitoring.py."""
+    listed = ok(bed.cp, "GET", f"/api/v1/namespaces/{NAMESPACE}/configmaps?labelSelector=grafana_dashboard%3D1")
+    [configmap] = listed["items"]
+    assert configmap["metadata"]["labels"]["app.kubernetes.io/instance"] == LAB_RELEASE
+    shipped = json.loads((CHART / "dashboards" / "ascend-dra-usage.json").read_text())
+    assert json.loads(configmap["data"]["ascend-dra-usage.json"]) == shipped
+    assert shipped["panels"]
 
 
 def test_a_claim_pod_on_the_fake_node_sees_its_device_env_and_mounts(bed, fake_pod):
