@@ -26,12 +26,12 @@ import yaml
 from grpclib.client import Channel
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
-from ascend_dra.apiclient import cluster_access_problem
 from ascend_dra.cdi import naming
-from ascend_dra.claims import yaml_problem
+from ascend_dra.cluster.apiclient import cluster_access_problem
 from ascend_dra.kubelet._gen.k8s.io.kubelet.pkg.apis.dra import v1, v1beta1
 from ascend_dra.kubelet._gen.pluginregistration import InfoRequest, RegistrationStatus, RegistrationStub
 from ascend_dra.kubelet._gen.v1alpha1 import DraResourceHealthStub, NodeWatchResourcesRequest
+from ascend_dra.state.claims import yaml_problem
 
 __all__ = ("main", "open_channel")
 
@@ -52,11 +52,11 @@ def _paths(args: argparse.Namespace) -> tuple[Path, Path]:
     if args.standalone is not None:
         registrar, plugins = args.standalone / "plugins_registry", args.standalone / "plugins"
     else:
-        from ascend_dra.cliflags import kubelet_dirs
+        from ascend_dra.cli.flags import kubelet_dirs
 
         registrar, plugins = kubelet_dirs(args)
     if getattr(args, "rolling_update_id", None):
-        from ascend_dra.settings import rolling_update_sockets
+        from ascend_dra.node.settings import rolling_update_sockets
 
         return rolling_update_sockets(registrar, plugins / args.driver_name, args.driver_name, args.rolling_update_id)
     return registrar / f"{args.driver_name}-reg.sock", plugins / args.driver_name / "dra.sock"
@@ -73,7 +73,7 @@ async def _uid_from_api(kubeconfig: str, namespace: str, name: str) -> str:
     from kubernetes_asyncio.client.exceptions import ApiException
     from kubernetes_asyncio.config import ConfigException
 
-    from ascend_dra.apiclient import open_api
+    from ascend_dra.cluster.apiclient import open_api
 
     ref = f"ResourceClaim {namespace}/{name}"
     try:
@@ -97,7 +97,7 @@ async def _uid_from_api(kubeconfig: str, namespace: str, name: str) -> str:
 
 def _missing_socket_hint(args: argparse.Namespace, socket: Path) -> str:
     """Why ``socket`` may be missing: a daemon run with ``--rolling-update-id`` names its sockets
-    after the id (:func:`ascend_dra.settings.rolling_update_sockets`), so a ``call`` without the id
+    after the id (:func:`ascend_dra.node.settings.rolling_update_sockets`), so a ``call`` without the id
     looks for the plain names."""
     if not getattr(args, "rolling_update_id", None):
         # Our driver's names only: the kubelet's registration dir holds every driver's sockets.

@@ -3,7 +3,7 @@
 Each profile's discovery runs exactly as in the daemon (same :class:`ProfileContext`, same chain),
 bounded by a deadline and isolated: a profile that fails is reported, the others are shown.
 The YAML and JSON outputs are the ``resource.k8s.io/v1`` ResourceSlice objects of
-:func:`ascend_dra.publish.build_slices` for the merged inventory (pool = node name, generation 1).
+:func:`ascend_dra.cluster.publish.build_slices` for the merged inventory (pool = node name, generation 1).
 
 A profile may also explain its answer: an optional method ``discovery_notes() -> Sequence[str]``
 (the Ascend profiles say which npu-smi binary they ran, and count and list the chips they did not
@@ -22,9 +22,9 @@ from typing import Any
 import orjson
 import yaml
 
+from ascend_dra.cluster.publish import build_slices
 from ascend_dra.model import Device, Inventory
 from ascend_dra.profiles.base import ProfileContext
-from ascend_dra.publish import build_slices
 
 __all__ = ("DEFAULT_TIMEOUT_S", "OUTPUTS", "discover_profiles", "main", "profile_notes", "render", "run")
 

@@ -134,8 +134,8 @@ def boolean(value: str) -> bool:
 
 
 def log_level(value: str) -> str:
-    """``LEVEL[,LOGGER=LEVEL...]`` (see :func:`ascend_dra.logs.parse_log_level`), checked, returned as given."""
-    from ascend_dra.logs import parse_log_level  # stdlib and orjson only
+    """``LEVEL[,LOGGER=LEVEL...]`` (see :func:`ascend_dra.observe.logs.parse_log_level`), checked, returned as given."""
+    from ascend_dra.observe.logs import parse_log_level  # stdlib and orjson only
 
     try:
         parse_log_level(value)
@@ -184,7 +184,7 @@ def node_flags(p: Parser, node_required: bool) -> None:
 
 
 def log_flags(p: Parser) -> None:
-    from ascend_dra.logs import THIRD_PARTY
+    from ascend_dra.observe.logs import THIRD_PARTY
 
     flag(p, "--log-level", "LOG_LEVEL", "info",
           f"debug, info, warning or error; third-party libraries ({', '.join(THIRD_PARTY)}) stay at warning "

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ascend_dra.cliflags import (
+from ascend_dra.cli.flags import (
     DEFAULT_DRIVER_NAME,
     UNHEALTHY_DEVICES,
     Parser,
@@ -256,7 +256,7 @@ def _preflight(args: argparse.Namespace, settings: Any) -> int:
     """The preflight checks of ``run`` (profiles, node paths, then the daemon's own paths) or of
     ``discover`` (``settings`` None: profiles and node paths); print the first problem's one line
     and return 2 (configuration) or 1 (paths), else 0."""
-    from ascend_dra.preflight import (
+    from ascend_dra.cli.preflight import (
         PreflightError,
         check_node_paths,
         check_option_paths,
@@ -284,8 +284,8 @@ def _run(args: argparse.Namespace) -> int:
     if not args.node_name:
         print("ascend-dra run: --node-name (or NODE_NAME) is required", file=sys.stderr)
         return 2
-    from ascend_dra.daemon import main as daemon_main
-    from ascend_dra.settings import Settings, SettingsError
+    from ascend_dra.node.daemon import main as daemon_main
+    from ascend_dra.node.settings import Settings, SettingsError
 
     registrar, plugins = kubelet_dirs(args)
     try:
@@ -317,7 +317,7 @@ def _webhook(args: argparse.Namespace) -> int:
         print("ascend-dra webhook: --tls-cert-file and --tls-private-key-file (or TLS_CERT_FILE, "
               "TLS_PRIVATE_KEY_FILE) are required", file=sys.stderr)
         return 2
-    from ascend_dra.preflight import PreflightError, broken_profiles, check_installed
+    from ascend_dra.cli.preflight import PreflightError, broken_profiles, check_installed
     from ascend_dra.webhook.server import main as webhook_main
     from ascend_dra.webhook.settings import WebhookSettings, WebhookSettingsError
     from ascend_dra.webhook.tls import TlsError
@@ -329,12 +329,12 @@ def _webhook(args: argparse.Namespace) -> int:
     except PreflightError as exc:
         print(f"ascend-dra webhook: {exc}", file=sys.stderr)
         return 2
-    from ascend_dra.apiclient import cluster_access_problem
+    from ascend_dra.cluster.apiclient import cluster_access_problem
 
     if args.kubeconfig and (problem := cluster_access_problem(args.kubeconfig)) is not None:
         print(f"ascend-dra webhook: {problem}", file=sys.stderr)  # not the bare errno text, after a log line
         return 2
-    from ascend_dra.webhook.hamichips import DEFAULT_CHIPS, DeviceConfigError, load_device_config
+    from ascend_dra.hami.chips import DEFAULT_CHIPS, DeviceConfigError, load_device_config
 
     try:
         chips = DEFAULT_CHIPS if args.hami_device_config is None else load_device_config(args.hami_device_config)
@@ -361,7 +361,7 @@ def _webhook(args: argparse.Namespace) -> int:
 
 
 def _call(args: argparse.Namespace) -> int:
-    from ascend_dra.kubelet.client import main as client_main
+    from ascend_dra.cli.call import main as client_main
 
     return client_main(args)
 
@@ -369,9 +369,9 @@ def _call(args: argparse.Namespace) -> int:
 def _discover(args: argparse.Namespace) -> int:
     import anyio
 
-    from ascend_dra.commands import discover
-    from ascend_dra.logs import setup_logging
-    from ascend_dra.settings import fake_devices_problem, name_problems
+    from ascend_dra.cli import discover
+    from ascend_dra.node.settings import fake_devices_problem, name_problems
+    from ascend_dra.observe.logs import setup_logging
 
     problems = name_problems(args.driver_name, args.node_name)
     if (problem := fake_devices_problem(args.fake_devices)) is not None:
@@ -389,7 +389,7 @@ def _discover(args: argparse.Namespace) -> int:
 
 
 def _profiles(args: argparse.Namespace) -> int:
-    from ascend_dra.commands import profiles
+    from ascend_dra.cli import profiles
     from ascend_dra.profiles.registry import load_installed
 
     print(profiles.run(args.output))

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ascend_dra.settings import Settings
+from ascend_dra.node.settings import Settings
 
 if TYPE_CHECKING:
     from ascend_dra.profiles.registry import LoadedProfile
@@ -142,7 +142,7 @@ def check_paths(settings: Settings) -> None:
     :raises PreflightError: a boot id file that is missing, unreadable or empty, a directory that
         cannot be created or written (permission denied says to run as root or which flag picks
         another directory), and then, in cluster mode, no kubeconfig file and no in-cluster service
-        account (:func:`~ascend_dra.apiclient.cluster_access_problem`).
+        account (:func:`~ascend_dra.cluster.apiclient.cluster_access_problem`).
     """
     standalone = settings.standalone is not None
     flag_plugins = "--standalone" if standalone else "--kubelet-plugins-directory-path (or --kubelet-root-dir)"
@@ -175,7 +175,7 @@ def check_paths(settings: Settings) -> None:
     # write or remove on its claim (docs/durable-state.md), so only its creation is checked here.
     _make_dir(settings.cdi_root, 0o755, "--standalone" if standalone else "--cdi-root", standalone, writable=False)
     if not standalone:  # after the paths: a run as non-root is told about those first
-        from ascend_dra.apiclient import cluster_access_problem
+        from ascend_dra.cluster.apiclient import cluster_access_problem
 
         if (problem := cluster_access_problem(settings.kubeconfig)) is not None:
             raise PreflightError(problem)

@@ -23,11 +23,11 @@ import anyio
 from anyio.abc import TaskStatus
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_random_exponential
 
-from ascend_dra.apiclient import RESOURCE_V1, ApiError, KubeApi, connect_api, open_api
-from ascend_dra.claims import ClaimGone, ClaimUnreadable, check_claim_ref, parse_claim, why_gone
+from ascend_dra.cluster.apiclient import RESOURCE_V1, ApiError, KubeApi, connect_api, open_api
+from ascend_dra.cluster.slices import build_slices_stepwise, keep_taint_times, slice_content
+from ascend_dra.cluster.slicewatch import SliceWatchMixin
 from ascend_dra.model import ClaimAllocation, Inventory
-from ascend_dra.slices import build_slices_stepwise, keep_taint_times, slice_content
-from ascend_dra.slicewatch import SliceWatchMixin
+from ascend_dra.state.claims import ClaimGone, ClaimUnreadable, check_claim_ref, parse_claim, why_gone
 
 __all__ = ("ApiClaimSource", "ApiPublisher", "DroppedFieldsError")
 
@@ -73,7 +73,7 @@ class ApiClaimSource:
             return self._api
 
     async def get(self, namespace: str, name: str, uid: str, *, uid_recorded: bool = False) -> ClaimAllocation:
-        """Return the allocated claim (``uid_recorded``: see :func:`~ascend_dra.claims.check_claim_ref`).
+        """Return the allocated claim (``uid_recorded``: see :func:`~ascend_dra.state.claims.check_claim_ref`).
 
         :raises ClaimError: not found, a different uid (replaced), not allocated, or not reserved
             for any consumer; or the API server could not be asked.
@@ -99,7 +99,7 @@ class ApiClaimSource:
         return claim
 
     async def gone(self, namespace: str, name: str, uid: str, pool: str) -> str | None:
-        """:meth:`~ascend_dra.claims.ClaimSource.gone`: not found (404), replaced under its name,
+        """:meth:`~ascend_dra.state.claims.ClaimSource.gone`: not found (404), replaced under its name,
         deallocated, or allocated on another node; None if it is allocated here or the API server
         cannot be asked."""
         try:

@@ -46,9 +46,9 @@ import anyio
 import attrs
 from anyio.abc import TaskStatus
 
-from ascend_dra.apiclient import RESOURCE_V1
-from ascend_dra.statusentries import PreparedClaim, apply_body, cdi_env, device_entries, field_manager
-from ascend_dra.statusmerge import merge_entries
+from ascend_dra.cluster.apiclient import RESOURCE_V1
+from ascend_dra.cluster.statusentries import PreparedClaim, apply_body, cdi_env, device_entries, field_manager
+from ascend_dra.cluster.statusmerge import merge_entries
 
 __all__ = ("ClaimStatusWriter",)
 
@@ -87,7 +87,7 @@ class ClaimStatusWriter:
     status writes (docs/performance.md). A write still going after ``max_delay_s`` (a slow API
     server) no longer counts, so it holds back no other claim.
 
-    :param api: the daemon's shared :class:`~ascend_dra.apiclient.KubeApi` (its owner closes it).
+    :param api: the daemon's shared :class:`~ascend_dra.cluster.apiclient.KubeApi` (its owner closes it).
     :param pool: this node's pool (the node name): the writes' field manager is
         :func:`field_manager` of it, and only entries of this pool are ever removed or replaced.
         None (tests of one node): the driver name, and every entry of the driver is ours.
@@ -304,7 +304,7 @@ class ClaimStatusWriter:
             log.exception("writing the claim's status.devices raised", extra={"claim_uid": job.uid})
 
     async def _write(self, api: Any, job: _Job) -> None:
-        from ascend_dra.apiclient import ApiError
+        from ascend_dra.cluster.apiclient import ApiError
 
         entries: list[dict] = []
         if job.claim is not None:

@@ -17,10 +17,10 @@ from typing import Any
 
 import attrs
 
-from ascend_dra.apiclient import RESOURCE_V1, KubeApi
-from ascend_dra.cluster import dropped_fields
+from ascend_dra.cluster.apiclient import RESOURCE_V1, KubeApi
+from ascend_dra.cluster.apiserver import dropped_fields
+from ascend_dra.cluster.slices import build_slices
 from ascend_dra.model import DeviceTaint, Inventory
-from ascend_dra.slices import build_slices
 
 __all__ = ("gates_still_dropped",)
 

@@ -1,6 +1,6 @@
 """Publishing the node's pool: ResourceSlice files (standalone) or objects in the API server.
 
-The slice objects come from :func:`ascend_dra.slices.build_slices`. Standalone mode writes them
+The slice objects come from :func:`ascend_dra.cluster.slices.build_slices`. Standalone mode writes them
 to ``DIR/resourceslices/<node>-<driver>-<index>.yaml``; the pool generation rises whenever the
 set of slices changes, and files of slices that no longer exist are removed.
 """
@@ -14,9 +14,9 @@ from typing import Any
 import anyio
 import yaml
 
-from ascend_dra.atomicfile import remove_durably, write_atomic
+from ascend_dra.cluster.slices import build_slices
 from ascend_dra.model import Inventory
-from ascend_dra.slices import build_slices
+from ascend_dra.system.atomicfile import remove_durably, write_atomic
 
 __all__ = ("FilePublisher", "build_slices")
 

@@ -1,6 +1,6 @@
-"""The watch of our ResourceSlices that wakes the publisher's reconcile loop (cluster.py).
+"""The watch of our ResourceSlices that wakes the publisher's reconcile loop (apiserver.py).
 
-The publisher (:class:`~ascend_dra.cluster.ApiPublisher`) reconciles on a timer and whenever this
+The publisher (:class:`~ascend_dra.cluster.apiserver.ApiPublisher`) reconciles on a timer and whenever this
 watch reports a change it did not make itself: slices someone else deleted (the kubelet wipes a
 node's slices when it starts) or changed come back within seconds
 (docs/architecture.md#resourceslice-publishing).
@@ -17,11 +17,11 @@ import aiohttp
 import anyio
 import orjson
 
-from ascend_dra.apiclient import RESOURCE_V1, ApiError, KubeApi
+from ascend_dra.cluster.apiclient import RESOURCE_V1, ApiError, KubeApi
 
 __all__ = ("RELIST_WAIT_S", "WATCH_BACKOFF_MAX_S", "WATCH_S", "SliceWatchMixin")
 
-log = logging.getLogger("ascend_dra.cluster")  # the publisher's lines, one logger (docs/logging.md)
+log = logging.getLogger("ascend_dra.cluster.apiserver")  # the publisher's lines, one logger (docs/logging.md)
 
 #: Seconds one watch of our slices lasts before the API server ends it and it is begun again.
 WATCH_S = 300
@@ -35,7 +35,7 @@ RELIST_WAIT_S = 10.0
 
 
 class SliceWatchMixin:
-    """The watch half of :class:`~ascend_dra.cluster.ApiPublisher`: it reads and sets the
+    """The watch half of :class:`~ascend_dra.cluster.apiserver.ApiPublisher`: it reads and sets the
     publisher's wake event, its own-write versions and its first-attempt event."""
 
     driver_name: str

@@ -31,7 +31,7 @@ __all__ = (
 )
 
 # The name these lines had before they moved here: --log-level quiets a logger by name (docs/logging.md).
-log = logging.getLogger("ascend_dra.claimstatus")
+log = logging.getLogger("ascend_dra.cluster.claimstatus")
 
 #: ``AllocatedDeviceStatus.data`` limit (``resource.k8s.io/v1`` validation): 10 KiB of JSON.
 MAX_DATA_BYTES = 10 * 1024

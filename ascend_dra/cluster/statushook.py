@@ -1,7 +1,7 @@
 """Between the DRA service and the claim-status writer (claimstatus.py): what each Prepare and
 Unprepare queues, and the statuses a restarted daemon writes again.
 
-:class:`StatusHook` builds a :class:`~ascend_dra.statusentries.PreparedClaim` from the state's records
+:class:`StatusHook` builds a :class:`~ascend_dra.cluster.statusentries.PreparedClaim` from the state's records
 and inventories after each Prepare, and queues the removal after each Unprepare. A status is written
 after the answer and is not in the checkpoint, so one still queued, waiting for its lull or deferred
 by an API outage when the daemon stopped (a crash, a kill -9, a node drain), was lost with it, and a
@@ -20,9 +20,9 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
-from ascend_dra.claimstatus import ClaimStatusWriter
+from ascend_dra.cluster.claimstatus import ClaimStatusWriter
+from ascend_dra.cluster.statusentries import PreparedClaim
 from ascend_dra.model import PreparedDevice
-from ascend_dra.statusentries import PreparedClaim
 
 __all__ = ("RESTORE_BACKLOG", "StatusHook")
 

@@ -34,7 +34,7 @@ import attrs
 import cattrs
 import orjson
 
-from ascend_dra.atomicfile import write_atomic
+from ascend_dra.system.atomicfile import write_atomic
 
 __all__ = (
     "CHECKPOINT_FILE",

@@ -21,7 +21,7 @@ deletion of no claim to a release that does not know it (``""`` is never a claim
 releases read these journals unchanged.
 
 Reading tells a torn append (a write never acknowledged: dropped, and cut off before the next
-append) from damage (:class:`~ascend_dra.checkpoint.CheckpointCorrupt`, start-up refuses) by what a
+append) from damage (:class:`~ascend_dra.durable.checkpoint.CheckpointCorrupt`, start-up refuses) by what a
 crash can leave. An append writes whole lines past the end of the file and fdatasyncs; a crash before
 the fdatasync returns leaves a last piece without its newline, or pages of the new bytes unwritten,
 which read back as NUL bytes (the file was extended, so there is no older content to show). Every
@@ -44,10 +44,10 @@ from typing import Any
 import attrs
 import orjson
 
-from ascend_dra import checkpoint as ckpt
-from ascend_dra.atomicfile import fsync_dir
-from ascend_dra.checkpoint import CheckpointCorrupt
-from ascend_dra.faults import crash_point, disk_error, disk_fault
+from ascend_dra.durable import checkpoint as ckpt
+from ascend_dra.durable.checkpoint import CheckpointCorrupt
+from ascend_dra.observe.faults import crash_point, disk_error, disk_fault
+from ascend_dra.system.atomicfile import fsync_dir
 
 __all__ = ("JOURNAL_FILE", "Journal", "JournalContents", "apply_journal", "change_lines", "load_state", "read",
            "read_tail")

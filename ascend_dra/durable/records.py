@@ -1,7 +1,7 @@
 """The node's durable claim records: the snapshot and journal on disk, the table in memory.
 
 :class:`ClaimRecords` loads both files (checkpoint.py, journal.py), hands out the
-:class:`~ascend_dra.checkpoint.RecordTable` that DeviceState changes, and makes those changes durable
+:class:`~ascend_dra.durable.checkpoint.RecordTable` that DeviceState changes, and makes those changes durable
 with group-committed journal appends and, now and then, a new snapshot (docs/durable-state.md).
 
 Shared mode (``--rolling-update-id``: two instances on one node serve at once) adds
@@ -24,11 +24,11 @@ from typing import Any
 
 import anyio
 
-from ascend_dra import checkpoint as ckpt
-from ascend_dra.evidence import few
-from ascend_dra.journal import JOURNAL_FILE, Journal, JournalContents, apply_journal, change_lines, read_tail
-from ascend_dra.journal import read as read_journal
-from ascend_dra.sharedlock import POLL_MAX_S, CheckpointLock
+from ascend_dra.durable import checkpoint as ckpt
+from ascend_dra.durable.evidence import few
+from ascend_dra.durable.journal import JOURNAL_FILE, Journal, JournalContents, apply_journal, change_lines, read_tail
+from ascend_dra.durable.journal import read as read_journal
+from ascend_dra.durable.sharedlock import POLL_MAX_S, CheckpointLock
 
 __all__ = ("COMPACT_MIN_LINES", "SHARED_TURN_S", "ClaimRecords")
 
@@ -135,7 +135,7 @@ class ClaimRecords:
         instances' writes) when nobody here holds it.
 
         Fairness to the other instance, which polls the lock every 1 to 20 ms
-        (:data:`~ascend_dra.sharedlock.POLL_MAX_S`): holds that follow each other closer than one
+        (:data:`~ascend_dra.durable.sharedlock.POLL_MAX_S`): holds that follow each other closer than one
         poll form a *streak*; a streak admits new operations for :data:`SHARED_TURN_S`, and when it
         ends, nobody here takes the lock again for two polls, so a waiting instance gets it.
         """

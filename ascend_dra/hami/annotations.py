@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ascend_dra.webhook.claimnames import go_quote
-from ascend_dra.webhook.hamichips import HamiChip
-from ascend_dra.webhook.hamirequest import Problems
+from ascend_dra.hami.chips import HamiChip
+from ascend_dra.hami.claimnames import go_quote
+from ascend_dra.hami.request import Problems
 
 __all__ = ("HAMI_CHIP_NAMES", "NPUTYPE", "NPUTYPE_EXCLUDED", "selector_annotations", "selector_expressions")
 

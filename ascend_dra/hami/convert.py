@@ -12,13 +12,13 @@ books the larger of the two as HAMi's scheduler does (``CollapseInitContainerUsa
   hami-vnpu-core.project-hami.io, capacity.requests: {memory, cores}, selectors}``, and with a
   count above 1 the constraint ``distinctAttribute: <driver>/physicalID`` (HAMi's count is that many
   chips; HAMi-DRA leaves it out, and the scheduler may then put every share on one chip);
-* count, ``-memory`` and ``-core`` as :mod:`ascend_dra.webhook.hamirequest` reads them (``-memory``
+* count, ``-memory`` and ``-core`` as :mod:`ascend_dra.hami.request` reads them (``-memory``
   MiB -> bytes, ``-core`` percent as a Quantity, a ``-core`` above 100 capped with a warning, a
   ``-memory``/``-core`` without its count refused; with a HAMi device config a count alone asks
   for its ``memoryAllocatable``);
 * selectors, in this order: the type selector, the chip model (:data:`CHIP_SELECTORS`; HAMi-DRA has
   none, so a 910B3 request could get a 310P3 share), then those of the ``hami.io/use-*`` annotations
-  (:mod:`ascend_dra.webhook.hamiannotations`); ``use-nputype`` goes into every Ascend claim of the pod;
+  (:mod:`ascend_dra.hami.annotations`); ``use-nputype`` goes into every Ascend claim of the pod;
 * the count, memory and core entries leave both ``limits`` and ``requests``; the pod gets the label
   ``hami.io/dra: "true"``, each container a ``resources.claims`` entry and the pod a
   ``spec.resourceClaims`` entry; a device config's ``runtimeClassName`` and ``overwriteEnv`` are
@@ -46,11 +46,11 @@ from typing import Any
 
 import attrs
 
+from ascend_dra.hami.annotations import selector_expressions
+from ascend_dra.hami.chips import CHIP_SELECTORS, COMMON_WORDS, DEFAULT_CHIPS, RESOURCE_PREFIX, HamiChip
+from ascend_dra.hami.claimnames import claim_name, go_quote, random5, template_name, truncate_dns_label
+from ascend_dra.hami.request import ChipRequest, Problems, read_requests
 from ascend_dra.model import canonical_quantity, parse_quantity
-from ascend_dra.webhook.claimnames import claim_name, go_quote, random5, template_name, truncate_dns_label
-from ascend_dra.webhook.hamiannotations import selector_expressions
-from ascend_dra.webhook.hamichips import CHIP_SELECTORS, COMMON_WORDS, DEFAULT_CHIPS, RESOURCE_PREFIX, HamiChip
-from ascend_dra.webhook.hamirequest import ChipRequest, Problems, read_requests
 
 __all__ = (
     "CHIP_SELECTORS",
@@ -284,7 +284,7 @@ def convert_pod(
     :param namespace: ``request.namespace`` (the object's may be empty at admission).
     :param driver_name: the driver in the CEL selectors (HAMi-DRA: ``ascend.project-hami.io``).
     :param chips: the resources converted and the chips each names, in order (HAMi's default
-        device config, or one loaded with :func:`~ascend_dra.webhook.hamichips.load_device_config`,
+        device config, or one loaded with :func:`~ascend_dra.hami.chips.load_device_config`,
         whose ``memoryAllocatable``, ``runtimeClassName`` and ``overwriteEnv`` are applied too).
     :param random5: the 5 characters that stand for the name of a pod created with ``generateName``.
     :returns: None when the pod asks for no Ascend chip in ``limits`` (it passes untouched).

@@ -23,13 +23,13 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ascend_dra.webhook.claimnames import claim_name, truncate_dns_label
-from ascend_dra.webhook.hami import DEVICE_CLASS, MANAGED_BY
-from ascend_dra.webhook.hamichips import HamiChip
+from ascend_dra.hami.chips import HamiChip
+from ascend_dra.hami.claimnames import claim_name, truncate_dns_label
+from ascend_dra.hami.convert import DEVICE_CLASS, MANAGED_BY
 
 __all__ = ("follows_hami_dra_rule", "made_by_hami_dra", "users_of")
 
-#: apimachinery ``util/rand``'s alphabet, as :func:`ascend_dra.webhook.claimnames.random5`.
+#: apimachinery ``util/rand``'s alphabet, as :func:`ascend_dra.hami.claimnames.random5`.
 _RAND5 = "[bcdfghjklmnpqrstvwxz2456789]"
 
 

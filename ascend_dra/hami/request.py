@@ -31,8 +31,8 @@ from typing import Any
 import attrs
 import orjson
 
+from ascend_dra.hami.chips import HamiChip
 from ascend_dra.model import canonical_quantity, in_unit, parse_quantity, unit_of
-from ascend_dra.webhook.hamichips import HamiChip
 
 __all__ = ("MAX_CHIPS", "MAX_MEMORY_MIB", "ChipRequest", "Problems", "memory_bytes", "quantity", "read_requests")
 

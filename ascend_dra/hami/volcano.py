@@ -5,7 +5,7 @@ templates too (the requests of ``minAvailable`` pods, ``minResources``). A Job w
 asks there for ``huawei.com/*`` resources that no node advertises once HAMi's device plugin is
 gone, so converting only its pods (which the pod webhook does) left the Job waiting in Volcano's
 queue for resources that cannot come. Each task template is converted as a pod is
-(:func:`ascend_dra.webhook.hami.convert_pod`), always in template mode: a task makes many pods, so
+(:func:`ascend_dra.hami.convert.convert_pod`), always in template mode: a task makes many pods, so
 each gets its own claim from the template, created by the claim controller. docs/webhook.md#volcano-jobs.
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 
 import attrs
 
-from ascend_dra.webhook.hami import ConversionError, Mode, PodConversion, convert_pod
-from ascend_dra.webhook.hamichips import DEFAULT_CHIPS, RESOURCE_PREFIX, HamiChip
+from ascend_dra.hami.chips import DEFAULT_CHIPS, RESOURCE_PREFIX, HamiChip
+from ascend_dra.hami.convert import ConversionError, Mode, PodConversion, convert_pod
 
 __all__ = ("GROUP", "KIND", "VOLCANO_VERSION_WARNING", "conversion_warnings", "convert_job", "task_templates")
 
@@ -72,7 +72,7 @@ def convert_job(job: Mapping[str, Any], namespace: str, *, driver_name: str = "a
     :param job: the Job as the API server sent it (``request.object``).
     :param namespace: ``request.namespace``.
     :param driver_name: the driver in the CEL selectors.
-    :param chips: the HAMi resources converted (:mod:`ascend_dra.webhook.hamichips`).
+    :param chips: the HAMi resources converted (:mod:`ascend_dra.hami.chips`).
     :returns: the templates to create and the Job's JSON Patch (paths under
         ``/spec/tasks/<i>/template``), in template mode; None when no task asks for an Ascend chip.
     :raises ConversionError: with every problem of every task, each path starting

@@ -27,29 +27,36 @@ import anyio
 from anyio.abc import TaskStatus
 
 from ascend_dra.cdi.store import CdiStore
-from ascend_dra.checkpoint import CheckpointCorrupt, read_boot_id
-from ascend_dra.claims import ClaimSource, StandaloneClaimSource
-from ascend_dra.hotplug import watch_device_nodes
-from ascend_dra.instancelock import hold_instance_lock, mark_published, newer_live_instance
-from ascend_dra.inventories import discover_all, profile_context
+from ascend_dra.cluster.poolview import PoolView
+from ascend_dra.durable.checkpoint import CheckpointCorrupt, read_boot_id
 from ascend_dra.kubelet import dra
 from ascend_dra.kubelet.grpc_health import HealthThread, SocketProbe
 from ascend_dra.kubelet.health import HEALTH_SERVICES, HealthFeed, health_services
 from ascend_dra.kubelet.registration import RegistrationServer, RegistrationState, supported_services
 from ascend_dra.kubelet.sockets import serve_unix
-from ascend_dra.listen import bind_problem
-from ascend_dra.logs import setup_logging
-from ascend_dra.loopstall import LoopStallMonitor
-from ascend_dra.metrics import Metrics
 from ascend_dra.model import Inventory
-from ascend_dra.poolview import PoolView
+from ascend_dra.node.hotplug import watch_device_nodes
+from ascend_dra.node.instancelock import hold_instance_lock, mark_published, newer_live_instance
+from ascend_dra.node.inventories import discover_all, profile_context
+from ascend_dra.node.metrics import Metrics
+from ascend_dra.node.settings import Settings
+from ascend_dra.node.upkeep import Upkeep
+from ascend_dra.node.usage import (
+    ConsumerLog,
+    LoggingClaimSource,
+    LoopSamples,
+    Samples,
+    refresh_consumers,
+    usage_samples,
+)
+from ascend_dra.observe.logs import setup_logging
+from ascend_dra.observe.loopstall import LoopStallMonitor
 from ascend_dra.profiles.base import Profile
 from ascend_dra.profiles.registry import LoadedProfile, load_profiles
-from ascend_dra.settings import Settings
-from ascend_dra.signals import run_until_signal
-from ascend_dra.state import DeviceState
-from ascend_dra.upkeep import UpkeepMixin
-from ascend_dra.usage import ConsumerLog, LoggingClaimSource, LoopSamples, Samples, refresh_consumers, usage_samples
+from ascend_dra.state.claims import ClaimSource, StandaloneClaimSource
+from ascend_dra.state.devicestate import DeviceState
+from ascend_dra.system.listen import bind_problem
+from ascend_dra.system.signals import run_until_signal
 
 __all__ = ("Daemon", "main")
 
@@ -79,7 +86,7 @@ def _port_flag(flag: str, port: int, address: str) -> Iterator[None]:
         raise RuntimeError(bind_problem(flag, port, address, exc) + hint) from exc
 
 
-class Daemon(UpkeepMixin):
+class Daemon:
     """The running node side. Built by :func:`main`; tests may drive it directly."""
 
     def __init__(self, settings: Settings) -> None:
@@ -97,7 +104,6 @@ class Daemon(UpkeepMixin):
         self.stalls.on_stall = lambda phase, seconds: self.metrics.loop_stall.labels(phase).set(seconds)
         #: What the slices show of the devices: unhealthy ones tainted or left out, gates' fallbacks.
         self.pool = PoolView(settings.driver_name, settings.unhealthy_devices)
-        self._gate_probe_refused: str | None = None  # the last refusal of a gate probe (upkeep.py), said once
         #: The pods of each claim read for a Prepare, for the usage metrics (usage.py).
         self.consumers = ConsumerLog()
 
@@ -123,7 +129,7 @@ class Daemon(UpkeepMixin):
         if self.settings.claims_dir is not None:
             source: ClaimSource = StandaloneClaimSource(self.settings.claims_dir, self.settings.driver_name)
         else:
-            from ascend_dra.cluster import ApiClaimSource
+            from ascend_dra.cluster.apiserver import ApiClaimSource
 
             source = ApiClaimSource(self.settings.kubeconfig, self.settings.driver_name, api=self.api)
         return LoggingClaimSource(source, self.consumers)
@@ -139,11 +145,11 @@ class Daemon(UpkeepMixin):
 
     def make_publisher(self) -> Any:
         if self.settings.slices_dir is not None:
-            from ascend_dra.publish import FilePublisher
+            from ascend_dra.cluster.publish import FilePublisher
 
             return FilePublisher(self.settings.slices_dir, driver_name=self.settings.driver_name,
                                  node_name=self.settings.node_name)
-        from ascend_dra.cluster import ApiPublisher
+        from ascend_dra.cluster.apiserver import ApiPublisher
 
         s = self.settings
         newer = published = None
@@ -187,7 +193,7 @@ class Daemon(UpkeepMixin):
     async def _start_and_serve(self, *, task_status: TaskStatus[None]) -> None:
         s = self.settings
         if s.standalone is None:
-            from ascend_dra.apiclient import check_cluster_access, connect_api  # dependencies: see main()
+            from ascend_dra.cluster.apiclient import check_cluster_access, connect_api  # dependencies: see main()
 
             await check_cluster_access(s.kubeconfig)
             self.api = await connect_api(s.kubeconfig)  # one client for claims, slices and status
@@ -292,8 +298,8 @@ class Daemon(UpkeepMixin):
         advertised = supported_services(HEALTH_SERVICES if s.health_service else ())
         writer, status = None, None
         if s.standalone is None and s.claim_status:  # standalone has no claims to write to
-            from ascend_dra.claimstatus import ClaimStatusWriter
-            from ascend_dra.statushook import StatusHook
+            from ascend_dra.cluster.claimstatus import ClaimStatusWriter
+            from ascend_dra.cluster.statushook import StatusHook
 
             writer = ClaimStatusWriter(self.api, s.driver_name, pool=s.node_name,
                                        on_result=lambda result: self.metrics.status_writes.labels(result).inc())
@@ -330,10 +336,12 @@ class Daemon(UpkeepMixin):
                                                        "driver": s.driver_name,
                                                        "rolling_update_id": s.rolling_update_id or "none"})
                 task_status.started()
-                tg.start_soon(self._repair_loop, status, tg)
+                upkeep = Upkeep(self.state, s, pool=self.pool, api=self.api, publisher=self.publisher,
+                                desired=self._desired)
+                tg.start_soon(upkeep.repair_loop, status, tg)
                 tg.start_soon(self._rediscover_loop)
                 tg.start_soon(self._health_loop)
-                tg.start_soon(self._gate_probe_loop)
+                tg.start_soon(upkeep.gate_probe_loop)
                 tg.start_soon(watch_device_nodes, s.dev_root, self.request_rediscovery)
                 await anyio.sleep_forever()
 
@@ -455,8 +463,8 @@ def _one_line(exc: BaseException) -> str:
 
 def _import_cluster_side() -> None:
     """Import cluster mode's modules and their dependencies before the event loop starts
-    (:func:`~ascend_dra.apiclient.import_client_modules` says why)."""
-    from ascend_dra import apiclient, claimstatus, cluster, statushook  # noqa: F401
+    (:func:`~ascend_dra.cluster.apiclient.import_client_modules` says why)."""
+    from ascend_dra.cluster import apiclient, apiserver, claimstatus, statushook  # noqa: F401
 
     apiclient.import_client_modules()
 

@@ -6,7 +6,7 @@ instance (a new pod starting while the old one is still terminating) waits for t
 logging who holds it, and only then touches sockets or state.
 
 With ``--rolling-update-id UID`` (the pod UID), instances have sockets of their own names and
-share the checkpoint under :class:`~ascend_dra.sharedlock.CheckpointLock`, so several may serve at
+share the checkpoint under :class:`~ascend_dra.durable.sharedlock.CheckpointLock`, so several may serve at
 once: each holds ``daemon.lock`` *shared* (an instance without the flag still waits for all of
 them, and they for it) and ``daemon-<UID>.lock`` exclusively (two instances given the same UID
 would take each other's sockets; the second waits). The kernel drops a lock when its holder
@@ -35,7 +35,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 
-from ascend_dra.sharedlock import acquire, try_lock
+from ascend_dra.durable.sharedlock import acquire, try_lock
 
 __all__ = ("LOCK_FILE", "PUBLISHING_FRESH_S", "hold_instance_lock", "mark_published", "newer_live_instance",
            "other_live_instances", "remove_dead_instances")

@@ -12,14 +12,14 @@ from collections.abc import Mapping
 import attrs
 
 from ascend_dra.model import Inventory
+from ascend_dra.node.settings import Settings
 from ascend_dra.profiles.base import ProfileContext
 from ascend_dra.profiles.registry import LoadedProfile, ProfileLoadError, discover_isolated
-from ascend_dra.settings import Settings
 
 __all__ = ("discover_all", "profile_context")
 
 # The name these lines had before they moved here: --log-level quiets a logger by name (docs/logging.md).
-log = logging.getLogger("ascend_dra.daemon")
+log = logging.getLogger("ascend_dra.node.daemon")
 
 
 def profile_context(settings: Settings) -> ProfileContext:

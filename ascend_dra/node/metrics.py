@@ -52,9 +52,9 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import choose_encoder
 
-from ascend_dra.listen import ALL_ADDRESSES, describe, tcp_listener
 from ascend_dra.model import Inventory
-from ascend_dra.usage import Samples, UsageCollector
+from ascend_dra.node.usage import Samples, UsageCollector
+from ascend_dra.system.listen import ALL_ADDRESSES, describe, tcp_listener
 from ascend_dra.version import version
 
 __all__ = ("Check", "Metrics")
@@ -171,7 +171,8 @@ class Metrics:
 
     def serve(self, port: int, address: str = ALL_ADDRESSES, checks: Mapping[str, Check] | None = None) -> int:
         """Serve ``/metrics`` and the ``checks`` (path -> check, e.g. ``/healthz``) from a background
-        thread; any other path is 404. Return the bound port. ``address`` as :func:`~ascend_dra.listen.tcp_listener`.
+        thread; any other path is 404. Return the bound port. ``address`` as
+        :func:`~ascend_dra.system.listen.tcp_listener`.
 
         :raises OSError: the port cannot be bound.
         """

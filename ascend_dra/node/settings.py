@@ -1,4 +1,4 @@
-"""Daemon settings: one frozen attrs class, built from flags and their environment twins (cli.py).
+"""Daemon settings: one frozen attrs class, built from flags and their environment twins (cli/main.py).
 
 In standalone mode (``--standalone DIR``) every path lives under DIR (docs/architecture.md#standalone-mode)::
 
@@ -29,7 +29,7 @@ from pathlib import Path
 import attrs
 
 from ascend_dra.kubelet.rules import UNIX_PATH_MAX, endpoint_problems
-from ascend_dra.listen import address_problem
+from ascend_dra.system.listen import address_problem
 
 __all__ = ("DEFAULT_DRIVER_NAME", "Settings", "SettingsError", "fake_devices_problem", "name_problems",
            "rolling_update_sockets")

@@ -1,48 +1,69 @@
 """The daemon's upkeep after it serves the kubelet: CDI specs of prepared claims put back when they
 are gone (recovery.py, ``repair_specs``), the claim statuses of prepared claims written again once
 after start-up (statushook.py), and, while a feature gate's fields are dropped, asking now and then
-whether the API server keeps them again (gateprobe.py). :class:`UpkeepMixin` is part of
-:class:`~ascend_dra.daemon.Daemon`.
+whether the API server keeps them again (gateprobe.py). :class:`Upkeep` is an object the daemon
+(:class:`~ascend_dra.node.daemon.Daemon`) holds once it serves, passed what it needs.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
 
-from ascend_dra.apiclient import ApiError
-from ascend_dra.checkpoint import CheckpointCorrupt
-from ascend_dra.gateprobe import gates_still_dropped
-from ascend_dra.instancelock import other_live_instances
-from ascend_dra.statushook import StatusHook
+from ascend_dra.cluster.apiclient import ApiError
+from ascend_dra.cluster.gateprobe import gates_still_dropped
+from ascend_dra.cluster.poolview import PoolView
+from ascend_dra.cluster.statushook import StatusHook
+from ascend_dra.durable.checkpoint import CheckpointCorrupt
+from ascend_dra.model import Inventory
+from ascend_dra.node.instancelock import other_live_instances
+from ascend_dra.node.settings import Settings
+from ascend_dra.state.devicestate import DeviceState
 
-if TYPE_CHECKING:
-    from ascend_dra.daemon import Daemon
+__all__ = ("RESTORE_WAIT_POLL_S", "Upkeep")
 
-__all__ = ("RESTORE_WAIT_POLL_S", "UpkeepMixin")
-
-log = logging.getLogger("ascend_dra.daemon")
+log = logging.getLogger("ascend_dra.node.daemon")
 
 #: Seconds between two looks, at start-up during a rolling update, for the older instance to be
-#: gone before the claim statuses are written again (:meth:`UpkeepMixin._restore_claim_status`).
+#: gone before the claim statuses are written again (:meth:`Upkeep.restore_claim_status`).
 RESTORE_WAIT_POLL_S = 2.0
 
 
-class UpkeepMixin:
-    """The upkeep half of Daemon (it only runs as part of one)."""
+class Upkeep:
+    """What the daemon does once it serves, besides answering the kubelet.
 
-    async def _repair_loop(self: Daemon, status: StatusHook | None, tg: TaskGroup) -> None:
+    :param state: the node's prepared claims (``repair_specs``, ``inventories``, ``store``,
+        ``prepared_claims``).
+    :param settings: the daemon's settings (``health_interval``, ``rediscover_interval``,
+        ``rolling_update_id``, ``plugin_dir``, ``driver_name``, ``node_name``).
+    :param pool: what the slices show (poolview.PoolView), for the gate probes; None: no probes.
+    :param api: the API client (cluster mode), for the gate probes; None: no probes.
+    :param publisher: the slice publisher; ``publisher.update(desired())`` republishes.
+    :param desired: the pool to publish now (``Daemon._desired``).
+    """
+
+    def __init__(self, state: DeviceState, settings: Settings, *, pool: PoolView | None = None, api: Any = None,
+                 publisher: Any = None, desired: Callable[[], Inventory] | None = None) -> None:
+        self.state = state
+        self.settings = settings
+        self.pool = pool
+        self.api = api
+        self.publisher = publisher
+        self.desired = desired
+        self._gate_probe_refused: str | None = None  # the last refusal of a gate probe, said once
+
+    async def repair_loop(self, status: StatusHook | None, tg: TaskGroup) -> None:
         """Put back the CDI specs of prepared claims that are gone, at start and every
         ``--health-interval`` (recovery.py, ``repair_specs``): the kubelet will not ask again, and a
         container it (re)starts needs them. Its own task: a pass that waits on the API server holds
         back no health check. The claim statuses are restored after the first pass, which decides
         which claims are whole again (``DeviceState.restorable`` needs their specs); a claim repaired
         only in a later pass (the API server was down at start) gets its status restored then."""
-        assert self.state is not None
         first = True
         while True:
             repaired: list[str] = []
@@ -51,24 +72,25 @@ class UpkeepMixin:
             except Exception:  # never expected (repair_specs logs its failures); the daemon serves on
                 log.exception("looking for missing CDI specs failed")
             if status is not None and (first or repaired):
-                tg.start_soon(self._restore_claim_status, status, None if first else repaired)
+                tg.start_soon(self.restore_claim_status, status, None if first else repaired)
             first = False
             await anyio.sleep(self.settings.health_interval)
 
-    async def _gate_probe_loop(self: Daemon) -> None:
+    async def gate_probe_loop(self) -> None:
         """Every ``--rediscover-interval``, :meth:`probe_gates` (nothing while no fallback is on):
         a gate turned on is a change of the node's surroundings, looked for as often as new devices."""
         while True:
             await anyio.sleep(self.settings.rediscover_interval)
             await self.probe_gates()
 
-    async def probe_gates(self: Daemon) -> list[str]:
+    async def probe_gates(self) -> list[str]:
         """Ask the API server, with dry-run creates, whether it keeps the fields of the gates whose
         fallback is on (poolview.PoolView.dropped_gates); end the fallback of each it kept in enough
         answers in a row (poolview.PoolView.on_probe) and republish. Returns the gates whose fallback
         ended. Never raises: an API server that does not answer is asked again next time. Not while a
         newer instance publishes (a rolling update)."""
-        assert self.state is not None
+        if self.pool is None:
+            return []
         gates = self.pool.dropped_gates
         if not gates or self.api is None or getattr(self.publisher, "standing_by_for", None):
             return []
@@ -90,11 +112,12 @@ class UpkeepMixin:
             return []
         self._gate_probe_refused = None
         before = self.pool.dropped_gates
-        if self.pool.on_probe(gates, [g for g in gates if g not in still]) and self.publisher is not None:
-            self.publisher.update(self._desired())
+        if self.pool.on_probe(gates, [g for g in gates if g not in still]) and self.publisher is not None \
+                and self.desired is not None:
+            self.publisher.update(self.desired())
         return [g for g in before if g not in self.pool.dropped_gates]
 
-    async def _restore_claim_status(self: Daemon, status: StatusHook, only: list[str] | None = None) -> None:
+    async def restore_claim_status(self, status: StatusHook, only: list[str] | None = None) -> None:
         """Write the claim status of the prepared claims (or of the claims ``only``) again
         (statushook.StatusHook.restore), once this instance is the only one on the node: during a
         rolling update the older instance still serves calls the kubelet began with it, and a claim
@@ -102,7 +125,6 @@ class UpkeepMixin:
         one, once started, does this itself. The records are read fresh (shared checkpoint) when the
         older instance is gone. A failure is logged: the statuses are a courtesy, the daemon serves on."""
         s = self.settings
-        assert self.state is not None
         uid = s.rolling_update_id
         seen = [0.0, True]  # time.monotonic() of the last look at the lock files, what it found
 

@@ -49,10 +49,10 @@ from typing import Any
 import anyio
 from prometheus_client.core import GaugeMetricFamily
 
-from ascend_dra.checkpoint import PREPARE_COMPLETED, ClaimRecord
-from ascend_dra.claims import ClaimSource
+from ascend_dra.durable.checkpoint import PREPARE_COMPLETED, ClaimRecord
+from ascend_dra.hami.chips import CHIP_SELECTORS, COMMON_WORDS
 from ascend_dra.model import ClaimAllocation, Device, DeviceReading, Inventory, parse_quantity
-from ascend_dra.webhook.hamichips import CHIP_SELECTORS, COMMON_WORDS
+from ascend_dra.state.claims import ClaimSource
 
 __all__ = ("METRICS", "ConsumerLog", "LoggingClaimSource", "LoopSamples", "Samples", "UsageCollector",
            "refresh_consumers", "usage_samples")

@@ -46,7 +46,7 @@ POINTS = (
 )
 
 #: Points of a Prepare without side effects whose spec is written while its PrepareCompleted record
-#: goes out (state.py): after the write was handed to the writer thread, before the spec; and on that
+#: goes out (state/devicestate.py): after the write was handed to the writer thread, before the spec; and on that
 #: thread, before an append and after it is durable (journal.py). Which of the two threads gets
 #: where first is a race, so the tests stall one of them at one point and kill at another.
 WRITE_POINTS = ("prepare:completed-write-submitted", "journal:before-append", "journal:after-append")

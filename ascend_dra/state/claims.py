@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+import attrs
 import yaml
 
 from ascend_dra.cdi.naming import COMMON_DEVICE
@@ -24,6 +25,7 @@ from ascend_dra.model import AllocatedDevice, ClaimAllocation, OpaqueConfig
 __all__ = (
     "ClaimError",
     "ClaimGone",
+    "ClaimRef",
     "ClaimSource",
     "ClaimUnreadable",
     "PrepareError",
@@ -45,6 +47,15 @@ _MAX_FILE_NAME = 255
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _UID = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$")
+
+
+@attrs.frozen
+class ClaimRef:
+    """A claim as the kubelet names it in ``NodePrepareResourcesRequest.claims[]``."""
+
+    namespace: str
+    name: str
+    uid: str
 
 
 class PrepareError(Exception):

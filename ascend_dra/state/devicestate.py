@@ -1,7 +1,9 @@
-"""DeviceState: Prepare and Unprepare, config resolution, and the double-allocation guard
-(docs/architecture.md#durable-state). Unprepare's half is in :mod:`ascend_dra.unprepare`, the answer
-given again for a claim already prepared in :mod:`ascend_dra.replay`, start-up recovery in
-:mod:`ascend_dra.recovery`.
+"""DeviceState: what the kubelet side calls, Prepare and Unprepare of the node's claims
+(docs/architecture.md#durable-state). Prepare's steps are here; the object holds its collaborators,
+each passed the shared :class:`~ascend_dra.state.prepared.PreparedClaims`: an
+:class:`~ascend_dra.state.unprepare.Unpreparer`, a :class:`~ascend_dra.state.replay.Replayer` (the
+answer given again for a claim already prepared) and a :class:`~ascend_dra.state.recovery.Recovery`
+(start-up, retries, repair of missing specs).
 
 A Prepare of a batch of claims runs in this order, each step durable before the next:
 
@@ -31,34 +33,41 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio
 import attrs
 
-from ascend_dra import checkpoint as ckpt
-from ascend_dra import guard
-from ascend_dra.cdi.spec import Spec
 from ascend_dra.cdi.store import CdiStore
-from ascend_dra.checkpoint import ClaimRecord
-from ascend_dra.claims import ClaimError, ClaimSource, ClaimUnreadable, PrepareError, check_claim_ref, unique_refs
-from ascend_dra.evidence import prepared_claims_evidence
-from ascend_dra.faults import crash_point
-from ascend_dra.guardnotes import GuardRefusal, name_gone_holders
-from ascend_dra.journal import Journal
+from ascend_dra.durable import checkpoint as ckpt
+from ascend_dra.durable.checkpoint import ClaimRecord
+from ascend_dra.durable.journal import Journal
+from ascend_dra.durable.records import ClaimRecords
 from ascend_dra.model import ClaimAllocation, Inventory, PreparedDevice
-from ascend_dra.planning import Plan, PlanError, Planner, resolve_configs
-from ascend_dra.profiles.base import ApplyContext, ConfigError, Profile, ProfileContext
-from ascend_dra.records import ClaimRecords
-from ascend_dra.recovery import RecoveryMixin, checkpoint_write_failed, describe_error
-from ascend_dra.replay import ReplayMixin
-from ascend_dra.unprepare import UnprepareMixin
+from ascend_dra.observe.faults import crash_point
+from ascend_dra.profiles.base import ConfigError, Profile, ProfileContext
+from ascend_dra.state import guard
+from ascend_dra.state.claims import (
+    ClaimError,
+    ClaimRef,
+    ClaimSource,
+    ClaimUnreadable,
+    PrepareError,
+    check_claim_ref,
+    unique_refs,
+)
+from ascend_dra.state.guardnotes import GuardRefusal, name_gone_holders
+from ascend_dra.state.planning import Plan, PlanError, Planner, resolve_configs
+from ascend_dra.state.prepared import PreparedClaims, checkpoint_write_failed, describe_error
+from ascend_dra.state.recovery import Recovery
+from ascend_dra.state.replay import Replayer
+from ascend_dra.state.unprepare import Unpreparer
 
 __all__ = ("ClaimRef", "DeviceState", "PrepareError", "resolve_configs")
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("ascend_dra.state")
 
 
 async def _write_error(write: Awaitable[None]) -> OSError | None:
@@ -70,16 +79,7 @@ async def _write_error(write: Awaitable[None]) -> OSError | None:
     return None
 
 
-@attrs.frozen
-class ClaimRef:
-    """A claim as the kubelet names it in ``NodePrepareResourcesRequest.claims[]``."""
-
-    namespace: str
-    name: str
-    uid: str
-
-
-class DeviceState(RecoveryMixin, ReplayMixin, UnprepareMixin):
+class DeviceState:
     """The node's prepared claims and the operations on them.
 
     :param profiles: profile name -> loaded profile.
@@ -102,70 +102,95 @@ class DeviceState(RecoveryMixin, ReplayMixin, UnprepareMixin):
         claim_source: ClaimSource,
         shared: bool = False,
     ) -> None:
-        self.driver_name = driver_name
-        self.node_name = node_name
-        self.profiles = dict(profiles)
-        self.cdi = cdi
-        self.boot_id = boot_id
-        self.claim_source = claim_source
-        self._holds = guard.HoldIndex()
-        self.store = ClaimRecords(plugin_dir, boot_id, on_change=self._holds.update, shared=shared,
-                                  on_started=lambda uid: self._pending_rollback.add(uid),
-                                  evidence=lambda: prepared_claims_evidence(
-                                      self.cdi, {self.cdi_kind(p) for p in self.profiles}, self.profiles,
-                                      self.profile_ctx))
-        self._pending_rollback: set[str] = set()  # PrepareStarted claims whose rollback failed
-        self._stray: set[str] = set()  # orphan spec files that could not be removed
-        # claim uid -> (reason, time.monotonic() of the next try, delay) of a failed spec repair
-        self._repair_waits: dict[str, tuple[str, float, float]] = {}
-        self._claim_locks: dict[str, anyio.Lock] = {}
-        self.planner = Planner(driver_name=driver_name, node_name=node_name, profiles=profiles,
-                               profile_ctx=profile_ctx)
-        self.set_inventories(inventories)
+        self.claims = PreparedClaims(driver_name=driver_name, node_name=node_name, profiles=profiles,
+                                     inventories=inventories, profile_ctx=profile_ctx, cdi=cdi,
+                                     plugin_dir=plugin_dir, boot_id=boot_id, claim_source=claim_source,
+                                     shared=shared)
+        self.replayer = Replayer(self.claims)
+        self.unpreparer = Unpreparer(self.claims)
+        self.recovery = Recovery(self.claims, self.replayer)
 
-    # -- inventory ------------------------------------------------------------------------------
-
-    def set_inventories(self, inventories: Mapping[str, Inventory]) -> None:
-        """Replace the known devices (after a rediscovery). Prepared claims are not touched."""
-        self.planner.set_inventories(inventories)
+    # -- what the daemon, health and metrics read -----------------------------------------------
 
     @property
-    def inventories(self) -> Mapping[str, Inventory]:
-        """Profile name -> its last discovered inventory."""
-        return self.planner.inventories
+    def driver_name(self) -> str:
+        return self.claims.driver_name
 
     @property
-    def profile_ctx(self) -> ProfileContext:
-        """The node context the profiles get (``dev_root``: where device nodes are checked)."""
-        return self.planner.profile_ctx
-
-    @profile_ctx.setter
-    def profile_ctx(self, ctx: ProfileContext) -> None:
-        self.planner.profile_ctx = ctx
-
-    def cdi_kind(self, profile_name: str) -> str:
-        return self.planner.cdi_kind(profile_name)
+    def node_name(self) -> str:
+        return self.claims.node_name
 
     @property
-    def _records(self) -> ckpt.RecordTable:
-        return self.store.table
+    def profiles(self) -> dict[str, Profile]:
+        """Profile name -> loaded profile."""
+        return self.claims.profiles
+
+    @property
+    def cdi(self) -> CdiStore:
+        return self.claims.cdi
+
+    @property
+    def boot_id(self) -> str:
+        return self.claims.boot_id
+
+    @property
+    def claim_source(self) -> ClaimSource:
+        return self.claims.claim_source
+
+    @property
+    def store(self) -> ClaimRecords:
+        """The checkpoint's records and their writes (records.py)."""
+        return self.claims.store
+
+    @property
+    def planner(self) -> Planner:
+        return self.claims.planner
 
     @property
     def journal(self) -> Journal:
         """The checkpoint journal (records.py)."""
-        return self.store.journal
+        return self.claims.journal
 
-    async def _save(self, *, compact: bool = False) -> None:
-        await self.store.save(compact=compact)
+    def set_inventories(self, inventories: Mapping[str, Inventory]) -> None:
+        """Replace the known devices (after a rediscovery). Prepared claims are not touched."""
+        self.claims.planner.set_inventories(inventories)
 
-    async def close(self) -> None:
-        """Compact the checkpoint into its snapshot and close it (clean shutdown; records.py)."""
-        await self.store.close()
+    @property
+    def inventories(self) -> Mapping[str, Inventory]:
+        """Profile name -> its last discovered inventory."""
+        return self.claims.inventories
+
+    @property
+    def profile_ctx(self) -> ProfileContext:
+        """The node context the profiles get (``dev_root``: where device nodes are checked)."""
+        return self.claims.profile_ctx
+
+    @profile_ctx.setter
+    def profile_ctx(self, ctx: ProfileContext) -> None:
+        self.claims.planner.profile_ctx = ctx
+
+    def cdi_kind(self, profile_name: str) -> str:
+        return self.claims.cdi_kind(profile_name)
 
     @property
     def prepared_claims(self) -> Mapping[str, ClaimRecord]:
         """Claim records by UID (read-only view for health and metrics)."""
-        return self._records
+        return self.claims.records
+
+    @property
+    def _records(self) -> ckpt.RecordTable:  # tests reach into the table
+        return self.claims.records
+
+    async def _save(self, *, compact: bool = False) -> None:
+        await self.claims.save(compact=compact)
+
+    @property
+    def _repair_waits(self) -> dict[str, tuple[str, float, float]]:
+        return self.recovery.repair_waits
+
+    async def close(self) -> None:
+        """Compact the checkpoint into its snapshot and close it (clean shutdown; records.py)."""
+        await self.claims.store.close()
 
     def restorable(self, uid: str) -> tuple[ClaimRecord, list[PreparedDevice]] | None:
         """The record of ``uid`` and the devices a Prepare of it answers, if it is recorded
@@ -173,16 +198,43 @@ class DeviceState(RecoveryMixin, ReplayMixin, UnprepareMixin):
         in an inventory: what a restarted daemon writes its claim status again from
         (statushook.StatusHook.restore). Otherwise None: the status would lose its ``env`` or
         ``physicalID``, and the kubelet's next Prepare of the claim writes it anyway."""
-        record = self._records.get(uid)
+        record = self.claims.records.get(uid)
         if record is None or record.state != ckpt.PREPARE_COMPLETED or record.boot_id != self.boot_id:
             return None
         if not all((self.cdi.root / name).is_file() for name in record.cdi_specs):
             return None
         if not all(any(inv.device(d.device) is not None for inv in self.inventories.values()) for d in record.devices):
             return None
-        return record, self._prepared_devices(record)
+        return record, self.claims.prepared_devices(record)
 
-    # -- start-up -------------------------------------------------------------------------------
+    # -- start-up, cleanup, Unprepare: the collaborators ----------------------------------------
+
+    async def recover(self) -> None:
+        """Start-up recovery (:meth:`Recovery.recover <ascend_dra.state.recovery.Recovery.recover>`).
+
+        :raises checkpoint.CheckpointCorrupt: the daemon must not start over an unreadable checkpoint.
+        """
+        await self.recovery.recover()
+
+    @property
+    def cleanup_pending(self) -> bool:
+        """Whether a rollback or a stray spec removal failed and waits for :meth:`retry_cleanup`."""
+        return self.recovery.cleanup_pending
+
+    async def retry_cleanup(self) -> None:
+        """Retry what failed earlier: interrupted Prepares rolled back, orphan specs removed
+        (:meth:`Recovery.retry_cleanup <ascend_dra.state.recovery.Recovery.retry_cleanup>`)."""
+        await self.recovery.retry_cleanup()
+
+    async def repair_specs(self) -> list[str]:
+        """Re-create missing specs of prepared claims; return the uids repaired
+        (:meth:`Recovery.repair_specs <ascend_dra.state.recovery.Recovery.repair_specs>`)."""
+        return await self.recovery.repair_specs()
+
+    async def unprepare(self, refs: Sequence[ClaimRef]) -> dict[str, Exception | None]:
+        """Unprepare a batch of claims; return ``{claim uid: None or the claim's error}``
+        (:meth:`Unpreparer.unprepare <ascend_dra.state.unprepare.Unpreparer.unprepare>`)."""
+        return await self.unpreparer.unprepare(refs)
 
     # -- Prepare --------------------------------------------------------------------------------
 
@@ -201,13 +253,13 @@ class DeviceState(RecoveryMixin, ReplayMixin, UnprepareMixin):
 
         async def fetch(ref: ClaimRef) -> None:
             # A recorded uid was accepted when it was prepared (see unprepare.py). A completed
-            # claim is read too: its allocation must still be the one recorded (_replay).
-            recorded = ref.uid in self._records and self._records[ref.uid].state == ckpt.PREPARE_COMPLETED
+            # claim is read too: its allocation must still be the one recorded (Replayer.replay).
+            recorded = ref.uid in self.claims.records and self.claims.records[ref.uid].state == ckpt.PREPARE_COMPLETED
             try:
-                fetched[ref.uid] = await self.claim_source.get(ref.namespace, ref.name, ref.uid,
+                fetched[ref.uid] = await self.claims.claim_source.get(ref.namespace, ref.name, ref.uid,
                                                                uid_recorded=recorded)
             except ClaimUnreadable as exc:
-                (unread if recorded else results)[ref.uid] = exc  # a replay may still answer (_replay)
+                (unread if recorded else results)[ref.uid] = exc  # a replay may still answer (Replayer.replay)
             except (ClaimError, PrepareError) as exc:
                 results[ref.uid] = exc
             except Exception as exc:  # an API server hiccup fails this claim only
@@ -223,20 +275,21 @@ class DeviceState(RecoveryMixin, ReplayMixin, UnprepareMixin):
 
         # shared (records.py): the table now holds every instance's records, which may differ from
         # what fetch() saw; every claim was read either way, so each is judged on its record now.
-        async with self._lock_claims(ref.uid for ref in refs if ref.uid not in results), self.store.exclusive():
+        async with (self.claims.lock_claims(ref.uid for ref in refs if ref.uid not in results),
+                    self.claims.store.exclusive()):
             plans: list[Plan] = []
             refused: list[ClaimRef] = []  # by the guard, while claims of this call held devices
             for ref in refs:
                 if ref.uid in results:
                     continue
-                record = self._records.get(ref.uid)
+                record = self.claims.records.get(ref.uid)
                 where = f"ResourceClaim {ref.namespace}/{ref.name}"
-                foreign = self._foreign_record_error(ref.uid, where)
+                foreign = self.replayer.foreign_record_error(ref.uid, where)
                 if foreign is not None:
                     results[ref.uid] = foreign
                     continue
                 if record is not None and record.state == ckpt.PREPARE_COMPLETED:
-                    results[ref.uid] = await self._replay(record, fetched.get(ref.uid) or unread[ref.uid])
+                    results[ref.uid] = await self.replayer.replay(record, fetched.get(ref.uid) or unread[ref.uid])
                     continue
                 if ref.uid in unread:  # unprepared meanwhile: a new Prepare needs the claim
                     results[ref.uid] = unread[ref.uid]
@@ -248,13 +301,13 @@ class DeviceState(RecoveryMixin, ReplayMixin, UnprepareMixin):
                     continue
                 if record is not None:  # PrepareStarted by an earlier, failed or crashed attempt
                     try:
-                        await self._rollback(record)
+                        await self.claims.rollback(record)
                     except Exception as exc:
                         results[ref.uid] = PrepareError(f"{where}: rolling back an interrupted Prepare: "
                                                         f"{describe_error(exc)}")
                         continue
-                    del self._records[ref.uid]
-                    self._pending_rollback.discard(ref.uid)
+                    del self.claims.records[ref.uid]
+                    self.claims.pending_rollback.discard(ref.uid)
                 plan = self._reserve(fetched[ref.uid], results)
                 if plan is not None:
                     plans.append(plan)
@@ -269,7 +322,7 @@ class DeviceState(RecoveryMixin, ReplayMixin, UnprepareMixin):
                         again.append(plan)
                 if again:
                     await self._prepare_plans(again, results)
-        await name_gone_holders(results, self._records, self.claim_source)
+        await name_gone_holders(results, self.claims.records, self.claims.claim_source)
         return results
 
     def _reserve(self, claim: ClaimAllocation, results: dict[str, Any]) -> Plan | None:
@@ -281,7 +334,7 @@ class DeviceState(RecoveryMixin, ReplayMixin, UnprepareMixin):
         """
         where = f"ResourceClaim {claim.namespace}/{claim.name}"
         try:
-            plan = self.planner.plan(claim, self._holds)
+            plan = self.claims.planner.plan(claim, self.claims.holds)
         except guard.GuardError as exc:
             results[claim.uid] = GuardRefusal(str(exc), exc.holders)
             return None
@@ -301,8 +354,8 @@ class DeviceState(RecoveryMixin, ReplayMixin, UnprepareMixin):
         c = plan.claim
         # A profile whose side effects will run is recorded first with no result: a crash
         # inside its hook then still rolls back through unprepare_side_effects(None, ctx).
-        pending = {p: None for p in plan.groups if self._hook(p, "prepare_side_effects") is not None}
-        self._records[c.uid] = ClaimRecord(c.uid, c.namespace, c.name, ckpt.PREPARE_STARTED, self.boot_id,
+        pending = {p: None for p in plan.groups if self.claims.hook(p, "prepare_side_effects") is not None}
+        self.claims.records[c.uid] = ClaimRecord(c.uid, c.namespace, c.name, ckpt.PREPARE_STARTED, self.claims.boot_id,
                                            plan.devices, tuple(plan.specs), side_effects=pending,
                                            device_nodes=plan.device_nodes)
         return plan
@@ -315,12 +368,12 @@ class DeviceState(RecoveryMixin, ReplayMixin, UnprepareMixin):
             # The reservation must be durable before a side effect changes the node, so that a
             # crash is rolled back; without side effects a crash leaves at most an orphan spec,
             # which start-up removes, so the only durable write is the PrepareCompleted one.
-            if any(self._has_side_effects(plan) for plan in plans):
-                await self._save()
+            if any(self.claims.has_side_effects(plan) for plan in plans):
+                await self.claims.save()
         except OSError as exc:
             for plan in plans:
                 c = plan.claim
-                del self._records[c.uid]
+                del self.claims.records[c.uid]
                 results[c.uid] = checkpoint_write_failed(c.namespace, c.name, exc)
             return True
         crash_point("prepare:after-started-write")
@@ -329,15 +382,15 @@ class DeviceState(RecoveryMixin, ReplayMixin, UnprepareMixin):
         for plan in plans:
             c = plan.claim
             try:
-                side_effects = await self._run_side_effects(plan)
+                side_effects = await self.claims.run_side_effects(plan)
                 crash_point("prepare:side-effects-done-unrecorded")  # the node changed, the record does not say how
                 if side_effects:
-                    self._records[c.uid] = attrs.evolve(self._records[c.uid], side_effects=side_effects)
-                    await self._save()
+                    self.claims.records[c.uid] = attrs.evolve(self.claims.records[c.uid], side_effects=side_effects)
+                    await self.claims.save()
                 crash_point("prepare:after-side-effects")
-                if self._has_side_effects(plan):  # the strict order: its spec, then its record
+                if self.claims.has_side_effects(plan):  # the strict order: its spec, then its record
                     self._write_specs_and_check(plan)
-                    self._records[c.uid] = attrs.evolve(self._records[c.uid], state=ckpt.PREPARE_COMPLETED)
+                    self.claims.records[c.uid] = attrs.evolve(self.claims.records[c.uid], state=ckpt.PREPARE_COMPLETED)
             except Exception as exc:
                 await self._prepare_failed(c, exc, results)
                 failed = True
@@ -349,10 +402,11 @@ class DeviceState(RecoveryMixin, ReplayMixin, UnprepareMixin):
         # record whose spec is missing (re-created by repair_specs or the kubelet's retried
         # Prepare, as after any restart); the answer waits for both. It is marked completed only
         # here, with no await before the write begins, so no earlier write carries it.
-        overlapped = [plan for plan in done if not self._has_side_effects(plan)]
+        overlapped = [plan for plan in done if not self.claims.has_side_effects(plan)]
         for plan in overlapped:
-            self._records[plan.claim.uid] = attrs.evolve(self._records[plan.claim.uid], state=ckpt.PREPARE_COMPLETED)
-        saving = self.store.begin_save()
+            uid = plan.claim.uid
+            self.claims.records[uid] = attrs.evolve(self.claims.records[uid], state=ckpt.PREPARE_COMPLETED)
+        saving = self.claims.store.begin_save()
         spec_failures: dict[str, Exception] = {}
         try:
             crash_point("prepare:completed-write-submitted")
@@ -373,21 +427,21 @@ class DeviceState(RecoveryMixin, ReplayMixin, UnprepareMixin):
             for plan in done:  # all of them before the first await: a concurrent write must not
                 c = plan.claim  # make one durable as completed while it is being rolled back
                 results[c.uid] = checkpoint_write_failed(c.namespace, c.name, write_error)
-                self._records[c.uid] = attrs.evolve(self._records[c.uid], state=ckpt.PREPARE_STARTED)
+                self.claims.records[c.uid] = attrs.evolve(self.claims.records[c.uid], state=ckpt.PREPARE_STARTED)
             for plan in done:
-                await self._try_rollback(self._records[plan.claim.uid])
+                await self.claims.try_rollback(self.claims.records[plan.claim.uid])
             return True
         crash_point("prepare:after-completed-write")
         if spec_failures:
             for uid in spec_failures:  # all of them before the first await, as above
-                self._records[uid] = attrs.evolve(self._records[uid], state=ckpt.PREPARE_STARTED)
+                self.claims.records[uid] = attrs.evolve(self.claims.records[uid], state=ckpt.PREPARE_STARTED)
             for uid, exc in spec_failures.items():
-                await self._prepare_failed(self._records[uid], exc, results)
+                await self._prepare_failed(self.claims.records[uid], exc, results)
             with contextlib.suppress(OSError):  # still PrepareCompleted on disk: the next write drops it
-                await self._save()
+                await self.claims.save()
         for plan in done:
             if plan.claim.uid not in spec_failures:
-                results[plan.claim.uid] = self._prepared_devices(self._records[plan.claim.uid])
+                results[plan.claim.uid] = self.claims.prepared_devices(self.claims.records[plan.claim.uid])
         return failed or bool(spec_failures)
 
     async def _prepare_failed(self, claim: Any, exc: Exception, results: dict[str, Any]) -> None:
@@ -397,74 +451,10 @@ class DeviceState(RecoveryMixin, ReplayMixin, UnprepareMixin):
         claim's next Prepare or the next start-up rolls it back again."""
         log.warning("prepare failed; rolling back", extra={"claim_uid": claim.uid, "error": str(exc)})
         results[claim.uid] = PrepareError(f"ResourceClaim {claim.namespace}/{claim.name}: {describe_error(exc)}")
-        await self._try_rollback(self._records[claim.uid])
+        await self.claims.try_rollback(self.claims.records[claim.uid])
 
     def _write_specs_and_check(self, plan: Plan) -> None:
         """Write ``plan``'s CDI specs and check what its answer will name (the crash point between)."""
-        self._write_specs(plan.specs)  # on the loop: see _write_specs
+        self.claims.write_specs(plan.specs)  # on the loop: see PreparedClaims.write_specs
         crash_point("prepare:after-cdi-write")
-        self._check_answer(self._records[plan.claim.uid])
-
-    def _hook(self, profile_name: str, name: str) -> Any:
-        return getattr(self.profiles.get(profile_name), name, None)
-
-    def _has_side_effects(self, plan: Plan) -> bool:
-        return any(self._hook(p, "prepare_side_effects") is not None for p in plan.groups)
-
-    async def _run_side_effects(self, plan: Plan) -> dict[str, Any]:
-        done: dict[str, Any] = {}
-        for profile_name, devices in plan.groups.items():
-            hook = getattr(self.profiles[profile_name], "prepare_side_effects", None)
-            if hook is not None:
-                c = plan.claim
-                ctx = ApplyContext(self.profile_ctx, self.inventories[profile_name], c.uid, c.namespace, c.name)
-                done[profile_name] = await hook(c, devices, ctx)
-        return done
-
-    def _write_specs(self, specs: Mapping[str, Spec], kinds: Iterable[str] = ()) -> None:
-        """Write a claim's specs, first re-creating the CDI dir and the common spec of each of their
-        kinds and of ``kinds`` (those the claim's answer names) if someone removed them: another
-        kind's common spec that cannot be written now (a full disk) fails the claims that name it,
-        not this one.
-
-        Called on the event loop: a spec is a few KiB written to the page cache (tmpfs on real
-        nodes) and renamed, with no fsync, which costs tens of microseconds; the YAML encoding
-        holds the GIL wherever it runs, so a worker thread would add a hand-off and save nothing.
-        """
-        for kind in sorted({spec.kind for spec in specs.values()}.union(kinds)):
-            self._ensure_common_spec(kind)
-        for file, spec in specs.items():
-            self.cdi.write(file, spec)
-
-    async def _rollback(self, record: ClaimRecord) -> None:
-        """Undo a claim's node side effects and remove its CDI specs (idempotent)."""
-        for profile_name, side_effects in record.side_effects.items():
-            profile = self.profiles.get(profile_name)
-            hook = getattr(profile, "unprepare_side_effects", None)
-            if hook is None:
-                raise PrepareError(f"profile {profile_name} is not loaded; cannot undo its side effects")
-            ctx = ApplyContext(self.profile_ctx, self.inventories.get(profile_name, Inventory()), record.uid,
-                               record.namespace, record.name)
-            await hook(side_effects, ctx)
-        for file in record.cdi_specs:
-            self.cdi.remove(file)  # on the loop, as the writes: see _write_specs
-
-    @contextlib.asynccontextmanager
-    async def _lock_claims(self, uids: Iterable[str]) -> AsyncIterator[None]:
-        """Serialize operations on the same claims (the kubelet may retry a claim while its first
-        call still runs); other claims go on concurrently. Locks are taken in sorted order, so
-        two batches that share claims cannot deadlock."""
-        held: list[tuple[str, anyio.Lock]] = []
-        try:
-            for uid in sorted(set(uids)):
-                # fast_acquire: a free lock is taken without a trip through the event loop (one
-                # loop turn less per claim); a contended one still waits and can be cancelled.
-                lock = self._claim_locks.setdefault(uid, anyio.Lock(fast_acquire=True))
-                await lock.acquire()
-                held.append((uid, lock))
-            yield
-        finally:
-            for uid, lock in reversed(held):
-                lock.release()
-                if not lock.locked() and not lock.statistics().tasks_waiting and self._claim_locks.get(uid) is lock:
-                    del self._claim_locks[uid]
+        self.claims.check_answer(self.claims.records[plan.claim.uid])

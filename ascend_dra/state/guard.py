@@ -26,7 +26,7 @@ from decimal import Decimal
 
 import attrs
 
-from ascend_dra.checkpoint import ClaimRecord, DeviceRecord, UnreadableRecord
+from ascend_dra.durable.checkpoint import ClaimRecord, DeviceRecord, UnreadableRecord
 from ascend_dra.model import AllocatedDevice, Capacity, CounterSet, Device, in_unit, parse_quantity, unit_of
 
 __all__ = ("CounterIndex", "GuardError", "Hold", "HoldIndex", "check_counters", "check_free")

@@ -15,12 +15,12 @@ from typing import Any
 
 import anyio
 
-from ascend_dra.checkpoint import ClaimRecord
-from ascend_dra.claims import ClaimSource, PrepareError
+from ascend_dra.durable.checkpoint import ClaimRecord
+from ascend_dra.state.claims import ClaimSource, PrepareError
 
 __all__ = ("GONE_CHECKS", "GONE_WAIT_S", "GuardRefusal", "name_gone_holders")
 
-# Logged under the name it had inside state.py, so `--log-level` settings by name still apply.
+# Logged under the state's name, as every module of ascend_dra.state is, so `--log-level` settings by name apply.
 log = logging.getLogger("ascend_dra.state")
 
 #: Holders asked about per Prepare call whose claims the guard refused, and the seconds the asking

@@ -1,7 +1,7 @@
 """Planning a Prepare: which devices, which opaque configs, which container edits and CDI specs.
 
 Pure apart from reading the node: a plan is computed on the event loop with no await, so the
-guard's view of the held devices and the claim's reservation are one atomic step (state.py).
+guard's view of the held devices and the claim's reservation are one atomic step (devicestate.py).
 The only I/O is a stat of each device node the specs name (a spec must not promise a device node
 that does not exist; docs/durable-state.md).
 """
@@ -15,12 +15,12 @@ from typing import Any
 
 import attrs
 
-from ascend_dra import guard
 from ascend_dra.cdi import naming
 from ascend_dra.cdi.spec import CdiDevice, ContainerEdits, Spec
-from ascend_dra.checkpoint import DeviceRecord
+from ascend_dra.durable.checkpoint import DeviceRecord
 from ascend_dra.model import AllocatedDevice, ClaimAllocation, Device, Inventory, OpaqueConfig
 from ascend_dra.profiles.base import ApplyContext, ConfigError, Profile, ProfileContext, decode_config
+from ascend_dra.state import guard
 
 __all__ = ("Plan", "PlanError", "Planner", "batches_by_device", "resolve_configs")
 
@@ -216,7 +216,7 @@ class Planner:
         # Admin access (KEP-5018) gets the device's edits but never its side effects (no vNPU).
         effects = {p: tuple(r for r in rs if not r.admin_access) for p, rs in groups.items()}
         # Nodes the side effects create (a hard vNPU's /dev/vdavinci<ID>) cannot exist yet; the
-        # answer is still checked against them after the side effects ran (state.py).
+        # answer is still checked against them after the side effects ran (devicestate.py).
         created: set[str] = set()
         for profile_name, members in effects.items():
             hook = getattr(self.profiles[profile_name], "created_device_nodes", None)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ascend_dra.faults import disk_error, disk_fault
+from ascend_dra.observe.faults import disk_error, disk_fault
 
 __all__ = ("fsync_dir", "remove_durably", "write_atomic")
 
@@ -31,7 +31,7 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644, *, durable: bool = 
     :param durable: fsync the file before the rename and the directory after it, so the new file
         survives a power loss. Without it the replacement is still atomic for every reader (the
         rename), which is all a file on tmpfs, or one re-created after every reboot, needs.
-    :param fault: the file's name among :data:`ascend_dra.faults.DISK_POINTS` (``snapshot`` for the
+    :param fault: the file's name among :data:`ascend_dra.observe.faults.DISK_POINTS` (``snapshot`` for the
         points ``snapshot:write`` and ``snapshot:sync``), where the tests inject disk faults.
     :raises OSError: on any failure (disk full, read-only file system, ...); the old file is then
         untouched and the temp file is removed.

@@ -22,15 +22,15 @@ from pathlib import Path
 import anyio
 import attrs
 
-from ascend_dra.profiles.ascend import devfs
-from ascend_dra.profiles.ascend.carryover import FACTS, carry_counted, describe_carried
 from ascend_dra.profiles.ascend.chip import DroppedChip, NpuChip
 from ascend_dra.profiles.ascend.chips import ChipModel
-from ascend_dra.profiles.ascend.errors import NpuSmiError, NpuSmiNotFound
-from ascend_dra.profiles.ascend.locate import LocatedNpuSmi, locate_npu_smi
-from ascend_dra.profiles.ascend.npusmi import DEFAULT_TIMEOUT_S, NpuSmi
-from ascend_dra.profiles.ascend.npusmi_tier import discover_npu_smi
-from ascend_dra.profiles.ascend.simulated import simulated_chips
+from ascend_dra.profiles.ascend.discovery import devfs
+from ascend_dra.profiles.ascend.discovery.carryover import FACTS, carry_counted, describe_carried
+from ascend_dra.profiles.ascend.discovery.npusmi_tier import discover_npu_smi
+from ascend_dra.profiles.ascend.discovery.simulated import simulated_chips
+from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiError, NpuSmiNotFound
+from ascend_dra.profiles.ascend.npusmi.locate import LocatedNpuSmi, locate_npu_smi
+from ascend_dra.profiles.ascend.npusmi.runner import DEFAULT_TIMEOUT_S, NpuSmi
 
 __all__ = ("TIER_DEVFS", "TIER_NPU_SMI", "TIER_SIMULATED", "Discovery", "SimulateMode", "discover_chips")
 

@@ -31,8 +31,8 @@ from pathlib import Path
 import attrs
 
 from ascend_dra.profiles.ascend.chip import DroppedChip
-from ascend_dra.profiles.ascend.errors import NpuSmiParseError
-from ascend_dra.profiles.ascend.remap import PhyIdRemap
+from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiParseError
+from ascend_dra.profiles.ascend.npusmi.remap import PhyIdRemap
 
 __all__ = ("PartialChip", "ResolvedIds", "remap_reason", "resolve_ids")
 

@@ -32,8 +32,6 @@ from typing import TypeVar
 import anyio
 import attrs
 
-from ascend_dra.profiles.ascend import devfs
-from ascend_dra.profiles.ascend.carryover import TOPOLOGY_FACTS, carry_counted, describe_carried, kept_logic_ids
 from ascend_dra.profiles.ascend.chip import DroppedChip, NpuChip
 from ascend_dra.profiles.ascend.chips import (
     ChipFamily,
@@ -43,14 +41,21 @@ from ascend_dra.profiles.ascend.chips import (
     model_of,
     normalise_chip_name,
 )
-from ascend_dra.profiles.ascend.errors import NpuSmiError, NpuSmiTimeout
-from ascend_dra.profiles.ascend.ids import PartialChip, ResolvedIds, remap_reason, resolve_ids
-from ascend_dra.profiles.ascend.keyvalue import BoardInfo, ChipBoardInfo
-from ascend_dra.profiles.ascend.npusmi import DEFAULT_CONCURRENCY, NpuSmi
-from ascend_dra.profiles.ascend.readings import CommonInfo
-from ascend_dra.profiles.ascend.remap import PhyIdRemap
-from ascend_dra.profiles.ascend.tables import InfoChip, InfoTable, MappingRow
-from ascend_dra.profiles.ascend.topo import LABEL_NPU, Topology
+from ascend_dra.profiles.ascend.discovery import devfs
+from ascend_dra.profiles.ascend.discovery.carryover import (
+    TOPOLOGY_FACTS,
+    carry_counted,
+    describe_carried,
+    kept_logic_ids,
+)
+from ascend_dra.profiles.ascend.discovery.ids import PartialChip, ResolvedIds, remap_reason, resolve_ids
+from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiError, NpuSmiTimeout
+from ascend_dra.profiles.ascend.npusmi.keyvalue import BoardInfo, ChipBoardInfo
+from ascend_dra.profiles.ascend.npusmi.readings import CommonInfo
+from ascend_dra.profiles.ascend.npusmi.remap import PhyIdRemap
+from ascend_dra.profiles.ascend.npusmi.runner import DEFAULT_CONCURRENCY, NpuSmi
+from ascend_dra.profiles.ascend.npusmi.tables import InfoChip, InfoTable, MappingRow
+from ascend_dra.profiles.ascend.npusmi.topo import LABEL_NPU, Topology
 
 __all__ = ("HCCS_LINKS", "TOPOLOGY_FAMILIES", "NpuSmiAnswer", "discover_npu_smi", "topology_groups", "with_topology")
 

@@ -1,7 +1,7 @@
 """The hard-vNPU ledger: which vNPUs this daemon is about to create or has created, on disk.
 
 One JSON file per vNPU under ``<ProfileContext.state_dir>/hard-vNPU/``, written durably
-(:func:`ascend_dra.atomicfile.write_atomic`: fsync of the file and of its directory) **before**
+(:func:`ascend_dra.system.atomicfile.write_atomic`: fsync of the file and of its directory) **before**
 ``npu-smi set -t create-vnpu`` runs and removed only after the vNPU is destroyed. It is the proof
 of ownership the crash repair needs: the checkpoint learns of a vNPU only after
 ``prepare_side_effects`` returns, so a kill -9 between the create and that record leaves a vNPU
@@ -25,7 +25,7 @@ from typing import Any
 
 import attrs
 
-from ascend_dra.atomicfile import remove_durably, write_atomic
+from ascend_dra.system.atomicfile import remove_durably, write_atomic
 
 __all__ = ("LEDGER_DIR", "Ledger", "LedgerEntry")
 

@@ -17,7 +17,7 @@ entry is of **this boot** or vnpu-cfg-recover restored the vNPUs of earlier boot
 the entry is durable (:mod:`.vnpu_ledger`). A vNPU at our ID that the ledger does not name is
 someone else's: the Prepare fails, naming it, and nothing is touched.
 
-Crash points (``ASCEND_DRA_CRASH_AT``, :mod:`ascend_dra.faults`): :data:`CRASH_POINTS`.
+Crash points (``ASCEND_DRA_CRASH_AT``, :mod:`ascend_dra.observe.faults`): :data:`CRASH_POINTS`.
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from typing import Any
 
 import anyio
 
-from ascend_dra.faults import crash_point
-from ascend_dra.profiles.ascend.errors import NpuSmiError
-from ascend_dra.profiles.ascend.npusmi import NpuSmi
-from ascend_dra.profiles.ascend.tables import VnpuInfo
-from ascend_dra.profiles.ascend.vnpu_ledger import LEDGER_DIR, Ledger, LedgerEntry
+from ascend_dra.observe.faults import crash_point
+from ascend_dra.profiles.ascend.hardvnpu.ledger import LEDGER_DIR, Ledger, LedgerEntry
+from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiError
+from ascend_dra.profiles.ascend.npusmi.runner import NpuSmi
+from ascend_dra.profiles.ascend.npusmi.tables import VnpuInfo
 
 __all__ = ("CRASH_POINTS", "VnpuError", "VnpuOps")
 

@@ -50,16 +50,17 @@ from typing import Any
 import anyio
 
 from ascend_dra.model import AttributeValue, Capacity
-from ascend_dra.profiles.ascend import host, templates
+from ascend_dra.profiles.ascend import host
 from ascend_dra.profiles.ascend.attributes import WHOLE_CHIP_CORES, chip_attributes, chip_capacities, device_name
 from ascend_dra.profiles.ascend.chip import DroppedChip, NpuChip
 from ascend_dra.profiles.ascend.chips import MODELS, ChipFamily
 from ascend_dra.profiles.ascend.config import NpuConfig
-from ascend_dra.profiles.ascend.discovery import TIER_NPU_SMI, TIER_SIMULATED, discover_chips
-from ascend_dra.profiles.ascend.errors import NpuSmiError
-from ascend_dra.profiles.ascend.npusmi import NpuSmi
+from ascend_dra.profiles.ascend.discovery.chain import TIER_NPU_SMI, TIER_SIMULATED, discover_chips
+from ascend_dra.profiles.ascend.hardvnpu import templates
+from ascend_dra.profiles.ascend.hardvnpu.ops import VnpuOps
+from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiError
+from ascend_dra.profiles.ascend.npusmi.runner import NpuSmi
 from ascend_dra.profiles.ascend.profile import VISIBLE_DEVICES_ENV, AscendChipProfile, simulated_node, unknown_family
-from ascend_dra.profiles.ascend.vnpu_ops import VnpuOps
 from ascend_dra.profiles.base import (
     AllocatedDevice,
     ApplyContext,

@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
-from ascend_dra.profiles.ascend import tables
+from ascend_dra.profiles.ascend.npusmi import tables
 
 __all__ = (
     "ENGINES",

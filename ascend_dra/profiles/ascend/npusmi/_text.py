@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import re
 
-from ascend_dra.profiles.ascend.bounds import Bounds
-from ascend_dra.profiles.ascend.errors import SHOWN, NpuSmiParseError
+from ascend_dra.profiles.ascend.npusmi.bounds import Bounds
+from ascend_dra.profiles.ascend.npusmi.errors import SHOWN, NpuSmiParseError
 
 #: Values npu-smi prints for "no value" (compared case-insensitively).
 ABSENT = frozenset({"", "na", "n/a", "-", "--", "not supported", "unknown"})

@@ -19,10 +19,10 @@ from collections.abc import Mapping
 
 import attrs
 
-from ascend_dra.profiles.ascend import _text
-from ascend_dra.profiles.ascend import bounds as b
-from ascend_dra.profiles.ascend.bounds import Bounds
-from ascend_dra.profiles.ascend.errors import NpuSmiParseError
+from ascend_dra.profiles.ascend.npusmi import _text
+from ascend_dra.profiles.ascend.npusmi import bounds as b
+from ascend_dra.profiles.ascend.npusmi.bounds import Bounds
+from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiParseError
 
 __all__ = (
     "BoardInfo",

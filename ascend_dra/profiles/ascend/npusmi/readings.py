@@ -18,10 +18,10 @@ from collections.abc import Mapping
 
 import attrs
 
-from ascend_dra.profiles.ascend import _text
-from ascend_dra.profiles.ascend import bounds as b
-from ascend_dra.profiles.ascend.errors import NpuSmiParseError
-from ascend_dra.profiles.ascend.keyvalue import KeyValueBlock, parse_key_values
+from ascend_dra.profiles.ascend.npusmi import _text
+from ascend_dra.profiles.ascend.npusmi import bounds as b
+from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiParseError
+from ascend_dra.profiles.ascend.npusmi.keyvalue import KeyValueBlock, parse_key_values
 
 __all__ = (
     "BoardCpuCommon",

@@ -24,9 +24,9 @@ from collections.abc import Mapping
 
 import attrs
 
-from ascend_dra.profiles.ascend import _text
-from ascend_dra.profiles.ascend import bounds as b
-from ascend_dra.profiles.ascend.errors import NpuSmiParseError
+from ascend_dra.profiles.ascend.npusmi import _text
+from ascend_dra.profiles.ascend.npusmi import bounds as b
+from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiParseError
 
 __all__ = ("PhyIdRemap", "parse_phyid_remap")
 

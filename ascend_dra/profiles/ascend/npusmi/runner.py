@@ -17,8 +17,8 @@ import subprocess
 
 import anyio
 
-from ascend_dra.profiles.ascend import keyvalue, readings, remap, tables, topo
-from ascend_dra.profiles.ascend.errors import NpuSmiFailed, NpuSmiNotFound, NpuSmiTimeout
+from ascend_dra.profiles.ascend.npusmi import keyvalue, readings, remap, tables, topo
+from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiFailed, NpuSmiNotFound, NpuSmiTimeout
 
 __all__ = ("DEFAULT_CONCURRENCY", "DEFAULT_TIMEOUT_S", "NpuSmi")
 

@@ -16,13 +16,19 @@ import re
 
 import attrs
 
-from ascend_dra.profiles.ascend import _text
-from ascend_dra.profiles.ascend import bounds as b
-from ascend_dra.profiles.ascend.bounds import Bounds
-from ascend_dra.profiles.ascend.errors import NpuSmiParseError
-from ascend_dra.profiles.ascend.mapping import MappingRow, parse_mapping
-from ascend_dra.profiles.ascend.topo import LINK_KINDS, Topology, parse_topo
-from ascend_dra.profiles.ascend.vnpu_tables import Template, Vnpu, VnpuInfo, parse_template_info, parse_vnpu_info
+from ascend_dra.profiles.ascend.npusmi import _text
+from ascend_dra.profiles.ascend.npusmi import bounds as b
+from ascend_dra.profiles.ascend.npusmi.bounds import Bounds
+from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiParseError
+from ascend_dra.profiles.ascend.npusmi.mapping import MappingRow, parse_mapping
+from ascend_dra.profiles.ascend.npusmi.topo import LINK_KINDS, Topology, parse_topo
+from ascend_dra.profiles.ascend.npusmi.vnpu_tables import (
+    Template,
+    Vnpu,
+    VnpuInfo,
+    parse_template_info,
+    parse_vnpu_info,
+)
 
 __all__ = (
     "LINK_KINDS",

@@ -23,9 +23,9 @@ import re
 
 import attrs
 
-from ascend_dra.profiles.ascend import _text
-from ascend_dra.profiles.ascend import bounds as b
-from ascend_dra.profiles.ascend.errors import NpuSmiParseError
+from ascend_dra.profiles.ascend.npusmi import _text
+from ascend_dra.profiles.ascend.npusmi import bounds as b
+from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiParseError
 
 __all__ = ("LABEL_NPU", "LABEL_PHYSICAL", "LINK_KINDS", "Topology", "parse_topo")
 

@@ -30,7 +30,7 @@ NPU IDs 4 and 5, chip 0 each, logic IDs 0/1, physical IDs 0/2, PCIe ``0000:81:00
   shared region (mode 0777), ``usr/local/dcmi`` and a copy of the stand-in as
   ``usr/local/bin/npu-smi`` (for ``VnpuCoreConfig.mountTools``).
 
-Use from a shell: ``python -m ascend_dra.profiles.ascend.labnode DIR`` prints the daemon flags.
+Use from a shell: ``python -m ascend_dra.profiles.ascend.sim.labnode DIR`` prints the daemon flags.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from pathlib import Path
 
 import attrs
 
-from ascend_dra.profiles.ascend.vnpu_core_assets import HOST_ELF
+from ascend_dra.profiles.ascend.vnpucore.assets import HOST_ELF
 
 __all__ = ("LAB_CHIPS", "LabChip", "LabNode", "build", "elf_header", "render_info")
 
@@ -158,7 +158,7 @@ def render_common(npu_id: int, chips: Sequence[LabChip]) -> str:
 
 
 _SCRIPT = r'''#!/bin/sh
-# npu-smi stand-in of the ascend-dra lab node (ascend_dra/profiles/ascend/labnode.py). Not npu-smi.
+# npu-smi stand-in of the ascend-dra lab node (ascend_dra/profiles/ascend/sim/labnode.py). Not npu-smi.
 LAB=__LAB__
 OUT="$LAB/npu-smi"
 STATE="$LAB/state"
@@ -328,7 +328,7 @@ def _host_root(host: Path, driver_version: str, assets: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m ascend_dra.profiles.ascend.labnode DIR``: build the lab node, print the daemon flags."""
+    """``python -m ascend_dra.profiles.ascend.sim.labnode DIR``: build the lab node, print the daemon flags."""
     parser = argparse.ArgumentParser(prog="labnode", description="Build the simulated Lab 18 node (2x 310P3).")
     parser.add_argument("dir", type=Path)
     args = parser.parse_args(argv)

@@ -48,8 +48,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ascend_dra.atomicfile import write_atomic
-from ascend_dra.profiles.ascend import templates as catalogue
+from ascend_dra.profiles.ascend.hardvnpu import templates as catalogue
+from ascend_dra.system.atomicfile import write_atomic
 
 __all__ = ("ENV_DIR", "main", "write_host")
 

@@ -38,9 +38,9 @@ import os
 import stat
 from pathlib import Path, PurePosixPath
 
-from ascend_dra.atomicfile import write_atomic
-from ascend_dra.faults import disk_fault
-from ascend_dra.profiles.ascend.vnpu_core_host import CONTAINER_VNPU_CORE_DIR, VnpuCoreHost
+from ascend_dra.observe.faults import disk_fault
+from ascend_dra.profiles.ascend.vnpucore.host import CONTAINER_VNPU_CORE_DIR, VnpuCoreHost
+from ascend_dra.system.atomicfile import write_atomic
 
 __all__ = (
     "CONTAINER_LIBRARY",

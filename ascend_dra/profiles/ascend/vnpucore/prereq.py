@@ -35,10 +35,10 @@ from collections.abc import Sequence
 import attrs
 
 from ascend_dra.profiles.ascend.chip import NpuChip
-from ascend_dra.profiles.ascend.keyvalue import DeviceShare
-from ascend_dra.profiles.ascend.versioninfo import DriverRelease, VersionInfoError, parse_version_info
-from ascend_dra.profiles.ascend.vnpu_core_assets import LibraryMissing, library_problem, limiter_binary
-from ascend_dra.profiles.ascend.vnpu_core_host import VnpuCoreHost
+from ascend_dra.profiles.ascend.npusmi.keyvalue import DeviceShare
+from ascend_dra.profiles.ascend.vnpucore.assets import LibraryMissing, library_problem, limiter_binary
+from ascend_dra.profiles.ascend.vnpucore.host import VnpuCoreHost
+from ascend_dra.profiles.ascend.vnpucore.versioninfo import DriverRelease, VersionInfoError, parse_version_info
 
 __all__ = ("MIN_DRIVER", "SHARED_REGION_MODE", "SUPPORTED_MACHINES", "HostFacts", "Verdict", "judge", "probe_host")
 

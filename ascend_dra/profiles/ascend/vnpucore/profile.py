@@ -57,19 +57,19 @@ from typing import Any
 import anyio
 import attrs
 
-from ascend_dra.faults import disk_fault
 from ascend_dra.model import ClaimAllocation
+from ascend_dra.observe.faults import disk_fault
 from ascend_dra.profiles.ascend import host as ascend_host
 from ascend_dra.profiles.ascend.attributes import chip_attributes, device_name
 from ascend_dra.profiles.ascend.chip import DroppedChip, NpuChip
 from ascend_dra.profiles.ascend.chips import MODELS, ChipFamily
-from ascend_dra.profiles.ascend.discovery import TIER_NPU_SMI, discover_chips
-from ascend_dra.profiles.ascend.errors import NpuSmiError
-from ascend_dra.profiles.ascend.keyvalue import DeviceShare
-from ascend_dra.profiles.ascend.npusmi import NpuSmi
+from ascend_dra.profiles.ascend.discovery.chain import TIER_NPU_SMI, discover_chips
+from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiError
+from ascend_dra.profiles.ascend.npusmi.keyvalue import DeviceShare
+from ascend_dra.profiles.ascend.npusmi.runner import NpuSmi
 from ascend_dra.profiles.ascend.profile import AscendChipProfile, unknown_family
-from ascend_dra.profiles.ascend.vnpu_core_assets import LibraryMissing, library_problem, preload_path, write_preload
-from ascend_dra.profiles.ascend.vnpu_core_host import (
+from ascend_dra.profiles.ascend.vnpucore.assets import LibraryMissing, library_problem, preload_path, write_preload
+from ascend_dra.profiles.ascend.vnpucore.host import (
     CONTAINER_LOCAL_DIR,
     CONTAINER_SHARED_REGION,
     CONTAINER_VNPU_CORE_DIR,
@@ -78,8 +78,8 @@ from ascend_dra.profiles.ascend.vnpu_core_host import (
     VnpuCoreHost,
     max_shares,
 )
-from ascend_dra.profiles.ascend.vnpu_core_prereq import judge, probe_host
-from ascend_dra.profiles.ascend.vnpu_core_quota import limiter_env
+from ascend_dra.profiles.ascend.vnpucore.prereq import judge, probe_host
+from ascend_dra.profiles.ascend.vnpucore.quota import limiter_env
 from ascend_dra.profiles.base import (
     AllocatedDevice,
     ApplyContext,

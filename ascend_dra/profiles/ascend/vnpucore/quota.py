@@ -29,7 +29,7 @@ from decimal import Decimal
 import attrs
 
 from ascend_dra.model import AllocatedDevice, in_unit, parse_quantity, unit_of
-from ascend_dra.profiles.ascend.vnpu_core_host import CONTAINER_LOCAL_DIR, CONTAINER_SHARED_REGION
+from ascend_dra.profiles.ascend.vnpucore.host import CONTAINER_LOCAL_DIR, CONTAINER_SHARED_REGION
 
 __all__ = ("GATE", "REQUIRED_CAPACITIES", "Share", "limiter_env", "share_of")
 

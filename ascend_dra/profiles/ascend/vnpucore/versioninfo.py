@@ -14,8 +14,8 @@ import re
 
 import attrs
 
-from ascend_dra.profiles.ascend._text import read_int
-from ascend_dra.profiles.ascend.bounds import RELEASE_PART
+from ascend_dra.profiles.ascend.npusmi._text import read_int
+from ascend_dra.profiles.ascend.npusmi.bounds import RELEASE_PART
 
 __all__ = ("DriverRelease", "VersionInfoError", "parse_version_info")
 
