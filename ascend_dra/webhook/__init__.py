@@ -5,7 +5,8 @@ the plumbing around it.
 - :mod:`.review`   AdmissionReview v1 in and out (pure);
 - :mod:`.validate` opaque configs of ResourceClaims / ResourceClaimTemplates (pure, uses profiles);
 - :mod:`.kubeapi`  a small JSON client of the API server on aiohttp;
-- :mod:`.mutate`   the pod conversion with its API calls (create, roll back, adopt), and
+- :mod:`.mutate`   the pod conversion with its API calls (create, roll back, adopt),
+  :mod:`.templatecache` the claim templates it made, as its watch reports them, and
   :mod:`.podupdate` the pod updates it answers;
 - :mod:`.owners`   the loop that makes each pod the owner of its direct claims;
 - :mod:`.settings` its validated configuration; :mod:`.tls` the serving certificate, reloaded when

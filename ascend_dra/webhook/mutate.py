@@ -51,6 +51,7 @@ from ascend_dra.webhook import review
 from ascend_dra.webhook.kubeapi import ApiError, KubeApi
 from ascend_dra.webhook.metrics import WebhookMetrics
 from ascend_dra.webhook.podupdate import PodUpdates
+from ascend_dra.webhook.templatecache import TemplateCache
 
 __all__ = ("PodMutator",)
 
@@ -83,6 +84,9 @@ class PodMutator:
     :param driver_name: the driver named in the CEL selectors.
     :param chips: the HAMi resources converted and the chips each names (``--hami-device-config``).
     :param metrics: where replaced HAMi-DRA claims are counted; None: not counted (tests).
+
+    :ivar templates: the templates this webhook made that exist now; run :meth:`TemplateCache.run`
+        beside the server, or every template-mode admission asks the API server.
     """
 
     def __init__(self, api: KubeApi, mode: Mode, driver_name: str,
@@ -93,6 +97,8 @@ class PodMutator:
         self.chips = chips
         self.metrics = metrics
         self.updates = PodUpdates(api, chips, driver_name)
+        self.templates = TemplateCache(api, _same_spec,
+                                       on_known=metrics.templates_known.set if metrics is not None else None)
 
     async def review(self, request: review.ReviewRequest) -> tuple[bytes, str]:
         """Answer one review; returns ``(response body, outcome)`` with outcome ``allowed``,
@@ -202,23 +208,31 @@ class PodMutator:
                 if claim.object_name in done:
                     continue  # template mode: two containers with the same request share one template
                 done.add(claim.object_name)
-                try:
-                    body = self._body(claim, namespace, for_pod, mode)
-                    await self.api.request("POST", self._collection(namespace, mode), body=body, query=query,
-                                           timeout_s=CALL_TIMEOUT_S)
-                    if not dry_run:
-                        created.append(claim.object_name)
-                except ApiError as exc:
-                    if exc.status != 409:
-                        raise _Refused(f"creating {self._what(claim, namespace, mode)} failed: {exc}", 500) from None
-                    if await self._reuse(claim, namespace, for_pod, mode, dry_run):
-                        created.append(claim.object_name)
+                if mode is Mode.TEMPLATE:  # shared by every pod of the request: made once (templatecache.py)
+                    await self.templates.ensure(namespace, claim.object_name, claim.spec, dry_run,
+                                                lambda c=claim: self._create(c, namespace, for_pod, mode, query))
+                elif await self._create(claim, namespace, for_pod, mode, query):
+                    created.append(claim.object_name)
         except BaseException:
             if mode is Mode.CLAIM and created:
                 # Also when the review is cancelled (client gone, shutdown): bounded, shielded.
                 with anyio.CancelScope(shield=True), anyio.move_on_after(2 * CALL_TIMEOUT_S):
                     await self._roll_back(created, namespace, mode)
             raise
+
+    async def _create(self, claim: PlannedClaim, namespace: str, for_pod: str, mode: Mode,
+                      query: Mapping[str, str] | None) -> bool:
+        """POST one object, or accept the existing one (:meth:`_reuse`); returns whether a claim was
+        created here (a dry run creates nothing). :raises _Refused: naming the object."""
+        try:
+            body = self._body(claim, namespace, for_pod, mode)
+            await self.api.request("POST", self._collection(namespace, mode), body=body, query=query,
+                                   timeout_s=CALL_TIMEOUT_S)
+            return query is None
+        except ApiError as exc:
+            if exc.status != 409:
+                raise _Refused(f"creating {self._what(claim, namespace, mode)} failed: {exc}", 500) from None
+            return await self._reuse(claim, namespace, for_pod, mode, query is not None)
 
     @staticmethod
     def _what(claim: PlannedClaim, namespace: str, mode: Mode) -> str:

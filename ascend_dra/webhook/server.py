@@ -237,6 +237,7 @@ async def serve(settings: WebhookSettings, *, task_status: TaskStatus[dict[str, 
     prepared = prepared or prepare(settings)
     metrics, certificate, profiles = prepared.metrics, prepared.certificate, prepared.profiles
     api = KubeApi.open(settings.kubeconfig)
+    api.on_request = metrics.api_request
     mutator = PodMutator(api, settings.conversion_mode, settings.driver_name, settings.hami_chips, metrics)
     webhook = Webhook(settings.driver_name, profiles, mutator, metrics)
     runners = []
@@ -256,6 +257,7 @@ async def serve(settings: WebhookSettings, *, task_status: TaskStatus[dict[str, 
             ports["metrics_port"] = _port(metrics_site)
         async with anyio.create_task_group() as tg:
             await tg.start(certificate.watch)
+            await tg.start(mutator.templates.run)  # listed before the first review (or its list failed)
             owners = OwnerLoop(api, metrics, grace_s=settings.orphan_grace_s, chips=settings.hami_chips)
             if settings.conversion_mode is Mode.CLAIM:
                 await tg.start(owners.run)  # ready once it has listed the pods: it owns what we create
