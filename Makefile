@@ -96,6 +96,7 @@ proto-check: proto
 
 lint: venv
 	$(VENV)/bin/ruff check ascend_dra tests plugins bench
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 demo: venv
 	PY=$(PY) hack/demo.sh

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ascend_dra.profiles.ascend import npusmi_sim
+from ascend_dra.profiles.ascend.sim import npusmi_sim
 from ascend_dra.profiles.base import ProfileContext
 
 SIM = str(Path(sys.executable).with_name("ascend-dra-npu-smi-sim"))

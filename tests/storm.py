@@ -21,7 +21,7 @@ claim, until it succeeds) and checks again. Tallies, all of which must stay 0:
   daemon did not turn into the claim's answer), or a daemon that died by itself.
 
 With ``--disk-faults`` (``Storm(disk_faults=True)``) ENOSPC and EIO come and go at random durable
-writes all through each trial (ascend_dra/faults.py ``DISK_POINTS``, one or two at a time, and now
+writes all through each trial (ascend_dra/observe/faults.py ``DISK_POINTS``, one or two at a time, and now
 and then already at start-up), and besides:
 
 * ``unnamed_fault``: a claim's error that gives a disk error's cause without the file it hit;
@@ -61,7 +61,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from ascend_dra.faults import DISK_POINTS  # noqa: E402
+from ascend_dra.observe.faults import DISK_POINTS  # noqa: E402
 from tests.claimfiles import claim_object, create_in_api, write_claim  # noqa: E402
 from tests.integration.daemon import DRIVER, DaemonProcess, Kubelet  # noqa: E402
 
@@ -101,7 +101,7 @@ class Storm:
         self.tallies: Counter[str] = Counter({t: 0 for t in TALLIES})
         self.details: list[str] = []
         if profile == "HAMivNPUCore":
-            from ascend_dra.profiles.ascend import labnode
+            from ascend_dra.profiles.ascend.sim import labnode
 
             self.lab = labnode.build(root / "lab")
             self.daemon = DaemonProcess(root / "node", node=LAB_NODE, profiles=profile, extra_args=self.lab.flags(),
@@ -353,7 +353,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated; PROFILE@cluster runs in cluster mode against a test control "
                              "plane started for it (tests/cluster, its binaries built by make cluster-bins)")
     parser.add_argument("--disk-faults", action="store_true",
-                        help="arm ENOSPC and EIO at random durable writes during every trial (ascend_dra/faults.py)")
+                        help="arm ENOSPC and EIO at random durable writes during every trial "
+                        "(ascend_dra/observe/faults.py)")
     args = parser.parse_args(argv)
     failed = False
     cp = None

@@ -8,7 +8,7 @@ that satisfies :class:`Profile`. The daemon then calls, in this order:
 2. for each Prepare: :func:`decode_config` on every opaque config for our driver (which calls
    ``profile.validate``), then ``profile.apply_config(config, devices, apply_ctx)`` once per
    group of allocated devices that share a config, split so that no device name repeats in one
-   call (shares of one device, :func:`ascend_dra.planning.batches_by_device`) ->
+   call (shares of one device, :func:`ascend_dra.state.planning.batches_by_device`) ->
    ``{device name: ContainerEdits}``;
 3. optionally ``await profile.prepare_side_effects(...)`` / ``unprepare_side_effects(...)`` for
    profiles that change the node (they must be idempotent; what they did is checkpointed).

@@ -10,7 +10,7 @@ Names follow ``ascend_dra_webhook_<noun>_total`` / ``_seconds`` (docs/architectu
 - ``ascend_dra_webhook_owner_updates_total{result}``: claims given their pod as owner;
 - ``ascend_dra_webhook_orphans_deleted_total``: claims deleted because no pod came for them;
 - ``ascend_dra_webhook_hami_dra_claims_total{action}``: claims HAMi-DRA made before the switch, taken
-  over (:mod:`ascend_dra.webhook.hamidra`): ``adopted`` (their pod made their owner) or ``replaced``
+  over (:mod:`ascend_dra.hami.hamidra`): ``adopted`` (their pod made their owner) or ``replaced``
   (deleted for a new pod of their name, which gets a claim of ours);
 - ``ascend_dra_webhook_api_requests_total{verb, resource, code}``: calls to the API server
   (``verb``: ``list``, ``watch``, ``get``, ``create``, ``update``, ``patch``, ``delete``;

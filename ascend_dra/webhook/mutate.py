@@ -1,6 +1,6 @@
 """``/mutate-pods``: convert a pod's HAMi resources, creating what its new references name.
 
-The plan comes from :func:`ascend_dra.webhook.hami.convert_pod`; this module makes it true in the
+The plan comes from :func:`ascend_dra.hami.convert.convert_pod`; this module makes it true in the
 API server, then answers with the pod's patch:
 
 * claim mode: one ResourceClaim per planned claim, labelled ``hami.io/dra=true`` and
@@ -16,7 +16,7 @@ fails half-way, the claims this call created are deleted before the denial (docs
 step 7). A claim
 that already exists is reused only when this webhook made it for a pod of that name, nobody owns it
 yet and its spec is the planned one (the API server called us again for the same pod). One that
-HAMi-DRA made before the switch (:mod:`ascend_dra.webhook.hamidra`) for an earlier pod of this
+HAMi-DRA made before the switch (:mod:`ascend_dra.hami.hamidra`) for an earlier pod of this
 name, and that nothing uses any more (no pod names it, nothing in its ``status.reservedFor``), is
 deleted (uid and resourceVersion preconditions) and made again as ours; in a dry run it is left as
 it is. Any other existing object of that name is left alone and the pod is denied, naming it. A
@@ -31,8 +31,9 @@ from typing import Any
 
 import anyio
 
-from ascend_dra.webhook import review, volcano
-from ascend_dra.webhook.hami import (
+from ascend_dra.hami import volcano
+from ascend_dra.hami.chips import DEFAULT_CHIPS, HamiChip, chip_names
+from ascend_dra.hami.convert import (
     DRA_LABEL,
     MANAGED_BY,
     OPT_OUT_LABEL,
@@ -45,8 +46,8 @@ from ascend_dra.webhook.hami import (
     convert_pod,
     unconverted_resources,
 )
-from ascend_dra.webhook.hamichips import DEFAULT_CHIPS, HamiChip, chip_names
-from ascend_dra.webhook.hamidra import made_by_hami_dra, users_of
+from ascend_dra.hami.hamidra import made_by_hami_dra, users_of
+from ascend_dra.webhook import review
 from ascend_dra.webhook.kubeapi import ApiError, KubeApi
 from ascend_dra.webhook.metrics import WebhookMetrics
 from ascend_dra.webhook.podupdate import PodUpdates
@@ -79,7 +80,7 @@ class PodMutator:
     (:class:`~ascend_dra.webhook.podupdate.PodUpdates`).
 
     :param api: the API client the claims and templates are created with.
-    :param mode: :class:`~ascend_dra.webhook.hami.Mode` (``template`` by default).
+    :param mode: :class:`~ascend_dra.hami.convert.Mode` (``template`` by default).
     :param driver_name: the driver named in the CEL selectors.
     :param chips: the HAMi resources converted and the chips each names (``--hami-device-config``).
     :param metrics: where replaced HAMi-DRA claims are counted; None: not counted (tests).
@@ -141,7 +142,7 @@ class PodMutator:
         return answer, outcome
 
     async def _review_job(self, request: review.ReviewRequest) -> tuple[bytes, str]:
-        """A Volcano Job: its task templates converted (:mod:`ascend_dra.webhook.volcano`), always
+        """A Volcano Job: its task templates converted (:mod:`ascend_dra.hami.volcano`), always
         with ResourceClaimTemplates, whatever the pod conversion mode."""
         job = request.object
         assert job is not None

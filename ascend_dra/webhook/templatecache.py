@@ -30,7 +30,7 @@ import anyio
 import attrs
 from anyio.abc import TaskStatus
 
-from ascend_dra.webhook.hami import MANAGED_BY
+from ascend_dra.hami.convert import MANAGED_BY
 from ascend_dra.webhook.kubeapi import ApiError, KubeApi
 
 __all__ = ("TEMPLATES", "TemplateCache")

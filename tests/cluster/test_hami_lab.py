@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from ascend_dra.profiles.ascend import labnode
+from ascend_dra.profiles.ascend.sim import labnode
 from tests.cluster.controlplane import DEFAULT_FEATURE_GATES, ControlPlane, default_bin_dir
 from tests.cluster.test_publish import EXAMPLES, RES, delete_our_slices, ok, our_slices, wait_until
 from tests.integration.daemon import DRIVER, DaemonProcess, Kubelet

@@ -24,11 +24,11 @@ from typing import Any
 import attrs
 import pytest
 
-from ascend_dra.profiles.ascend import npusmi_sim
-from ascend_dra.profiles.ascend.hard_vnpu import HardVnpuProfile
+from ascend_dra.cluster.slices import build_slices
+from ascend_dra.profiles.ascend.hardvnpu.profile import HardVnpuProfile
 from ascend_dra.profiles.ascend.npu310p import Npu310PProfile
-from ascend_dra.profiles.ascend.vnpu_core import VnpuCoreProfile
-from ascend_dra.slices import build_slices
+from ascend_dra.profiles.ascend.sim import npusmi_sim
+from ascend_dra.profiles.ascend.vnpucore.profile import VnpuCoreProfile
 from tests.cluster.chart import render
 from tests.cluster.controlplane import free_port
 from tests.cluster.test_hami_lab import NS, allocated, lab_daemon, lab_pod, result_of, unschedulable

@@ -12,7 +12,8 @@ import uuid
 import anyio
 import pytest
 
-from ascend_dra import apiclient, cluster, slicewatch
+from ascend_dra.cluster import apiclient, slicewatch
+from ascend_dra.cluster import apiserver as cluster
 from tests.cluster.test_publish import RES, delete_our_slices, ok, our_slices
 from tests.integration.daemon import DRIVER
 

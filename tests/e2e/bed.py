@@ -7,7 +7,7 @@ Kubernetes we support (1.37), each node a host of its own to the API server.
   (tests/kubelet/node.py), each in a mount and a network namespace of its own, with the kubelet's
   usual paths (``/var/lib/kubelet``, CDI specs in ``/var/run/cdi``: the chart's defaults) under the
   namespace's overlays, ports 10250/10248, and pods on the CNI network of its node.
-* A *lab* node is the simulated Lab 18 node (``ascend_dra.profiles.ascend.labnode``, two 310P3) laid
+* A *lab* node is the simulated Lab 18 node (``ascend_dra.profiles.ascend.sim.labnode``, two 310P3) laid
   out where a real Ascend node has its files: ``/usr/local/Ascend/driver``, ``/usr/local/dcmi``,
   ``/usr/local/bin/npu-smi``, ``/etc/ascend_install.info``, the hami-vnpu-core directories and the
   ``/dev/davinci*`` device nodes, in overlays of ``/usr/local``, ``/etc`` and ``/dev`` of its namespace.
@@ -78,7 +78,7 @@ def lab_setup(python: str = sys.executable) -> list[str]:
     lab = shlex.quote(LAB_DIR)
     return [
         "mkdir -p /usr/local/Ascend/driver /usr/local/bin",
-        f"{shlex.quote(python)} -m ascend_dra.profiles.ascend.labnode {lab} >/dev/null",
+        f"{shlex.quote(python)} -m ascend_dra.profiles.ascend.sim.labnode {lab} >/dev/null",
         f"cp -a {lab}/host/usr/local/Ascend/driver/. /usr/local/Ascend/driver/",
         f"cp -a {lab}/host/usr/local/dcmi {lab}/host/usr/local/hami-vnpu-core {lab}/host/usr/local/hami-shared-region"
         " /usr/local/",

@@ -62,14 +62,14 @@ def test_env_vars_set_the_defaults():
                    .stdout.split())
     assert "[env FAKE_DEVICES; default 4]" in out  # the documented default stays what the code defaults to
     parsed = subprocess.run(
-        [sys.executable, "-c", "from ascend_dra.cli import build_parser; "
+        [sys.executable, "-c", "from ascend_dra.cli.main import build_parser; "
          "print(build_parser().parse_args(['run']).fake_devices)"],
         capture_output=True, text=True, env={"FAKE_DEVICES": "9", "PATH": "/usr/bin:/bin"}, check=True)
     assert parsed.stdout.strip() == "9"
 
 
 def test_help_does_not_import_grpc_or_kubernetes():
-    probe = ("import sys; from ascend_dra.cli import build_parser; build_parser(); "
+    probe = ("import sys; from ascend_dra.cli.main import build_parser; build_parser(); "
              "print(sorted(m for m in ('grpclib', 'kubernetes_asyncio', 'betterproto2', 'aiohttp', 'yaml') "
              "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from ascend_dra.profiles.ascend import labnode
+from ascend_dra.profiles.ascend.sim import labnode
 from tests.claimfiles import claim_object, write_claim
 from tests.integration.daemon import DRIVER, DaemonProcess, Kubelet
 

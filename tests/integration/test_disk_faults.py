@@ -1,7 +1,7 @@
 """ENOSPC and EIO at every durable write of a running daemon, one write at a time.
 
-Each fault is armed in a running daemon through ``ASCEND_DRA_DISK_FAULTS`` (ascend_dra/faults.py,
-:data:`~ascend_dra.faults.DISK_POINTS`) and disarmed again, and every time: the claim being
+Each fault is armed in a running daemon through ``ASCEND_DRA_DISK_FAULTS`` (ascend_dra/observe/faults.py,
+:data:`~ascend_dra.observe.faults.DISK_POINTS`) and disarmed again, and every time: the claim being
 prepared fails with an error that names the file and the cause; a claim prepared before it is
 untouched (its record, its spec, its answer); no answer names a spec that is not on disk; and once
 the fault is gone the same daemon, never restarted, prepares and unprepares again, and a restart
@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 import yaml
 
-from ascend_dra import checkpoint as ckpt
-from ascend_dra.faults import DISK_POINTS
-from ascend_dra.profiles.ascend import labnode
+from ascend_dra.durable import checkpoint as ckpt
+from ascend_dra.observe.faults import DISK_POINTS
+from ascend_dra.profiles.ascend.sim import labnode
 from tests.claimfiles import claim_object, write_claim
 from tests.hardvnpu import SimHost, daemon_args, vnpu_keys, vnpus_of_records
 from tests.integration.daemon import DRIVER, DaemonProcess, Kubelet

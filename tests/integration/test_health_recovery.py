@@ -10,7 +10,7 @@ import time
 
 import attrs
 
-from ascend_dra.profiles.ascend import labnode
+from ascend_dra.profiles.ascend.sim import labnode
 from tests.claimfiles import claim_object, write_claim
 from tests.integration.daemon import DRIVER, DaemonProcess, Kubelet
 from tests.integration.test_health import HEALTHY, UNHEALTHY, slice_devices, wait_for

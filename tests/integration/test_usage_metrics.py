@@ -10,7 +10,7 @@ import urllib.request
 import attrs
 from prometheus_client.parser import text_string_to_metric_families
 
-from ascend_dra.profiles.ascend import labnode
+from ascend_dra.profiles.ascend.sim import labnode
 from tests.claimfiles import claim_object, write_claim
 from tests.cluster.controlplane import free_port
 from tests.integration.daemon import DRIVER, DaemonProcess, Kubelet

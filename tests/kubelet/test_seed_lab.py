@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ascend_dra.profiles.ascend import labnode
+from ascend_dra.profiles.ascend.sim import labnode
 from tests.cluster.test_webhook import LAB_POD
 from tests.cluster.test_webhook_allocation import LAB_ENV
 from tests.cluster.webhook_process import installed_hook

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from ascend_dra.profiles.ascend import _text, keyvalue, readings, remap, tables, topo, vnpu_tables
-from ascend_dra.profiles.ascend.errors import NpuSmiParseError
 from ascend_dra.profiles.ascend.npu910 import Npu910Profile
-from ascend_dra.profiles.ascend.versioninfo import VersionInfoError, parse_version_info
+from ascend_dra.profiles.ascend.npusmi import _text, keyvalue, readings, remap, tables, topo, vnpu_tables
+from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiParseError
+from ascend_dra.profiles.ascend.vnpucore.versioninfo import VersionInfoError, parse_version_info
 from tests.unit.test_ascend_discovery import ANSWERS_910A, SHARED, run_chain, tree_910a
 from tests.unit.test_ascend_profiles import context
 from tests.unit.test_ascend_support import dev_tree, fake_npu_smi, fixture, sys_tree

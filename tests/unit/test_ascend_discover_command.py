@@ -8,7 +8,7 @@ import orjson
 import pytest
 import yaml
 
-from ascend_dra.commands.discover import profile_notes, run
+from ascend_dra.cli.discover import profile_notes, run
 from ascend_dra.model import Inventory
 from ascend_dra.profiles.ascend.npu310p import Npu310PProfile
 from ascend_dra.profiles.ascend.npu910 import Npu910Profile

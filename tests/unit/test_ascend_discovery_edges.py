@@ -10,7 +10,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from ascend_dra.commands.discover import run
+from ascend_dra.cli.discover import run
 from ascend_dra.model import Capacity, Inventory
 from ascend_dra.profiles.ascend.npu310p import Npu310PProfile
 from ascend_dra.profiles.ascend.npu910 import Npu910Profile

@@ -8,7 +8,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from ascend_dra.poolview import PoolView
+from ascend_dra.cluster.poolview import PoolView
 from ascend_dra.profiles.ascend.npu310p import Npu310PProfile
 from tests.unit.test_ascend_health import health_script
 from tests.unit.test_ascend_profiles import host_root, lab_310p3

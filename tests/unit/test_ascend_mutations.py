@@ -25,11 +25,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ascend_dra.profiles.ascend import keyvalue, readings, remap, tables, topo, vnpu_tables
-from ascend_dra.profiles.ascend.errors import NpuSmiError, NpuSmiFailed, NpuSmiParseError
-from ascend_dra.profiles.ascend.npusmi import NpuSmi
-from ascend_dra.profiles.ascend.npusmi_tier import NpuSmiAnswer, discover_npu_smi
-from ascend_dra.profiles.ascend.versioninfo import VersionInfoError, parse_version_info
+from ascend_dra.profiles.ascend.discovery.npusmi_tier import NpuSmiAnswer, discover_npu_smi
+from ascend_dra.profiles.ascend.npusmi import keyvalue, readings, remap, tables, topo, vnpu_tables
+from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiError, NpuSmiFailed, NpuSmiParseError
+from ascend_dra.profiles.ascend.npusmi.runner import NpuSmi
+from ascend_dra.profiles.ascend.vnpucore.versioninfo import VersionInfoError, parse_version_info
 from tests.unit.test_ascend_discovery import ANSWERS_910A, tree_910a
 from tests.unit.test_ascend_support import FIXTURES, fixture, parts
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from ascend_dra.profiles.ascend import readings
-from ascend_dra.profiles.ascend.errors import NpuSmiParseError
-from ascend_dra.profiles.ascend.readings import ChipCommon, HealthInfo, McuCommon
+from ascend_dra.profiles.ascend.npusmi import readings
+from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiParseError
+from ascend_dra.profiles.ascend.npusmi.readings import ChipCommon, HealthInfo, McuCommon
 from tests.unit.test_ascend_support import fixture
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import pytest
 
-from ascend_dra.profiles.ascend import tables
-from ascend_dra.profiles.ascend.errors import NpuSmiParseError
+from ascend_dra.profiles.ascend.npusmi import tables
+from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiParseError
 from tests.unit.test_ascend_support import fixture
 
 

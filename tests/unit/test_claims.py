@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from ascend_dra.claims import ClaimError, StandaloneClaimSource, check_claim_ref, parse_claim
 from ascend_dra.model import AllocatedDevice, ClaimAllocation, OpaqueConfig
+from ascend_dra.state.claims import ClaimError, StandaloneClaimSource, check_claim_ref, parse_claim
 from tests.claimfiles import DRIVER, claim_object, fake_config, write_claim
 
 UID = "5d1e2c3a-0b4f-4e6a-9c7d-8e9f0a1b2c3d"

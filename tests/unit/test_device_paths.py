@@ -22,17 +22,17 @@ import pytest
 import yaml
 
 from ascend_dra.cdi.store import CdiStore
-from ascend_dra.claims import StandaloneClaimSource
 from ascend_dra.model import Inventory
-from ascend_dra.profiles.ascend import labnode, npusmi_sim
-from ascend_dra.profiles.ascend.hard_vnpu import HardVnpuProfile
+from ascend_dra.profiles.ascend.hardvnpu.profile import HardVnpuProfile
 from ascend_dra.profiles.ascend.npu310p import Npu310PProfile
 from ascend_dra.profiles.ascend.npu910 import Npu910Profile
-from ascend_dra.profiles.ascend.vnpu_core import VnpuCoreProfile
+from ascend_dra.profiles.ascend.sim import labnode, npusmi_sim
+from ascend_dra.profiles.ascend.vnpucore.profile import VnpuCoreProfile
 from ascend_dra.profiles.base import ProfileContext
 from ascend_dra.profiles.fake import FakeProfile
 from ascend_dra.profiles.gpu import GpuProfile
-from ascend_dra.state import ClaimRef, DeviceState
+from ascend_dra.state.claims import StandaloneClaimSource
+from ascend_dra.state.devicestate import ClaimRef, DeviceState
 from tests.claimfiles import DRIVER, claim_object, write_claim
 from tests.hardvnpu import SimHost
 from tests.unit.test_ascend_discovery import ANSWERS_910A, tree_910a

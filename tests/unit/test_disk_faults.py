@@ -1,5 +1,5 @@
 """Disk faults (ENOSPC, EIO) at the durable writes, in-process: the injection points of
-ascend_dra/faults.py, the journal and the snapshot under them. A running daemon under each point is
+ascend_dra/observe/faults.py, the journal and the snapshot under them. A running daemon under each point is
 in tests/integration/test_disk_faults.py; real full file systems in tests/integration/test_disk_full.py."""
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from pathlib import Path
 import anyio
 import pytest
 
-from ascend_dra import checkpoint as ckpt
-from ascend_dra import faults
-from ascend_dra.atomicfile import write_atomic
 from ascend_dra.cdi import naming
-from ascend_dra.journal import JOURNAL_FILE, Journal, change_lines
-from ascend_dra.journal import read as read_journal
+from ascend_dra.durable import checkpoint as ckpt
+from ascend_dra.durable.journal import JOURNAL_FILE, Journal, change_lines
+from ascend_dra.durable.journal import read as read_journal
+from ascend_dra.observe import faults
 from ascend_dra.profiles.fake import FakeProfile
-from ascend_dra.state import PrepareError
+from ascend_dra.state.devicestate import PrepareError
+from ascend_dra.system.atomicfile import write_atomic
 from tests.claimfiles import claim_object, write_claim
 from tests.unit.test_state import SideEffectProfile, make_state, on_disk, ref
 from tests.unit.test_state_overlap import fail_the_spec_and_then_the_deletion
@@ -141,7 +141,7 @@ async def test_a_compaction_that_cannot_write_the_snapshot_fails_no_prepare(tmp_
     """A Prepare whose write was due for compaction failed with the snapshot's error ("writing the
     checkpoint: No space left on device (.../checkpoint.json)") although its record, a few hundred
     bytes, could be appended; every later write tried the whole snapshot again, and failed."""
-    monkeypatch.setattr("ascend_dra.records.COMPACT_MIN_LINES", 0)
+    monkeypatch.setattr("ascend_dra.durable.records.COMPACT_MIN_LINES", 0)
     state = await make_state(tmp_path, {"fake": FakeProfile()})
     snapshot = tmp_path / "plugin" / ckpt.CHECKPOINT_FILE
     before = snapshot.read_bytes() if snapshot.exists() else None
@@ -249,7 +249,7 @@ async def test_a_journal_that_cannot_be_emptied_after_a_compaction_does_not_brin
     """The compaction wrote its snapshot, then emptying the journal failed at its ftruncate (EIO):
     the write was acknowledged, but the journal's old lines replay over the snapshot, and they
     said the claim the write had unprepared was still prepared."""
-    monkeypatch.setattr("ascend_dra.records.COMPACT_MIN_LINES", 0)
+    monkeypatch.setattr("ascend_dra.durable.records.COMPACT_MIN_LINES", 0)
     state = await make_state(tmp_path, {"fake": FakeProfile()})
     x = write_claim(tmp_path, claim_object("x", results=[("npu", "npu-1-0")]))
     assert isinstance((await state.prepare([ref(x)]))[x["metadata"]["uid"]], list)

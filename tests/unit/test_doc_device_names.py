@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from ascend_dra.model import Inventory
-from ascend_dra.profiles.ascend import labnode
-from ascend_dra.profiles.ascend.hard_vnpu import HardVnpuProfile
+from ascend_dra.profiles.ascend.hardvnpu.profile import HardVnpuProfile
 from ascend_dra.profiles.ascend.npu910 import Npu910Profile
-from ascend_dra.profiles.ascend.vnpu_core import VnpuCoreProfile
+from ascend_dra.profiles.ascend.sim import labnode
+from ascend_dra.profiles.ascend.vnpucore.profile import VnpuCoreProfile
 from ascend_dra.profiles.base import ProfileContext
 from tests.hardvnpu import SimHost
 

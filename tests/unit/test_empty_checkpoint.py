@@ -15,13 +15,13 @@ from typing import Any
 import orjson
 import pytest
 
-from ascend_dra import checkpoint as ckpt
 from ascend_dra.cdi import naming
 from ascend_dra.cdi.store import CdiStore
-from ascend_dra.evidence import few, prepared_claims_evidence
-from ascend_dra.profiles.ascend.hard_vnpu import HardVnpuProfile
-from ascend_dra.profiles.ascend.vnpu_core import VnpuCoreProfile
-from ascend_dra.profiles.ascend.vnpu_ledger import Ledger, LedgerEntry
+from ascend_dra.durable import checkpoint as ckpt
+from ascend_dra.durable.evidence import few, prepared_claims_evidence
+from ascend_dra.profiles.ascend.hardvnpu.ledger import Ledger, LedgerEntry
+from ascend_dra.profiles.ascend.hardvnpu.profile import HardVnpuProfile
+from ascend_dra.profiles.ascend.vnpucore.profile import VnpuCoreProfile
 from ascend_dra.profiles.base import ProfileContext
 from ascend_dra.profiles.fake import FakeProfile
 from tests.claimfiles import DRIVER, claim_object, write_claim

@@ -8,9 +8,9 @@ import json
 import attrs
 import pytest
 
-from ascend_dra.profiles.ascend import npusmi_sim
 from ascend_dra.profiles.ascend.npu310p import Npu310PProfile
 from ascend_dra.profiles.ascend.npu910 import Npu910Profile
+from ascend_dra.profiles.ascend.sim import npusmi_sim
 from tests.hardvnpu import SIM, SimHost
 
 pytestmark = pytest.mark.anyio

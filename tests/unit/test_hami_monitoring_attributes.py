@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 
+from ascend_dra.cluster.slices import build_slices
 from ascend_dra.model import Inventory, parse_quantity
-from ascend_dra.profiles.ascend import labnode, npusmi_sim
-from ascend_dra.profiles.ascend.hard_vnpu import HardVnpuProfile
+from ascend_dra.profiles.ascend.hardvnpu.profile import HardVnpuProfile
 from ascend_dra.profiles.ascend.npu310p import Npu310PProfile
 from ascend_dra.profiles.ascend.npu910 import Npu910Profile
-from ascend_dra.profiles.ascend.vnpu_core import VnpuCoreProfile
+from ascend_dra.profiles.ascend.sim import labnode, npusmi_sim
+from ascend_dra.profiles.ascend.vnpucore.profile import VnpuCoreProfile
 from ascend_dra.profiles.base import ProfileContext
-from ascend_dra.slices import build_slices
 from tests.hardvnpu import SimHost
 from tests.unit.test_ascend_discovery import ANSWERS_910A, tree_910a
 from tests.unit.test_ascend_profiles import context, host_root, lab_310p3

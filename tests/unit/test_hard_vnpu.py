@@ -10,15 +10,17 @@ from pathlib import Path
 import attrs
 import pytest
 
+from ascend_dra.cluster.slices import MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS, build_slices
 from ascend_dra.model import AllocatedDevice, ClaimAllocation, parse_quantity
 from ascend_dra.profiles import checks
-from ascend_dra.profiles.ascend import keyvalue, npusmi_sim, tables, templates
-from ascend_dra.profiles.ascend.errors import NpuSmiFailed
-from ascend_dra.profiles.ascend.hard_vnpu import HardVnpuProfile
-from ascend_dra.profiles.ascend.npusmi import NpuSmi
-from ascend_dra.profiles.ascend.vnpu_ops import VnpuError
+from ascend_dra.profiles.ascend.hardvnpu import templates
+from ascend_dra.profiles.ascend.hardvnpu.ops import VnpuError
+from ascend_dra.profiles.ascend.hardvnpu.profile import HardVnpuProfile
+from ascend_dra.profiles.ascend.npusmi import keyvalue, tables
+from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiFailed
+from ascend_dra.profiles.ascend.npusmi.runner import NpuSmi
+from ascend_dra.profiles.ascend.sim import npusmi_sim
 from ascend_dra.profiles.base import ApplyContext
-from ascend_dra.slices import MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS, build_slices
 from tests.hardvnpu import SimHost
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "npu-smi"

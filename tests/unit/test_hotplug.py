@@ -11,7 +11,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from ascend_dra.hotplug import watch_device_nodes
+from ascend_dra.node.hotplug import watch_device_nodes
 
 
 @pytest.mark.anyio

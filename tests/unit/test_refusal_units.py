@@ -11,8 +11,8 @@ from decimal import Decimal
 
 import pytest
 
-from ascend_dra import checkpoint as ckpt
-from ascend_dra.guard import CounterIndex, GuardError, HoldIndex, check_counters, check_free
+from ascend_dra.durable import checkpoint as ckpt
+from ascend_dra.hami.convert import ConversionError, convert_pod
 from ascend_dra.model import (
     AllocatedDevice,
     Capacity,
@@ -23,9 +23,9 @@ from ascend_dra.model import (
     in_unit,
     unit_of,
 )
-from ascend_dra.profiles.ascend.vnpu_core import capacities
-from ascend_dra.profiles.ascend.vnpu_core_quota import share_of
-from ascend_dra.webhook.hami import ConversionError, convert_pod
+from ascend_dra.profiles.ascend.vnpucore.profile import capacities
+from ascend_dra.profiles.ascend.vnpucore.quota import share_of
+from ascend_dra.state.guard import CounterIndex, GuardError, HoldIndex, check_counters, check_free
 
 MIB = 2**20
 

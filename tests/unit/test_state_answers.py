@@ -15,12 +15,12 @@ import attrs
 import orjson
 import pytest
 
-from ascend_dra import checkpoint as ckpt
 from ascend_dra.cdi import naming
 from ascend_dra.cdi.spec import DeviceNode
+from ascend_dra.durable import checkpoint as ckpt
 from ascend_dra.profiles.base import ApplyContext, ContainerEdits, Device, Inventory, ProfileContext
 from ascend_dra.profiles.fake import FakeProfile
-from ascend_dra.state import DeviceState
+from ascend_dra.state.devicestate import DeviceState
 from tests.claimfiles import DRIVER, claim_object, write_claim
 from tests.unit.test_state import NODE, SharedProfile, SideEffectProfile, make_state, on_disk, ref, share
 

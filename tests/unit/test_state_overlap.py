@@ -10,10 +10,10 @@ import threading
 import pytest
 
 from ascend_dra.cdi import naming
-from ascend_dra.journal import JOURNAL_FILE
-from ascend_dra.journal import read as read_journal
+from ascend_dra.durable.journal import JOURNAL_FILE
+from ascend_dra.durable.journal import read as read_journal
 from ascend_dra.profiles.fake import FakeProfile
-from ascend_dra.state import PrepareError
+from ascend_dra.state.devicestate import PrepareError
 from tests.claimfiles import DRIVER, claim_object, write_claim
 from tests.unit.test_state import SideEffectProfile, make_state, on_disk, ref
 

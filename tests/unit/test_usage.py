@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
-from ascend_dra.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, ClaimRecord, DeviceRecord
-from ascend_dra.claims import ClaimGone
-from ascend_dra.metrics import Metrics
+from ascend_dra.durable.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, ClaimRecord, DeviceRecord
 from ascend_dra.model import Capacity, ClaimAllocation, Device, DeviceReading, Inventory
-from ascend_dra.profiles.ascend import tables
+from ascend_dra.node.metrics import Metrics
+from ascend_dra.node.usage import REFRESH_BATCH, ConsumerLog, LoggingClaimSource, LoopSamples, usage_samples
+from ascend_dra.profiles.ascend.npusmi import tables
 from ascend_dra.profiles.ascend.usage import chip_readings
-from ascend_dra.profiles.ascend.vnpu_core import capacities as share_capacities
-from ascend_dra.usage import REFRESH_BATCH, ConsumerLog, LoggingClaimSource, LoopSamples, usage_samples
+from ascend_dra.profiles.ascend.vnpucore.profile import capacities as share_capacities
+from ascend_dra.state.claims import ClaimGone
 from tests.unit.test_ascend_support import fixture
 
 NODE = "lab"
@@ -46,7 +46,7 @@ def share(device: str, memory: str, cores: str, share_id: str) -> DeviceRecord:
 
 def by_labels(samples: Mapping[str, Any], name: str, *keys: str) -> dict[tuple[str, ...], float]:
     """``{label values picked by keys: value}`` of metric ``name`` (keys index the metric's labels)."""
-    from ascend_dra.usage import METRICS
+    from ascend_dra.node.usage import METRICS
 
     names = METRICS[name][1]
     return {tuple(values[names.index(k)] for k in keys): value for values, value in samples[name]}
@@ -183,7 +183,7 @@ def test_the_samples_are_built_on_the_loop_and_the_last_ones_served_when_it_does
         runner.join()
     assert built_on == [runner] and first["hami_gpu_shared_count"][0][1] == 1.0
     loop.close()
-    with caplog.at_level(logging.WARNING, logger="ascend_dra.usage"):
+    with caplog.at_level(logging.WARNING, logger="ascend_dra.node.usage"):
         assert samples() is first  # a closed loop: the last samples, and a WARNING saying so
     assert [r.getMessage() for r in caplog.records] == ["usage metrics not built; serving the last ones"]
 
@@ -224,9 +224,9 @@ def test_a_chip_reports_what_npu_smi_info_prints(name, device, expected):
 async def test_the_ascend_profiles_keep_what_their_last_health_check_read(tmp_path):
     import attrs
 
-    from ascend_dra.profiles.ascend import labnode
-    from ascend_dra.profiles.ascend.errors import NpuSmiError
-    from ascend_dra.profiles.ascend.vnpu_core import VnpuCoreProfile
+    from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiError
+    from ascend_dra.profiles.ascend.sim import labnode
+    from ascend_dra.profiles.ascend.vnpucore.profile import VnpuCoreProfile
     from tests.unit.test_hami_monitoring_attributes import lab_context
 
     lab = labnode.build(tmp_path / "lab")
@@ -255,8 +255,8 @@ async def test_a_scrape_while_the_health_check_runs_sees_the_last_readings(tmp_p
     import anyio
     import attrs
 
-    from ascend_dra.profiles.ascend import labnode
-    from ascend_dra.profiles.ascend.vnpu_core import VnpuCoreProfile
+    from ascend_dra.profiles.ascend.sim import labnode
+    from ascend_dra.profiles.ascend.vnpucore.profile import VnpuCoreProfile
     from tests.unit.test_hami_monitoring_attributes import lab_context
 
     lab = labnode.build(tmp_path / "lab")
@@ -288,7 +288,7 @@ def test_the_charts_dashboard_queries_only_metrics_the_daemon_serves():
     import re
     from pathlib import Path
 
-    from ascend_dra.usage import METRICS
+    from ascend_dra.node.usage import METRICS
 
     path = Path(__file__).resolve().parents[2] / "deployments/helm/ascend-dra/dashboards/ascend-dra-usage.json"
     panels = json.loads(path.read_text())["panels"]

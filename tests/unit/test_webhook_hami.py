@@ -1,4 +1,4 @@
-"""HAMi syntax -> claim specs and pod patch (ascend_dra/webhook/hami.py), against
+"""HAMi syntax -> claim specs and pod patch (ascend_dra/hami/convert.py), against
 docs/ascend-hardware.md#hami-dra-conversion and the lab."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ascend_dra.webhook.hami import (
+from ascend_dra.hami.convert import (
     COMMON_WORDS,
     ConversionError,
     Mode,

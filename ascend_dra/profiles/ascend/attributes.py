@@ -40,8 +40,8 @@ from pathlib import Path
 
 from ascend_dra.model import AttributeValue, Capacity, Version
 from ascend_dra.profiles import checks
-from ascend_dra.profiles.ascend import _text
 from ascend_dra.profiles.ascend.chip import NpuChip
+from ascend_dra.profiles.ascend.npusmi import _text
 
 __all__ = (
     "BRAND",

@@ -55,7 +55,7 @@ from ascend_dra.profiles.ascend.config import (
     log_level_number,
     validate_config,
 )
-from ascend_dra.profiles.ascend.discovery import (
+from ascend_dra.profiles.ascend.discovery.chain import (
     TIER_DEVFS,
     TIER_NPU_SMI,
     TIER_SIMULATED,
@@ -63,10 +63,10 @@ from ascend_dra.profiles.ascend.discovery import (
     SimulateMode,
     discover_chips,
 )
-from ascend_dra.profiles.ascend.errors import NpuSmiError
-from ascend_dra.profiles.ascend.locate import locate_npu_smi
-from ascend_dra.profiles.ascend.npusmi import DEFAULT_TIMEOUT_S, NpuSmi
-from ascend_dra.profiles.ascend.tables import parse_info
+from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiError
+from ascend_dra.profiles.ascend.npusmi.locate import locate_npu_smi
+from ascend_dra.profiles.ascend.npusmi.runner import DEFAULT_TIMEOUT_S, NpuSmi
+from ascend_dra.profiles.ascend.npusmi.tables import parse_info
 from ascend_dra.profiles.ascend.usage import chip_readings
 from ascend_dra.profiles.base import (
     AllocatedDevice,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from ascend_dra.model import Device, DeviceReading
-from ascend_dra.profiles.ascend.tables import InfoChip, InfoTable
+from ascend_dra.profiles.ascend.npusmi.tables import InfoChip, InfoTable
 
 __all__ = ("chip_reading", "chip_readings")
 
