@@ -1,7 +1,7 @@
 """A small asyncio client of the test API server for the bed's kubelet stand-ins, load generator and
 observers: JSON requests and watches over one aiohttp session, a bearer token per identity.
 
-Not the daemon's client (ascend_dra/apiclient.py): the bed's own requests are sent under other
+Not the daemon's client (ascend_dra/cluster/apiclient.py): the bed's own requests are sent under other
 user names and user agents, so the API server's audit log tells them from the drivers' own.
 """
 

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import attrs
 
-from ascend_dra.profiles.ascend import labnode, npusmi_sim
+from ascend_dra.profiles.ascend.sim import labnode, npusmi_sim
 
 __all__ = ("GO_DRIVER", "OUR_DRIVER", "SHAPES", "Fleet", "NodeHost", "ProcStat", "go_binary", "proc_stat")
 

@@ -1,4 +1,4 @@
-"""The npu-smi simulator (ascend_dra/profiles/ascend/npusmi_sim.py) served from one process for
+"""The npu-smi simulator (ascend_dra/profiles/ascend/sim/npusmi_sim.py) served from one process for
 every simulated hard-vNPU node of the scale bed (fleet.py says why).
 
 Protocol, one call per TCP connection on 127.0.0.1: the client sends the node's simulator state
@@ -16,7 +16,7 @@ import socketserver
 import sys
 from pathlib import Path
 
-from ascend_dra.profiles.ascend import npusmi_sim
+from ascend_dra.profiles.ascend.sim import npusmi_sim
 
 
 def answer(line: str) -> tuple[int, str]:

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from ascend_dra.journal import load_state
-from ascend_dra.profiles.ascend import npusmi_sim
+from ascend_dra.durable.journal import load_state
+from ascend_dra.profiles.ascend.sim import npusmi_sim
 from tests.cluster.controlplane import ADMIN_USER
 from tests.scale.api import Api
 from tests.scale.bed import KUBELET_USER, Bed
