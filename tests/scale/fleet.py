@@ -55,6 +55,8 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 GO_FLAGS = {"whole": [], "hami": ["--gpu-allow-multiple-allocations"], "hard": ["--gpu-partitions", "2"]}
 #: Our daemon's profile for each shape.
 PROFILES = {"whole": "fake", "hami": "HAMivNPUCore", "hard": "hard-vNPU"}
+#: The template of the ``hard`` workload (tests/scale/workloads.py), the only one its nodes publish.
+HARD_TEMPLATE = "vir04_3c"
 
 
 def go_binary() -> Path:
@@ -156,7 +158,10 @@ class NodeHost:
         else:
             args += ["--npu-smi", str(self.root / "npu-smi"), "--dev-root", str(self.dev),
                      "--profile-option", f"hard-vNPU.boot-id-file={self.root / 'boot_id'}",
-                     "--profile-option", f"hard-vNPU.vnpu-dev-dir={self.root / 'vdev'}"]
+                     "--profile-option", f"hard-vNPU.vnpu-dev-dir={self.root / 'vdev'}",
+                     # The template the workload asks for, as an operator serving it configures
+                     # (docs/hard-vnpu.md): 3 devices a chip, not the 39 of every 310P3 template.
+                     "--profile-option", f"hard-vNPU.templates={HARD_TEMPLATE}"]
         return args
 
     def go(self, kubeconfig: Path, binary: Path) -> list[str]:

@@ -12,8 +12,9 @@ the Jobs created at 5 a second. Per kind, one pod's claim here is:
   ``-memory: 8192`` MiB, ``-core: 50`` percent, so two pods a chip); the Go driver's pods ask
   its consumable capacity for the same half (40Gi of its 80Gi and 50 of its 100 compute) with a
   template;
-* ``hard``: a ``vir04`` hard vNPU of a 310P3 (4 of its 8 AI cores, two a chip; the chip's shared
-  counters); the Go driver's pods one of its two partitions of a GPU (``--gpu-partitions 2``).
+* ``hard``: a ``vir04_3c`` hard vNPU of a 310P3 (4 of its 8 AI cores and 3 of its 7 AICPUs, two a
+  chip; the chip's shared counters; ``vir04`` takes 4 AICPUs, so only one fits a chip); the Go
+  driver's pods one of its two partitions of a GPU (``--gpu-partitions 2``).
 
 So a node has 8 slots for ``whole`` and 16 for the others, and "90 %" is of the slots.
 """
@@ -28,6 +29,7 @@ from typing import Any
 import attrs
 
 from tests.scale.api import Api, ApiError
+from tests.scale.fleet import HARD_TEMPLATE
 from tests.scale.kubelet import RUN_SECONDS
 
 __all__ = ("LABEL_PHASE", "LABEL_RUN", "Load", "create_at_rate", "job", "pod", "slots_per_node", "template")
@@ -51,7 +53,8 @@ def template(shape: str, driver: str) -> dict[str, Any] | None:
     if driver == "ours":
         exactly: dict[str, Any] = {"deviceClassName": "fake.ascend.project-hami.io"} if shape == "whole" else {
             "deviceClassName": "ascend310p-vnpu.ascend.project-hami.io",
-            "selectors": [{"cel": {"expression": f'device.attributes["{OUR_DRIVER}"].vnpuTemplate == "vir04"'}}]}
+            "selectors": [{"cel": {
+                "expression": f'device.attributes["{OUR_DRIVER}"].vnpuTemplate == "{HARD_TEMPLATE}"'}}]}
     elif shape == "whole":
         exactly = {"deviceClassName": GO_DRIVER}
     elif shape == "hami":
