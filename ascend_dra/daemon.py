@@ -43,6 +43,7 @@ from ascend_dra.loopstall import LoopStallMonitor
 from ascend_dra.metrics import Metrics
 from ascend_dra.model import Inventory
 from ascend_dra.poolview import PoolView
+from ascend_dra.profiles.ascend import splits
 from ascend_dra.profiles.base import Profile
 from ascend_dra.profiles.registry import LoadedProfile, load_profiles
 from ascend_dra.settings import Settings
@@ -233,6 +234,10 @@ class Daemon(UpkeepMixin):
     async def _start_checked(self, task_status: TaskStatus[None]) -> None:
         s = self.settings
         profiles = self.load()
+        if self.api is not None and splits.both_loaded(self.loaded):  # the scheduler keeps the splits apart
+            refused = splits.refusal(await self.api.call("GET", "/version"))
+            if refused is not None:
+                raise RuntimeError(refused)
         failed: dict[str, str] = {}
         inventories = await discover_all(self.loaded, self.ctx, s.discovery_timeout, errors=failed)
         if not inventories:  # nothing to serve is a broken node, not an idle one: let it be seen
