@@ -10,6 +10,7 @@ import shlex
 from pathlib import Path
 
 from ascend_dra.profiles.ascend import labnode
+from ascend_dra.profiles.base import ProfileContext
 from tests.hardvnpu import SIM, SimHost
 
 PROFILES = "HAMivNPUCore,hard-vNPU"
@@ -46,3 +47,10 @@ class BothSplitsHost:
                 "--profile-option", f"HAMivNPUCore.hostRoot={self.lab.host_root}",
                 "--profile-option", f"hard-vNPU.vnpu-dev-dir={self.sim.vdev}",
                 "--profile-option", f"hard-vNPU.boot-id-file={self.sim.boot_id_file}"]
+
+    def ctx(self, node_name: str = "node-1") -> ProfileContext:
+        """The context the daemon gives both profiles on this node (run its discoveries in-process
+        with ``ASCEND_NPU_SMI_SIM_DIR`` set from :attr:`env`)."""
+        return ProfileContext(node_name=node_name, driver_name="ascend.project-hami.io", dev_root=self.lab.dev_root,
+                              sys_root=self.lab.root / "sys", npu_smi=str(self.npu_smi), state_dir=self.sim.state_dir,
+                              options={"HAMivNPUCore.hostRoot": str(self.lab.host_root), **self.sim.options})

@@ -150,15 +150,11 @@ async def test_the_1_35_scheduler_gives_a_soft_shared_chip_a_vnpu(cp, short_tmp,
     from ascend_dra.profiles.ascend import npusmi_sim
     from ascend_dra.profiles.ascend.hard_vnpu import HardVnpuProfile
     from ascend_dra.profiles.ascend.vnpu_core import VnpuCoreProfile
-    from ascend_dra.profiles.base import ProfileContext
     from ascend_dra.slices import build_slices
 
     host = BothSplitsHost(short_tmp / "host")
     monkeypatch.setenv(npusmi_sim.ENV_DIR, str(host.sim.sim_dir))
-    ctx = ProfileContext(node_name=cp.node_name, driver_name=DRIVER, dev_root=host.lab.dev_root,
-                         sys_root=host.lab.root / "sys", npu_smi=str(host.npu_smi), state_dir=host.sim.state_dir,
-                         options={"HAMivNPUCore.hostRoot": str(host.lab.host_root), **host.sim.options})
-    inventories, errors = await discover_profiles((VnpuCoreProfile(), HardVnpuProfile()), ctx)
+    inventories, errors = await discover_profiles((VnpuCoreProfile(), HardVnpuProfile()), host.ctx(cp.node_name))
     assert errors == {}
     for obj in build_slices(merged(inventories), driver_name=DRIVER, node_name=cp.node_name):
         ok(cp, "POST", f"{RES}/resourceslices", obj)

@@ -15,7 +15,6 @@ from ascend_dra.profiles import checks
 from ascend_dra.profiles.ascend import npusmi_sim, splits
 from ascend_dra.profiles.ascend.hard_vnpu import HardVnpuProfile
 from ascend_dra.profiles.ascend.vnpu_core import VnpuCoreProfile
-from ascend_dra.profiles.base import ProfileContext
 from ascend_dra.slices import build_slices
 from tests.bothsplits import BothSplitsHost
 
@@ -29,14 +28,8 @@ def host(tmp_path, monkeypatch):
     return node
 
 
-def context(node: BothSplitsHost) -> ProfileContext:
-    return ProfileContext(node_name="node-1", driver_name="ascend.project-hami.io", dev_root=node.lab.dev_root,
-                          sys_root=node.lab.root / "sys", npu_smi=str(node.npu_smi), state_dir=node.sim.state_dir,
-                          options={"HAMivNPUCore.hostRoot": str(node.lab.host_root), **node.sim.options})
-
-
 async def discover(node: BothSplitsHost, *profiles) -> dict:
-    inventories, errors = await discover_profiles(profiles, context(node))
+    inventories, errors = await discover_profiles(profiles, node.ctx())
     assert errors == {}
     return inventories
 
