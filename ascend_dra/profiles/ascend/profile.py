@@ -31,7 +31,7 @@ Profile options (``ProfileContext.options``, keys ``<profile>.<key>`` or ``<key>
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import anyio
@@ -68,6 +68,7 @@ from ascend_dra.profiles.ascend.locate import locate_npu_smi
 from ascend_dra.profiles.ascend.npusmi import DEFAULT_TIMEOUT_S, NpuSmi
 from ascend_dra.profiles.ascend.tables import parse_info
 from ascend_dra.profiles.ascend.usage import chip_readings
+from ascend_dra.profiles.ascend.vnpu_tables import Vnpu
 from ascend_dra.profiles.base import (
     AllocatedDevice,
     ApplyContext,
@@ -88,6 +89,9 @@ logger = logging.getLogger(__name__)
 
 #: Read by the Ascend Docker Runtime: physical IDs, comma-separated (docs/ascend-hardware.md#ascend-docker-runtime).
 VISIBLE_DEVICES_ENV = "ASCEND_VISIBLE_DEVICES"
+#: What a whole-chip profile says of a chip that carries vNPUs it did not make.
+FOREIGN_VNPU_ADVICE = ("a whole-chip claim would share the chip with their containers; destroy them "
+                       "(npu-smi set -t destroy-vnpu) or run the hard-vNPU profile on this node")
 
 
 #: ``npu-smi info`` chip ``Health`` values (npu_chip_info.c, docs/ascend-hardware.md#npu-smi) -> healthy?
@@ -173,17 +177,21 @@ class AscendChipProfile:
         return Inventory(devices=tuple(self.device(c, r) for c, r in zip(chips, roots, strict=True)),
                          source=found.source)
 
-    async def without_foreign_vnpus(self, ctx: ProfileContext, chips: list[NpuChip], npu_smi: str) -> list[NpuChip]:
-        """``chips`` without those that carry vNPUs (``npu-smi info -t info-vnpu -i N -c C``), each
-        left out logged and listed in :meth:`discovery_notes`.
+    async def without_foreign_vnpus(self, ctx: ProfileContext, chips: list[NpuChip], npu_smi: str, *,
+                                    dev_dir: Path | None = None, ours: Callable[[NpuChip, Vnpu], bool] | None = None,
+                                    advice: str = FOREIGN_VNPU_ADVICE) -> list[NpuChip]:
+        """``chips`` without those that carry vNPUs (``npu-smi info -t info-vnpu -i N -c C``) other than
+        ``ours``, each left out logged and listed in :meth:`discovery_notes` with ``advice``. Nothing
+        is destroyed.
 
-        Asked only when a ``vdavinci*`` node exists under ``ctx.dev_root`` (the driver makes one per
-        vNPU, docs/ascend-hardware.md#device-nodes): nodes without vNPUs pay one directory scan. A
+        Asked only when a ``vdavinci*`` node exists under ``dev_dir`` (default ``ctx.dev_root``; the driver makes
+        one per vNPU, docs/ascend-hardware.md#device-nodes): nodes without vNPUs pay one directory scan. A
         chip without NPU and chip IDs cannot be asked and is kept. The first call that fails (npu-smi
         refused or hung) keeps that chip and every one not yet asked, with one warning: one hung call
         per discovery at most, so a discovery never runs past ``--discovery-timeout`` for this.
         """
-        if not await anyio.to_thread.run_sync(lambda: any(ctx.dev_root.glob("vdavinci*"))):
+        where = ctx.dev_root if dev_dir is None else dev_dir
+        if not await anyio.to_thread.run_sync(lambda: any(where.glob("vdavinci*"))):
             return chips
         tool = NpuSmi(npu_smi, timeout_s=self.timeout_s)
         kept: list[NpuChip] = []
@@ -199,14 +207,15 @@ class AscendChipProfile:
                                extra={"profile": self.name, "chips": len(chips) - i, "error": str(exc)})
                 kept += chips[i:]
                 break
+            if ours is not None:
+                vnpus = await anyio.to_thread.run_sync(lambda c=chip, vs=vnpus: [v for v in vs if not ours(c, v)])
             if not vnpus:
                 kept.append(chip)
                 continue
             ids = ", ".join(str(v.vnpu_id) for v in vnpus)
             dropped.append(DroppedChip.of(chip, (
                 f"carries {len(vnpus)} vNPU{'s' if len(vnpus) != 1 else ''} ({ids}) made outside this profile: "
-                "a whole-chip claim would share the chip with their containers; destroy them "
-                "(npu-smi set -t destroy-vnpu) or run the hard-vNPU profile on this node")))
+                + advice)))
         for dropped_chip in dropped:
             logger.warning("chip not published", extra={**dropped_chip.log_fields(), "profile": self.name})
         self._dropped = (*self._dropped, *dropped)
