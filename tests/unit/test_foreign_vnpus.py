@@ -125,3 +125,30 @@ async def test_hard_vnpu_withdraws_a_chip_carrying_vnpus_it_did_not_make_and_nev
     assert sorted(v["vnpu_id"] for v in host.vnpus()) == [132]
     npusmi_sim.run(["set", "-t", "destroy-vnpu", "-i", "5", "-c", "0", "-v", "132"], host.sim_dir)
     assert chips(await profile.discover(host.ctx())) == {0, 2}
+
+
+async def test_a_vnpu_of_ours_unprepared_while_discovery_reads_withdraws_nothing(tmp_path, monkeypatch):
+    """An Unprepare destroys our vNPU and then drops its ledger entry; a discovery that listed the
+    vNPU before the destroy and read the ledger after the entry went took it for someone else's and
+    withdrew the chip until the next discovery. A vNPU found foreign is listed again first."""
+    from ascend_dra.profiles.ascend.hard_vnpu import HardVnpuProfile
+
+    host = SimHost(tmp_path, chips=((4, 0, 0, 0, "910B4"),))
+    monkeypatch.setenv(npusmi_sim.ENV_DIR, str(host.sim_dir))
+    npusmi_sim.run(["set", "-t", "create-vnpu", "-i", "4", "-c", "0", "-f", "vir05_1c_8g", "-v", "100"], host.sim_dir)
+    profile = HardVnpuProfile(host_root=tmp_path)
+    unprepared = []
+
+    def ledger_after_the_unprepare(ctx):
+        def ours(chip, vnpu):  # the Unprepare runs between the list and this read
+            if not unprepared:
+                npusmi_sim.run(["set", "-t", "destroy-vnpu", "-i", "4", "-c", "0", "-v", "100"], host.sim_dir)
+                unprepared.append(vnpu.vnpu_id)
+            return False  # its entry is gone
+        return ours
+
+    monkeypatch.setattr(profile, "_ledger_names", ledger_after_the_unprepare)
+    inventory = await profile.discover(host.ctx())
+    assert unprepared == [100]
+    assert {d.attributes["physicalID"] for d in inventory.devices} == {0}
+    assert not any("not published" in n for n in profile.discovery_notes())

@@ -201,14 +201,17 @@ class AscendChipProfile:
                 kept.append(chip)
                 continue
             try:
-                vnpus = (await tool.vnpu_info(chip.npu_id, chip.chip_id)).vnpus
+                vnpus = await self._foreign_vnpus(tool, chip, ours)
+                if vnpus and ours is not None:
+                    # Ours are named before they are made and until they are gone: one destroyed and
+                    # its entry dropped between the list and the ledger read is gone on a second list.
+                    again = {v.vnpu_id for v in await self._foreign_vnpus(tool, chip, ours)}
+                    vnpus = [v for v in vnpus if v.vnpu_id in again]
             except NpuSmiError as exc:
                 logger.warning("cannot tell whether the chips carry vNPUs; they are published",
                                extra={"profile": self.name, "chips": len(chips) - i, "error": str(exc)})
                 kept += chips[i:]
                 break
-            if ours is not None:
-                vnpus = await anyio.to_thread.run_sync(lambda c=chip, vs=vnpus: [v for v in vs if not ours(c, v)])
             if not vnpus:
                 kept.append(chip)
                 continue
@@ -220,6 +223,18 @@ class AscendChipProfile:
             logger.warning("chip not published", extra={**dropped_chip.log_fields(), "profile": self.name})
         self._dropped = (*self._dropped, *dropped)
         return kept
+
+    @staticmethod
+    async def _foreign_vnpus(tool: NpuSmi, chip: NpuChip, ours: Callable[[NpuChip, Vnpu], bool] | None) -> list[Vnpu]:
+        """The chip's vNPUs (``info -t info-vnpu``) that ``ours`` does not claim (all without it).
+
+        :raises NpuSmiError: npu-smi failed or its answer did not parse.
+        """
+        assert chip.npu_id is not None and chip.chip_id is not None
+        vnpus = list((await tool.vnpu_info(chip.npu_id, chip.chip_id)).vnpus)
+        if ours is None:
+            return vnpus
+        return await anyio.to_thread.run_sync(lambda: [v for v in vnpus if not ours(chip, v)])
 
     def discovery_notes(self) -> tuple[str, ...]:
         """What the last discovery wants an operator to know, one line each (``ascend-dra discover``
