@@ -45,6 +45,7 @@ async def discover_profiles(
     :return: ``(profile name -> Inventory, profile name -> error message)``; a profile whose
         discovery raised, timed out or returned devices the API server would reject is in the second.
     """
+    from ascend_dra.profiles.ascend import splits
     from ascend_dra.profiles.registry import LoadedProfile, ProfileLoadError, discover_isolated
 
     inventories: dict[str, Inventory] = {}
@@ -56,7 +57,7 @@ async def discover_profiles(
             inventories[name] = await discover_isolated(loaded, ctx, timeout_s=timeout_s)
         except ProfileLoadError as exc:
             errors[name] = exc.reason
-    return inventories, errors
+    return splits.combine(inventories), errors
 
 
 def profile_notes(profiles: Sequence[Any]) -> dict[str, tuple[str, ...]]:

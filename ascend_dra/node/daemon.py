@@ -51,6 +51,7 @@ from ascend_dra.node.usage import (
 )
 from ascend_dra.observe.logs import setup_logging
 from ascend_dra.observe.loopstall import LoopStallMonitor
+from ascend_dra.profiles.ascend import splits
 from ascend_dra.profiles.base import Profile
 from ascend_dra.profiles.registry import LoadedProfile, load_profiles
 from ascend_dra.state.claims import ClaimSource, StandaloneClaimSource
@@ -239,6 +240,10 @@ class Daemon:
     async def _start_checked(self, task_status: TaskStatus[None]) -> None:
         s = self.settings
         profiles = self.load()
+        if self.api is not None and splits.both_loaded(self.loaded):  # the scheduler keeps the splits apart
+            refused = splits.refusal(await self.api.call("GET", "/version"))
+            if refused is not None:
+                raise RuntimeError(refused)
         failed: dict[str, str] = {}
         inventories = await discover_all(self.loaded, self.ctx, s.discovery_timeout, errors=failed)
         if not inventories:  # nothing to serve is a broken node, not an idle one: let it be seen

@@ -13,6 +13,7 @@ import attrs
 
 from ascend_dra.model import Inventory
 from ascend_dra.node.settings import Settings
+from ascend_dra.profiles.ascend import splits
 from ascend_dra.profiles.base import ProfileContext
 from ascend_dra.profiles.registry import LoadedProfile, ProfileLoadError, discover_isolated
 
@@ -43,16 +44,17 @@ async def discover_all(
     :param errors: when given, filled with profile name -> why its discovery failed.
     :return: profile name -> inventory, for the profiles that discovered successfully.
     """
-    inventories: dict[str, Inventory] = {}
-    names: dict[str, str] = {}
+    found: dict[str, Inventory] = {}
     for name, entry in loaded.items():
         try:
-            inventory = await discover_isolated(entry, ctx, timeout_s=timeout_s)
+            found[name] = await discover_isolated(entry, ctx, timeout_s=timeout_s)
         except ProfileLoadError as exc:
             log.error("profile discovery failed; skipping the profile", extra={"profile": name, "error": str(exc)})
             if errors is not None:
                 errors[name] = exc.reason
-            continue
+    inventories: dict[str, Inventory] = {}
+    names: dict[str, str] = {}
+    for name, inventory in splits.combine(found).items():  # both splits of a chip: one name (docs/splits.md)
         kept = []
         for device in inventory.devices:
             if device.name in names:

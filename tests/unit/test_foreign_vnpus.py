@@ -87,3 +87,68 @@ async def test_an_npu_smi_that_hangs_on_info_vnpu_costs_one_timeout_and_keeps_th
     assert [line for line in calls.read_text().splitlines() if "info-vnpu" in line] == [
         "info -t info-vnpu -i 0 -c 0"]  # one timeout, not one per chip
     assert [d.name for d in inventory.devices] == ["npu-0-0", "npu-1-0", "npu-2-0", "npu-3-0"]
+
+
+async def test_hard_vnpu_withdraws_a_chip_carrying_vnpus_it_did_not_make_and_never_destroys_them(tmp_path, monkeypatch):
+    """A vNPU made by hand (or left by HAMi's device plugin) on the second chip: its counters were
+    offered whole, the scheduler could place a template there that npu-smi refused at Prepare, and
+    the pod retried forever. The chip is withdrawn with the reason; the vNPU stays; a vNPU our
+    ledger names (made for a claim) withdraws nothing; the chip comes back once the foreign one is gone."""
+    from ascend_dra.model import AllocatedDevice, ClaimAllocation
+    from ascend_dra.profiles.ascend.hardvnpu.profile import HardVnpuProfile
+    from ascend_dra.profiles.base import ApplyContext
+
+    host = SimHost(tmp_path, chips=((4, 0, 0, 0, "910B4"), (5, 0, 1, 2, "910B4")))
+    monkeypatch.setenv(npusmi_sim.ENV_DIR, str(host.sim_dir))
+    profile = HardVnpuProfile(host_root=tmp_path)
+
+    def chips(inventory) -> set[int]:
+        return {d.attributes["physicalID"] for d in inventory.devices}
+
+    inventory = await profile.discover(host.ctx())
+    assert chips(inventory) == {0, 2}
+    # Ours: made by a Prepare on chip 0, named by the ledger.
+    c = ClaimAllocation("uid-1", "default", "c", (AllocatedDevice("r", "d", "node-1", "vnpu-0-0-vir05-1c-8g-0"),))
+    await profile.prepare_side_effects(c, c.results, ApplyContext(host.ctx(), inventory, c.uid, "default", "c"))
+    assert chips(await profile.discover(host.ctx())) == {0, 2}
+    # Not ours: made by hand on chip 2 (physical ID 2, vNPU ID 132).
+    npusmi_sim.run(["set", "-t", "create-vnpu", "-i", "5", "-c", "0", "-f", "vir05_1c_8g"], host.sim_dir)
+    inventory = await profile.discover(host.ctx())
+    assert chips(inventory) == {0}
+    assert [s.name for s in inventory.counter_sets] == ["npu-0-0-counters"]
+    notes = profile.discovery_notes()
+    assert any(n.startswith("  not published: physical ID 2, logic ID 1 (NPU 5 chip 0, 910B4") and n.endswith(
+        "carries 1 vNPU (132) made outside this profile: npu-smi would refuse the templates the scheduler sees "
+        "free on it; ascend-dra never destroys them: destroy them (npu-smi set -t destroy-vnpu) to offer the chip "
+        "again") for n in notes), notes
+    await profile.reconcile_side_effects([], host.ctx())  # start-up repair destroys only what the ledger names
+    assert sorted(v["vnpu_id"] for v in host.vnpus()) == [132]
+    npusmi_sim.run(["set", "-t", "destroy-vnpu", "-i", "5", "-c", "0", "-v", "132"], host.sim_dir)
+    assert chips(await profile.discover(host.ctx())) == {0, 2}
+
+
+async def test_a_vnpu_of_ours_unprepared_while_discovery_reads_withdraws_nothing(tmp_path, monkeypatch):
+    """An Unprepare destroys our vNPU and then drops its ledger entry; a discovery that listed the
+    vNPU before the destroy and read the ledger after the entry went took it for someone else's and
+    withdrew the chip until the next discovery. A vNPU found foreign is listed again first."""
+    from ascend_dra.profiles.ascend.hardvnpu.profile import HardVnpuProfile
+
+    host = SimHost(tmp_path, chips=((4, 0, 0, 0, "910B4"),))
+    monkeypatch.setenv(npusmi_sim.ENV_DIR, str(host.sim_dir))
+    npusmi_sim.run(["set", "-t", "create-vnpu", "-i", "4", "-c", "0", "-f", "vir05_1c_8g", "-v", "100"], host.sim_dir)
+    profile = HardVnpuProfile(host_root=tmp_path)
+    unprepared = []
+
+    def ledger_after_the_unprepare(ctx):
+        def ours(chip, vnpu):  # the Unprepare runs between the list and this read
+            if not unprepared:
+                npusmi_sim.run(["set", "-t", "destroy-vnpu", "-i", "4", "-c", "0", "-v", "100"], host.sim_dir)
+                unprepared.append(vnpu.vnpu_id)
+            return False  # its entry is gone
+        return ours
+
+    monkeypatch.setattr(profile, "_ledger_names", ledger_after_the_unprepare)
+    inventory = await profile.discover(host.ctx())
+    assert unprepared == [100]
+    assert {d.attributes["physicalID"] for d in inventory.devices} == {0}
+    assert not any("not published" in n for n in profile.discovery_notes())

@@ -31,7 +31,7 @@ Profile options (``ProfileContext.options``, keys ``<profile>.<key>`` or ``<key>
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import anyio
@@ -67,6 +67,7 @@ from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiError
 from ascend_dra.profiles.ascend.npusmi.locate import locate_npu_smi
 from ascend_dra.profiles.ascend.npusmi.runner import DEFAULT_TIMEOUT_S, NpuSmi
 from ascend_dra.profiles.ascend.npusmi.tables import parse_info
+from ascend_dra.profiles.ascend.npusmi.vnpu_tables import Vnpu
 from ascend_dra.profiles.ascend.usage import chip_readings
 from ascend_dra.profiles.base import (
     AllocatedDevice,
@@ -88,6 +89,9 @@ logger = logging.getLogger(__name__)
 
 #: Read by the Ascend Docker Runtime: physical IDs, comma-separated (docs/ascend-hardware.md#ascend-docker-runtime).
 VISIBLE_DEVICES_ENV = "ASCEND_VISIBLE_DEVICES"
+#: What a whole-chip profile says of a chip that carries vNPUs it did not make.
+FOREIGN_VNPU_ADVICE = ("a whole-chip claim would share the chip with their containers; destroy them "
+                       "(npu-smi set -t destroy-vnpu) or run the hard-vNPU profile on this node")
 
 
 #: ``npu-smi info`` chip ``Health`` values (npu_chip_info.c, docs/ascend-hardware.md#npu-smi) -> healthy?
@@ -173,17 +177,21 @@ class AscendChipProfile:
         return Inventory(devices=tuple(self.device(c, r) for c, r in zip(chips, roots, strict=True)),
                          source=found.source)
 
-    async def without_foreign_vnpus(self, ctx: ProfileContext, chips: list[NpuChip], npu_smi: str) -> list[NpuChip]:
-        """``chips`` without those that carry vNPUs (``npu-smi info -t info-vnpu -i N -c C``), each
-        left out logged and listed in :meth:`discovery_notes`.
+    async def without_foreign_vnpus(self, ctx: ProfileContext, chips: list[NpuChip], npu_smi: str, *,
+                                    dev_dir: Path | None = None, ours: Callable[[NpuChip, Vnpu], bool] | None = None,
+                                    advice: str = FOREIGN_VNPU_ADVICE) -> list[NpuChip]:
+        """``chips`` without those that carry vNPUs (``npu-smi info -t info-vnpu -i N -c C``) other than
+        ``ours``, each left out logged and listed in :meth:`discovery_notes` with ``advice``. Nothing
+        is destroyed.
 
-        Asked only when a ``vdavinci*`` node exists under ``ctx.dev_root`` (the driver makes one per
-        vNPU, docs/ascend-hardware.md#device-nodes): nodes without vNPUs pay one directory scan. A
+        Asked only when a ``vdavinci*`` node exists under ``dev_dir`` (default ``ctx.dev_root``; the driver makes
+        one per vNPU, docs/ascend-hardware.md#device-nodes): nodes without vNPUs pay one directory scan. A
         chip without NPU and chip IDs cannot be asked and is kept. The first call that fails (npu-smi
         refused or hung) keeps that chip and every one not yet asked, with one warning: one hung call
         per discovery at most, so a discovery never runs past ``--discovery-timeout`` for this.
         """
-        if not await anyio.to_thread.run_sync(lambda: any(ctx.dev_root.glob("vdavinci*"))):
+        where = ctx.dev_root if dev_dir is None else dev_dir
+        if not await anyio.to_thread.run_sync(lambda: any(where.glob("vdavinci*"))):
             return chips
         tool = NpuSmi(npu_smi, timeout_s=self.timeout_s)
         kept: list[NpuChip] = []
@@ -193,7 +201,12 @@ class AscendChipProfile:
                 kept.append(chip)
                 continue
             try:
-                vnpus = (await tool.vnpu_info(chip.npu_id, chip.chip_id)).vnpus
+                vnpus = await self._foreign_vnpus(tool, chip, ours)
+                if vnpus and ours is not None:
+                    # Ours are named before they are made and until they are gone: one destroyed and
+                    # its entry dropped between the list and the ledger read is gone on a second list.
+                    again = {v.vnpu_id for v in await self._foreign_vnpus(tool, chip, ours)}
+                    vnpus = [v for v in vnpus if v.vnpu_id in again]
             except NpuSmiError as exc:
                 logger.warning("cannot tell whether the chips carry vNPUs; they are published",
                                extra={"profile": self.name, "chips": len(chips) - i, "error": str(exc)})
@@ -205,12 +218,23 @@ class AscendChipProfile:
             ids = ", ".join(str(v.vnpu_id) for v in vnpus)
             dropped.append(DroppedChip.of(chip, (
                 f"carries {len(vnpus)} vNPU{'s' if len(vnpus) != 1 else ''} ({ids}) made outside this profile: "
-                "a whole-chip claim would share the chip with their containers; destroy them "
-                "(npu-smi set -t destroy-vnpu) or run the hard-vNPU profile on this node")))
+                + advice)))
         for dropped_chip in dropped:
             logger.warning("chip not published", extra={**dropped_chip.log_fields(), "profile": self.name})
         self._dropped = (*self._dropped, *dropped)
         return kept
+
+    @staticmethod
+    async def _foreign_vnpus(tool: NpuSmi, chip: NpuChip, ours: Callable[[NpuChip, Vnpu], bool] | None) -> list[Vnpu]:
+        """The chip's vNPUs (``info -t info-vnpu``) that ``ours`` does not claim (all without it).
+
+        :raises NpuSmiError: npu-smi failed or its answer did not parse.
+        """
+        assert chip.npu_id is not None and chip.chip_id is not None
+        vnpus = list((await tool.vnpu_info(chip.npu_id, chip.chip_id)).vnpus)
+        if ours is None:
+            return vnpus
+        return await anyio.to_thread.run_sync(lambda: [v for v in vnpus if not ours(chip, v)])
 
     def discovery_notes(self) -> tuple[str, ...]:
         """What the last discovery wants an operator to know, one line each (``ascend-dra discover``

@@ -43,7 +43,7 @@ Profile options: ``hard-vNPU.simulate`` (as the whole-chip profiles), ``hard-vNP
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,7 @@ from ascend_dra.profiles.ascend.hardvnpu import templates
 from ascend_dra.profiles.ascend.hardvnpu.ops import VnpuOps
 from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiError
 from ascend_dra.profiles.ascend.npusmi.runner import NpuSmi
+from ascend_dra.profiles.ascend.npusmi.vnpu_tables import Vnpu
 from ascend_dra.profiles.ascend.profile import VISIBLE_DEVICES_ENV, AscendChipProfile, simulated_node, unknown_family
 from ascend_dra.profiles.base import (
     AllocatedDevice,
@@ -85,6 +86,9 @@ logger = logging.getLogger(__name__)
 #: ``VIRTUAL``: the Ascend Docker Runtime option for virtual devices (docs/ascend-hardware.md#ascend-docker-runtime).
 RUNTIME_OPTIONS_ENV = "ASCEND_RUNTIME_OPTIONS"
 TYPE_VNPU = "vnpu"
+#: What ``discover`` says of a chip that carries vNPUs our ledger does not name (docs/hard-vnpu.md).
+FOREIGN_VNPU_ADVICE = ("npu-smi would refuse the templates the scheduler sees free on it; ascend-dra never "
+                       "destroys them: destroy them (npu-smi set -t destroy-vnpu) to offer the chip again")
 
 
 def vnpu_device_name(chip: NpuChip, template: str, k: int) -> str:
@@ -148,12 +152,18 @@ class HardVnpuProfile(AscendChipProfile):
             self._known = {c.physical_id: c for c in found.chips}
         # What `ascend-dra discover` says under the table (AscendChipProfile.discovery_notes).
         self.last_discovery = found
-        dropped = list(found.dropped)
+        self._dropped = tuple(found.dropped)
+        chips = list(found.chips)
+        if found.source == TIER_NPU_SMI and found.npu_smi is not None:
+            chips = await self.without_foreign_vnpus(
+                ctx, chips, found.npu_smi.executable, dev_dir=self.vnpu_dev_dir(ctx), ours=self._ledger_names(ctx),
+                advice=FOREIGN_VNPU_ADVICE)
+        dropped = list(self._dropped)
         npu_smi = NpuSmi(ctx.npu_smi, timeout_s=self.timeout_s)
         by_model: dict[str, templates.ChipResources | None] = {}
         devices: list[Device] = []
         counter_sets: list[CounterSet] = []
-        for chip in found.chips:
+        for chip in chips:
             if chip.family is None:
                 dropped.append(DroppedChip.of(chip, unknown_family(chip)))
             if chip.family not in self.families:
@@ -195,6 +205,22 @@ class HardVnpuProfile(AscendChipProfile):
                 "profile": self.name, "chip": chip.chip_name, "device_name": device_name(chip),
                 "skipped": ",".join(unknown), "templates_of_model": ",".join(t.name for t in resources.templates)})
         return attrs.evolve(resources, templates=tuple(accepted))
+
+    def vnpu_dev_dir(self, ctx: ProfileContext) -> Path:
+        """Where the daemon sees the ``vdavinci<ID>`` nodes: the ``vnpu-dev-dir`` option, else ``--dev-root``."""
+        return Path(self.option(ctx, "vnpu-dev-dir", str(ctx.dev_root)))
+
+    def _ledger_names(self, ctx: ProfileContext) -> Callable[[NpuChip, Vnpu], bool]:
+        """Whether our ledger names a vNPU, with its template (blocking: a file read): one we made, or
+        are about to make (its entry is written before the create, docs/hard-vnpu.md)."""
+        ledger = self.ops(ctx).ledger
+
+        def ours(chip: NpuChip, vnpu: Vnpu) -> bool:
+            if chip.npu_id is None or chip.chip_id is None:
+                return False
+            entry = ledger.read(chip.npu_id, chip.chip_id, vnpu.vnpu_id)
+            return entry is not None and entry.template == vnpu.template_name
+        return ours
 
     async def _resources(self, npu_smi: NpuSmi | None, chip: NpuChip) -> templates.ChipResources | None:
         """The chip model's resources and templates: the catalogue's, replaced by what
