@@ -52,7 +52,7 @@ from ascend_dra.profiles.ascend.attributes import chip_attributes, chip_capaciti
 from ascend_dra.profiles.ascend.chip import DroppedChip, NpuChip
 from ascend_dra.profiles.ascend.chips import MODELS, ChipFamily
 from ascend_dra.profiles.ascend.config import NpuConfig
-from ascend_dra.profiles.ascend.discovery import TIER_NPU_SMI, TIER_SIMULATED, discover_chips
+from ascend_dra.profiles.ascend.discovery import DRIVER_TIERS, TIER_SIMULATED, discover_chips
 from ascend_dra.profiles.ascend.errors import NpuSmiError
 from ascend_dra.profiles.ascend.npusmi import NpuSmi
 from ascend_dra.profiles.ascend.profile import VISIBLE_DEVICES_ENV, AscendChipProfile, unknown_family
@@ -134,10 +134,10 @@ class HardVnpuProfile(AscendChipProfile):
             npu_smi=ctx.npu_smi, dev_root=ctx.dev_root, sys_root=ctx.sys_root, node_name=ctx.node_name,
             simulate=self.simulate_mode(ctx), simulated_model=self.simulated_model,
             simulated_count=ctx.fake_devices, timeout_s=self.timeout_s, profile=self.name,
-            host_root=self.host_root, search_path=self.search_path, known=self._known,
+            host_root=self.host_root, search_path=self.search_path, known=self._known, dcmi=self.dcmi,
         )
         self.layout = await anyio.to_thread.run_sync(host.probe, ctx.dev_root, self.host_root)
-        if found.source == TIER_NPU_SMI:
+        if found.source in DRIVER_TIERS:
             self._known = {c.physical_id: c for c in found.chips}
         # What `ascend-dra discover` says under the table (AscendChipProfile.discovery_notes).
         self.last_discovery = found

@@ -53,7 +53,11 @@ from ascend_dra.profiles.ascend.config import (
     log_level_number,
     validate_config,
 )
+from ascend_dra.profiles.ascend.dcmi import DcmiError, DcmiSource
+from ascend_dra.profiles.ascend.dcmi_tier import dcmi_health
 from ascend_dra.profiles.ascend.discovery import (
+    DRIVER_TIERS,
+    TIER_DCMI,
     TIER_DEVFS,
     TIER_NPU_SMI,
     TIER_SIMULATED,
@@ -120,8 +124,11 @@ class AscendChipProfile:
         #: The last discovery's answer (tier, npu-smi used, dropped chips, notes); None before the first.
         self.last_discovery: Discovery | None = None
         self._dropped: tuple[DroppedChip, ...] = ()
-        # Chips of the last npu-smi answer by physical ID: the devfs tier reuses their IDs (names).
+        # Chips of the last answer from the driver (DCMI or npu-smi) by physical ID: the devfs tier
+        # reuses their IDs (names).
         self._known: dict[int, NpuChip] = {}
+        #: libdcmi.so under host_root and its worker (docs/ascend-discovery.md#dcmi).
+        self.dcmi = DcmiSource(timeout_s=timeout_s)
 
     def default_config(self) -> NpuConfig:
         """``NpuConfig()``: image's own log settings, tools mounted."""
@@ -150,10 +157,10 @@ class AscendChipProfile:
             npu_smi=ctx.npu_smi, dev_root=ctx.dev_root, sys_root=ctx.sys_root, node_name=ctx.node_name,
             simulate=self.simulate_mode(ctx), simulated_model=self.simulated_model,
             simulated_count=ctx.fake_devices, timeout_s=self.timeout_s, profile=self.name,
-            host_root=self.host_root, search_path=self.search_path, known=self._known,
+            host_root=self.host_root, search_path=self.search_path, known=self._known, dcmi=self.dcmi,
         )
         self.layout = await anyio.to_thread.run_sync(host.probe, ctx.dev_root, self.host_root)
-        if found.source == TIER_NPU_SMI:
+        if found.source in DRIVER_TIERS:
             self._known = {c.physical_id: c for c in found.chips}
         unknown = tuple(DroppedChip.of(c, unknown_family(c)) for c in found.chips if c.family is None)
         for chip in unknown:
@@ -162,7 +169,7 @@ class AscendChipProfile:
         self.last_discovery = found
         self._dropped = (*found.dropped, *unknown)
         chips = [c for c in found.chips if c.family in self.families]
-        if self.whole_chips and found.source == TIER_NPU_SMI and found.npu_smi is not None:
+        if self.whole_chips and found.source in DRIVER_TIERS and found.npu_smi is not None and found.npu_smi.found:
             chips = await self.without_foreign_vnpus(ctx, chips, found.npu_smi.executable)
         roots = await anyio.to_thread.run_sync(lambda: [pcie_root(ctx.sys_root, c.pci_address) for c in chips])
         return Inventory(devices=tuple(self.device(c, r) for c, r in zip(chips, roots, strict=True)),
@@ -217,6 +224,8 @@ class AscendChipProfile:
         if found is None:
             return ()
         lines = list(found.notes)
+        if found.dcmi_failure is not None:
+            lines.append(f"tier {TIER_DCMI} failed, {found.source} answered: {found.dcmi_failure}")
         # Discovery.failures holds one reason per tier tried before the answering one, in chain order;
         # an npu-smi that was not found is said by the first note already.
         missing = found.npu_smi is not None and not found.npu_smi.found
@@ -229,26 +238,48 @@ class AscendChipProfile:
         return tuple(lines)
 
     async def health(self, ctx: ProfileContext, inventory: Inventory) -> Mapping[str, bool | None]:
-        """Chip health from the ``Health`` column of one ``npu-smi info`` (docs/ascend-hardware.md#npu-smi).
+        """Chip health from DCMI (``dcmi_get_device_health``, one round trip to the DCMI worker, no
+        process) when the library is there, else, and for the chips DCMI gave no answer for, from the
+        ``Health`` column of one ``npu-smi info`` (docs/ascend-hardware.md#npu-smi).
 
-        ``OK`` and ``Warning`` are healthy (the chip works; a warning is e.g. a temperature
-        threshold), ``Alarm`` and ``Critical`` unhealthy, anything else unknown; a published chip
-        that the table no longer lists is unknown. Chips found by the devfs or simulated tiers
-        have no health source and count as healthy.
+        ``OK`` and ``Warning`` (DCMI 0, 1) are healthy (the chip works; a warning is e.g. a
+        temperature threshold), ``Alarm`` and ``Critical`` (2, 3) unhealthy, anything else unknown; a
+        published chip that the table no longer lists is unknown. Chips found by the devfs or
+        simulated tiers have no health source and count as healthy.
 
-        :raises NpuSmiError: npu-smi failed, hung or printed an unknown layout (the daemon then
-            reports this profile's devices as unknown).
+        :raises NpuSmiError: npu-smi failed, hung or printed an unknown layout while DCMI answered
+            for no chip (the daemon then reports this profile's devices as unknown).
         """
-        if inventory.source != TIER_NPU_SMI or not inventory.devices:
+        if inventory.source not in DRIVER_TIERS or not inventory.devices:
             return {}
+        result: dict[str, bool | None] = {}
+        rest = list(inventory.devices)
+        if self.dcmi.client is not None:
+            try:
+                result, rest = await dcmi_health(self.dcmi.client, inventory.devices)
+            except DcmiError as exc:
+                logger.debug("no health from DCMI; npu-smi is asked", extra={"error": str(exc), "profile": self.name})
+        if not rest:
+            return result
         located = await anyio.to_thread.run_sync(
             lambda: locate_npu_smi(ctx.npu_smi, host_root=self.host_root, search_path=self.search_path))
-        text = await NpuSmi(located.executable, timeout_s=self.timeout_s).run("info")
+        try:
+            text = await NpuSmi(located.executable, timeout_s=self.timeout_s).run("info")
+        except NpuSmiError as exc:
+            if not result:
+                raise
+            logger.warning("npu-smi gave no health for the chips DCMI did not answer for; they are unknown",
+                           extra={"devices": [d.name for d in rest], "error": str(exc), "profile": self.name})
+            return {**result, **dict.fromkeys((d.name for d in rest), None)}
         status = {(c.npu_id, c.chip_id): c.health for c in parse_info(text).chips}
-        return {
+        return {**result, **{
             d.name: CHIP_HEALTH.get(status.get((d.attributes.get("npuID"), d.attributes.get("chipID")), ""))
-            for d in inventory.devices
-        }
+            for d in rest
+        }}
+
+    def close(self) -> None:
+        """Stop the DCMI worker (it is also stopped when the profile is garbage-collected, or the daemon exits)."""
+        self.dcmi.close()
 
     def extra_attributes(self, chip: NpuChip) -> Mapping[str, AttributeValue | None]:
         """Family-specific attributes (None values are omitted). Overridden by each profile."""

@@ -62,7 +62,7 @@ from ascend_dra.profiles.ascend import host as ascend_host
 from ascend_dra.profiles.ascend.attributes import chip_attributes, device_name
 from ascend_dra.profiles.ascend.chip import DroppedChip, NpuChip
 from ascend_dra.profiles.ascend.chips import MODELS, ChipFamily
-from ascend_dra.profiles.ascend.discovery import TIER_NPU_SMI, discover_chips
+from ascend_dra.profiles.ascend.discovery import DRIVER_TIERS, discover_chips
 from ascend_dra.profiles.ascend.errors import NpuSmiError
 from ascend_dra.profiles.ascend.keyvalue import DeviceShare
 from ascend_dra.profiles.ascend.npusmi import NpuSmi
@@ -175,13 +175,13 @@ class VnpuCoreProfile(AscendChipProfile):
             npu_smi=ctx.npu_smi, dev_root=ctx.dev_root, sys_root=ctx.sys_root, node_name=ctx.node_name,
             simulate=self.simulate_mode(ctx), simulated_model=self.simulated_model,
             simulated_count=ctx.fake_devices, timeout_s=self.timeout_s, profile=self.name,
-            host_root=self.host_root, search_path=self.search_path, known=self._known,
+            host_root=self.host_root, search_path=self.search_path, known=self._known, dcmi=self.dcmi,
         )
-        if found.source == TIER_NPU_SMI:
+        if found.source in DRIVER_TIERS:
             self._known = {c.physical_id: c for c in found.chips}
         share: tuple[DeviceShare, ...] | None = None
         share_problem: str | None = None
-        if found.source == TIER_NPU_SMI and found.chips:
+        if found.source in DRIVER_TIERS and found.chips:
             executable = found.npu_smi.executable if found.npu_smi is not None else ctx.npu_smi
             try:
                 share = await NpuSmi(executable, timeout_s=self.timeout_s).device_share()

@@ -1,0 +1,179 @@
+"""When DCMI does not answer: an absent or broken library, a call that fails, hangs or crashes the
+worker. The chain falls back to npu-smi, for the whole answer or for the one field, and says so."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from ascend_dra.profiles.ascend import npusmi_sim
+from ascend_dra.profiles.ascend.dcmi import DCMI_DIRS
+from ascend_dra.profiles.ascend.npu310p import Npu310PProfile
+from ascend_dra.profiles.ascend.npu910 import Npu910Profile
+from tests.dcmisim import SIM, FakeHost, build, fake_host, install, set_fault
+from tests.unit.test_ascend_dcmi import chips
+from tests.unit.test_ascend_support import script
+
+pytestmark = pytest.mark.anyio
+
+LAB18 = chips([(4, 0, 0, 0, "310P3"), (5, 0, 1, 2, "310P3")])
+B4 = chips([(0, 0, 0, 0, "910B4"), (1, 0, 1, 1, "910B4"), (2, 0, 2, 2, "910B4")])
+
+
+@pytest.fixture
+def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> FakeHost:
+    made = fake_host(tmp_path, getattr(request, "param", LAB18))
+    monkeypatch.setenv(npusmi_sim.ENV_DIR, str(made.sim_dir))
+    return made
+
+
+def recording_npu_smi(host: FakeHost) -> tuple[str, Path]:
+    """An npu-smi that logs its arguments, then runs the simulator."""
+    log = host.sim_dir / "npu-smi.log"
+    exe = script(host.sim_dir, f'#!/bin/sh\necho "$*" >> {log}\nexec {SIM} "$@"\n', name="npu-smi")
+    return str(exe), log
+
+
+def set_health(host: FakeHost, *health: str) -> None:
+    """Rewrite Lab 18's ``host.json`` with these health values (both the simulator and DCMI read it)."""
+    npusmi_sim.write_host(host.sim_dir, [{**c, "health": h} for c, h in zip(LAB18, health, strict=True)])
+
+
+async def discover_both(host: FakeHost, profile_type: type = Npu310PProfile, **dcmi: float):
+    """(npu-smi's inventory, the DCMI profile, its inventory); ``dcmi`` sets the DCMI source's timeouts."""
+    expected = await profile_type(host_root=host.plain_root).discover(host.ctx())
+    profile = profile_type(host_root=host.dcmi_root)
+    for key, value in dcmi.items():
+        setattr(profile.dcmi, key, value)
+    return expected, profile, await profile.discover(host.ctx())
+
+
+async def test_without_a_library_npu_smi_answers_and_the_absence_is_logged_once(
+        host: FakeHost, caplog: pytest.LogCaptureFixture) -> None:
+    profile = Npu310PProfile(host_root=host.plain_root)
+    with caplog.at_level(logging.INFO):
+        first = await profile.discover(host.ctx())
+        await profile.discover(host.ctx())
+    assert first.source == "npu-smi"
+    dirs = ", ".join(str(host.plain_root / d) for d in DCMI_DIRS)
+    assert profile.discovery_notes()[0] == f"dcmi: no libdcmi.so in {dirs}"
+    assert [r.message for r in caplog.records].count("DCMI library not found; npu-smi answers") == 1
+
+
+@pytest.mark.parametrize(("library", "error"), [
+    ("garbage", "{path}: cannot load {path}: {path}: invalid ELF header"),
+    ("minimal", "{path}: {path} does not export dcmi_get_card_list, dcmi_get_device_id_in_card, "
+                "dcmi_get_device_logic_id, dcmi_get_device_phyid_from_logicid"),
+    ("init fails", "{path}: dcmi_init returned -8005 (internal error)"),
+    ("card list fails", "DCMI cannot list the chips: dcmi_get_card_list(): -8008 (device does not exist)"),
+    ("logic ID fails", "DCMI cannot list the chips: dcmi_get_device_logic_id(5, 0): -8005 (internal error)"),
+], ids=["not a library", "lacks the calls the tier needs", "dcmi_init fails", "the card list fails",
+        "a logic ID fails"])
+async def test_a_broken_library_falls_back_to_npu_smi_with_one_warning(
+        host: FakeHost, caplog: pytest.LogCaptureFixture, library: str, error: str) -> None:
+    path = host.dcmi_root / "usr/local/dcmi/libdcmi.so"
+    if library == "garbage":
+        path.write_text("not a shared object\n" * 100)
+    elif library == "minimal":
+        install(host.dcmi_root, build(minimal=True))
+    else:
+        set_fault(host.sim_dir, {"init fails": "dcmi_init -8005", "card list fails": "dcmi_get_card_list -8008",
+                                 "logic ID fails": "dcmi_get_device_logic_id -8005 5 0"}[library])
+    with caplog.at_level(logging.INFO):
+        expected, profile, got = await discover_both(host)
+        again = await profile.discover(host.ctx())
+    profile.close()
+    assert (got.source, again.source) == ("npu-smi", "npu-smi")
+    assert got.devices == expected.devices
+    assert f"tier dcmi failed, npu-smi answered: {error.format(path=path)}" in profile.discovery_notes()
+    # One line for two discoveries: the same failure is logged again only at DEBUG.
+    failed = [r for r in caplog.records if r.message == "discovery tier failed; trying the next"]
+    assert [(r.levelname, r.tier) for r in failed] == [("WARNING", "dcmi")]  # type: ignore[attr-defined]
+
+
+async def test_a_hung_call_kills_the_worker_and_dcmi_rests_then_answers_again(host: FakeHost) -> None:
+    set_fault(host.sim_dir, "dcmi_get_device_logic_id hang 5 0")
+    expected, profile, got = await discover_both(host, timeout_s=1.0)
+    assert got.source == "npu-smi" and got.devices == expected.devices
+    assert ("tier dcmi failed, npu-smi answered: DCMI cannot list the chips: dcmi_get_device_logic_id(5, 0): "
+            "no answer within 1 s; the DCMI worker was killed") in profile.discovery_notes()
+    set_fault(host.sim_dir)
+    resting = await profile.discover(host.ctx())
+    assert resting.source == "npu-smi"
+    assert any(line.startswith("tier dcmi failed, npu-smi answered: ") and
+               ": not asked: dcmi_get_device_logic_id hung; asked again " in line
+               for line in profile.discovery_notes())
+    assert profile.dcmi.client is not None
+    profile.dcmi.client.retry_after_s = 0  # the rest is over
+    profile.dcmi.client._resting = (0.0, "over")
+    back = await profile.discover(host.ctx())
+    profile.close()
+    assert back.source == "dcmi" and back.devices == expected.devices
+
+
+@pytest.mark.parametrize("host", [B4], indirect=True)
+@pytest.mark.parametrize(("fault", "note"), [
+    ("dcmi_get_device_die_v2 -8005 1 0",
+     "dcmi: dcmi_get_device_die_v2(1, 0, 1): -8005 (internal error); from npu-smi: uuid (1 chip)"),
+    ("dcmi_get_device_die_v2 hang 1 0",
+     "dcmi: dcmi_get_device_die_v2(1, 0, 1): no answer within 1 s; the DCMI worker was killed; "
+     "dcmi_get_device_die_v2(2, 0, 1): not made: dcmi_get_device_die_v2 did not answer; "
+     "dcmi_get_device_hbm_info(1, 0): not made: dcmi_get_device_die_v2 did not answer; and 1 more; "
+     "from npu-smi: memory_mib (2 chips), uuid (2 chips)"),
+    # The last call of its round: the next round starts a new worker, which answers.
+    ("dcmi_get_device_health crash 2 0",
+     "dcmi: dcmi_get_device_health(2, 0): the DCMI worker was killed by signal 6; from npu-smi: health (1 chip)"),
+], ids=["a die ID fails", "a die ID hangs", "the worker crashes"])
+async def test_a_field_whose_call_fails_comes_from_npu_smi(host: FakeHost, fault: str, note: str) -> None:
+    set_fault(host.sim_dir, fault)
+    expected, profile, got = await discover_both(host, Npu910Profile, timeout_s=1.0)
+    profile.close()
+    assert got.source == "dcmi"
+    assert got.devices == expected.devices
+    assert note in profile.discovery_notes()
+
+
+@pytest.mark.parametrize("host", [B4], indirect=True)
+async def test_not_supported_is_unknown_and_npu_smi_is_not_asked(host: FakeHost) -> None:
+    """-8255 is not an error: npu-smi asks the same call and would not know the value either."""
+    set_fault(host.sim_dir, "dcmi_get_device_die_v2 -8255 1 0")
+    exe, log = recording_npu_smi(host)
+    profile = Npu910Profile(host_root=host.dcmi_root)
+    inventory = await profile.discover(host.ctx(exe))
+    profile.close()
+    assert inventory.source == "dcmi"
+    assert [d.attributes.get("uuid") is None for d in inventory.devices] == [False, True, False]
+    assert log.read_text().splitlines() == ["info -t topo"]  # the topology only
+    assert not any(line.startswith("dcmi: dcmi_get") for line in profile.discovery_notes())
+
+
+async def test_health_comes_from_dcmi_without_a_process(host: FakeHost) -> None:
+    exe, log = recording_npu_smi(host)
+    profile = Npu310PProfile(host_root=host.dcmi_root)
+    inventory = await profile.discover(host.ctx(exe))
+    assert inventory.source == "dcmi" and not log.exists()  # 310P: no topology call either
+    set_health(host, "Alarm", "Warning")
+    assert await profile.health(host.ctx(exe), inventory) == {"npu-0-0": False, "npu-1-0": True}
+    set_health(host, "Critical", "UNKNOWN")
+    assert await profile.health(host.ctx(exe), inventory) == {"npu-0-0": False, "npu-1-0": None}
+    profile.close()
+    assert not log.exists()
+
+
+async def test_health_of_a_chip_dcmi_does_not_answer_for_comes_from_npu_smi(host: FakeHost) -> None:
+    exe, log = recording_npu_smi(host)
+    profile = Npu310PProfile(host_root=host.dcmi_root)
+    inventory = await profile.discover(host.ctx(exe))
+    set_health(host, "Alarm", "Alarm")
+    set_fault(host.sim_dir, "dcmi_get_device_health -8005 5 0")
+    assert await profile.health(host.ctx(exe), inventory) == {"npu-0-0": False, "npu-1-0": False}
+    assert log.read_text().splitlines() == ["info"]
+    set_fault(host.sim_dir, "dcmi_get_device_health hang")
+    profile.dcmi.client.timeout_s = 1.0  # type: ignore[union-attr]
+    assert await profile.health(host.ctx(exe), inventory) == {"npu-0-0": False, "npu-1-0": False}
+    # DCMI rests after the hang: the next pass asks npu-smi straight away.
+    assert await profile.health(host.ctx(exe), inventory) == {"npu-0-0": False, "npu-1-0": False}
+    profile.close()
+    assert log.read_text().splitlines() == ["info", "info", "info"]
