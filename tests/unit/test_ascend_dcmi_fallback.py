@@ -107,7 +107,6 @@ async def test_a_hung_call_kills_the_worker_and_dcmi_rests_then_answers_again(ho
                for line in profile.discovery_notes())
     assert profile.dcmi.client is not None
     profile.dcmi.client.retry_after_s = 0  # the rest is over
-    profile.dcmi.client._resting = (0.0, "over")
     back = await profile.discover(host.ctx())
     profile.close()
     assert back.source == "dcmi" and back.devices == expected.devices

@@ -12,8 +12,9 @@ kept: a health pass costs one round trip, no process. Each call has a deadline (
 call past its deadline gets the worker killed (a hung library cannot be stopped any other way, and
 a thread of the daemon hung in C would hold the library's locks for good); the calls after it are
 not made, and DCMI is not asked again for ``retry_after_s`` seconds, so a wedged driver costs one
-deadline and not one per health pass. The worker's I/O runs in a thread (``select`` with the
-deadline, never a blocking read), so the event loop never waits on it.
+deadline and not one per health pass. The worker's output is read on the event loop, non-blocking
+(``anyio.wait_readable`` under ``fail_after``), so the loop never waits on it and a round trip
+costs no thread hop; only starting and reaping a worker go to a thread.
 """
 
 from __future__ import annotations
@@ -21,10 +22,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-import select
 import subprocess
 import sys
-import threading
 import time
 import weakref
 from collections.abc import Sequence
@@ -111,59 +110,43 @@ class Answer:
 
 
 class _Worker:
-    """One worker process and the reading end of its stdout (read by one thread at a time).
-
-    Its pipes are closed only when no thread reads them (a closed descriptor number can be reused
-    by the next file the daemon opens): :meth:`stop` kills the process at once, and the reader
-    closes the pipes when it returns, if :meth:`stop` could not.
-    """
+    """One worker process, its stdin, and its stdout read without blocking."""
 
     def __init__(self, popen: subprocess.Popen[bytes]) -> None:
         self.popen = popen
         assert popen.stdout is not None
         self.fd = popen.stdout.fileno()
+        os.set_blocking(self.fd, False)
         self.buffer = b""
-        self.reading = threading.Lock()
-        self.stopping = False
         self.finalizer = weakref.finalize(self, _reap, popen)
 
-    def line(self, timeout_s: float) -> bytes | None:
-        """The next line (without the newline); None at end of file. :raises TimeoutError: no line in time."""
-        try:
-            with self.reading:
-                return None if self.stopping else self._line(timeout_s)
-        finally:
-            if self.stopping:
-                self.finalizer()
+    async def line(self, timeout_s: float) -> bytes | None:
+        """The next line (without the newline); None at the end of the output.
 
-    def _line(self, timeout_s: float) -> bytes | None:
-        deadline = time.monotonic() + timeout_s
-        while b"\n" not in self.buffer:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self.fd], [], [], left)[0]:
-                raise TimeoutError
-            chunk = os.read(self.fd, 65536)
-            if not chunk or len(self.buffer) + len(chunk) > _LINE_LIMIT:
-                return None
-            self.buffer += chunk
+        :raises TimeoutError: no line within ``timeout_s`` seconds.
+        """
+        with anyio.fail_after(timeout_s):
+            while b"\n" not in self.buffer:
+                await anyio.wait_readable(self.fd)
+                try:
+                    chunk = os.read(self.fd, 65536)
+                except BlockingIOError:
+                    continue
+                if not chunk or len(self.buffer) + len(chunk) > _LINE_LIMIT:
+                    return None
+                self.buffer += chunk
         line, _, self.buffer = self.buffer.partition(b"\n")
         return line
 
     def send(self, document: object) -> None:
+        """Write one request (a few KiB at most into an empty pipe: it does not block)."""
         assert self.popen.stdin is not None
         self.popen.stdin.write(json.dumps(document).encode() + b"\n")
         self.popen.stdin.flush()
 
     def stop(self) -> None:
-        """Kill the worker; close its pipes now, or when the thread reading them returns."""
-        self.stopping = True
-        if self.reading.acquire(blocking=False):
-            try:
-                self.finalizer()
-            finally:
-                self.reading.release()
-        elif self.popen.poll() is None:
-            self.popen.kill()  # the reader sees the end of the output and closes the pipes
+        """Kill the worker, collect it, close its pipes (idempotent)."""
+        self.finalizer()
 
 
 def _reap(popen: subprocess.Popen[bytes]) -> None:
@@ -209,7 +192,12 @@ class DcmiClient:
         self._worker: _Worker | None = None
         self._lock = anyio.Lock()
         self._seq = 0
-        self._resting: tuple[float, str] | None = None  # (monotonic time to retry, why)
+        self._resting: tuple[float, str] | None = None  # (monotonic time DCMI hung, what hung)
+
+    @property
+    def pid(self) -> int | None:
+        """The worker's process ID; None when no worker runs."""
+        return self._worker.popen.pid if self._worker is not None else None
 
     def _env(self) -> dict[str, str]:
         dirs = [str(self.library.parent), *(str(self.host_root / d) for d in DCMI_DIRS[:4])]
@@ -223,9 +211,9 @@ class DcmiClient:
             stderr=subprocess.DEVNULL, env=self._env()))
         worker = _Worker(popen)
         try:
-            line = await anyio.to_thread.run_sync(worker.line, self.start_timeout_s, abandon_on_cancel=True)
+            line = await worker.line(self.start_timeout_s)
         except TimeoutError:
-            worker.stop()
+            await anyio.to_thread.run_sync(worker.stop)
             self._rest(f"dcmi_init did not answer within {self.start_timeout_s:g} s")
             raise DcmiError(f"{self.library}: dcmi_init: no answer within {self.start_timeout_s:g} s; the worker "
                             "was killed") from None
@@ -244,7 +232,7 @@ class DcmiClient:
         return worker
 
     def _rest(self, why: str) -> None:
-        self._resting = (time.monotonic() + self.retry_after_s, why)
+        self._resting = (time.monotonic(), why)
 
     async def call(self, calls: Sequence[tuple[object, ...]]) -> list[Answer]:
         """Make ``calls`` in order (``("dcmi_get_device_health", 4, 0)``), each under the deadline.
@@ -257,7 +245,8 @@ class DcmiClient:
             return []
         async with self._lock:
             if self._resting is not None:
-                retry_at, why = self._resting
+                since, why = self._resting
+                retry_at = since + self.retry_after_s
                 if time.monotonic() < retry_at:
                     raise DcmiError(f"{self.library}: not asked: {why}; asked again "
                                     f"{retry_at - time.monotonic():.0f} s from now")
@@ -267,17 +256,16 @@ class DcmiClient:
             worker = self._worker
             self._seq += 1
             try:
-                answers = await anyio.to_thread.run_sync(self._exchange, worker, self._seq, list(calls),
-                                                         abandon_on_cancel=True)
+                answers = await self._exchange(worker, self._seq, list(calls))
             except BaseException:
                 self._drop(worker)  # cancelled mid-exchange: its late lines must not answer the next one
                 raise
             if any(a.code is None for a in answers):
-                self._drop(worker)
+                await anyio.to_thread.run_sync(self._drop, worker)
             return answers
 
-    def _exchange(self, worker: _Worker, seq: int, calls: list[tuple[object, ...]]) -> list[Answer]:
-        """Send one request and read its answers (in a thread)."""
+    async def _exchange(self, worker: _Worker, seq: int, calls: list[tuple[object, ...]]) -> list[Answer]:
+        """Send one request and read its answers."""
         answers: list[Answer] = []
         try:
             worker.send({"seq": seq, "calls": [list(c) for c in calls]})
@@ -285,7 +273,7 @@ class DcmiClient:
             pass  # a dead worker: the read below sees the end of its output
         for call in calls:
             try:
-                line = worker.line(self.timeout_s)
+                line = await worker.line(self.timeout_s)
             except TimeoutError:
                 problem = f"no answer within {self.timeout_s:g} s; the DCMI worker was killed"
                 self._rest(f"{call[0]} hung")
@@ -296,7 +284,8 @@ class DcmiClient:
                 break
             document = _json(line) if line is not None else None
             if not isinstance(document, dict) or document.get("seq") != seq:
-                problem = f"the DCMI worker {_exit(worker.popen)}" if line is None else "garbled worker answer"
+                exited = await anyio.to_thread.run_sync(_exit, worker.popen)
+                problem = f"the DCMI worker {exited}" if line is None else "garbled worker answer"
                 logger.warning("DCMI worker lost", extra={"call": list(call), "problem": problem,
                                                           "library": str(self.library)})
                 answers.append(Answer(call, None, problem=problem))
