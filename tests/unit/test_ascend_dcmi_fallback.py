@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import attrs
 import pytest
 
 from ascend_dra.profiles.ascend import npusmi_sim
@@ -146,6 +147,19 @@ async def test_not_supported_is_unknown_and_npu_smi_is_not_asked(host: FakeHost)
     assert [d.attributes.get("uuid") is None for d in inventory.devices] == [False, True, False]
     assert log.read_text().splitlines() == ["info -t topo"]  # the topology only
     assert not any(line.startswith("dcmi: dcmi_get") for line in profile.discovery_notes())
+
+
+async def test_the_dcmi_option_never_leaves_dcmi_out(host: FakeHost) -> None:
+    exe, log = recording_npu_smi(host)
+    profile = Npu310PProfile(host_root=host.dcmi_root)
+    ctx = attrs.evolve(host.ctx(exe), options={"npu-310P.dcmi": "never"})
+    inventory = await profile.discover(ctx)
+    assert inventory.source == "npu-smi"
+    assert not any(n.startswith("dcmi") or "tier dcmi" in n for n in profile.discovery_notes())
+    before = len(log.read_text().splitlines())
+    assert await profile.health(ctx, inventory) == {"npu-0-0": True, "npu-1-0": True}
+    assert log.read_text().splitlines()[before:] == ["info"]
+    assert profile.dcmi.client is None
 
 
 async def test_health_comes_from_dcmi_without_a_process(host: FakeHost) -> None:

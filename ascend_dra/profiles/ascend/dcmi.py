@@ -33,9 +33,10 @@ import anyio
 import attrs
 
 from ascend_dra.profiles.ascend.dcmi_api import NOT_SUPPORTED, describe_code
+from ascend_dra.profiles.options import ProfileOption
 
-__all__ = ("DCMI_DIRS", "RETRY_AFTER_S", "START_TIMEOUT_S", "Answer", "DcmiClient", "DcmiError", "DcmiSource",
-           "LocatedDcmi", "locate_dcmi")
+__all__ = ("DCMI_DIRS", "DCMI_OPTION", "RETRY_AFTER_S", "START_TIMEOUT_S", "Answer", "DcmiClient", "DcmiError",
+           "DcmiSource", "LocatedDcmi", "locate_dcmi")
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +49,9 @@ RETRY_AFTER_S = 300.0
 #: Least deadline of the worker's start, in seconds: a Python interpreter on a busy node.
 START_TIMEOUT_S = 10.0
 _WORKER = "ascend_dra.profiles.ascend.dcmi_worker"
+#: ``--profile-option <profile>.dcmi=auto|never``: ``never`` leaves DCMI out of the chain and the
+#: health passes (an escape hatch for a library that answers wrongly; one that fails falls back alone).
+DCMI_OPTION = ProfileOption("DCMI first where libdcmi.so is installed (auto, the default), or never", ("auto", "never"))
 _LINE_LIMIT = 1 << 20
 
 

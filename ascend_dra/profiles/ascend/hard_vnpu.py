@@ -52,6 +52,7 @@ from ascend_dra.profiles.ascend.attributes import chip_attributes, chip_capaciti
 from ascend_dra.profiles.ascend.chip import DroppedChip, NpuChip
 from ascend_dra.profiles.ascend.chips import MODELS, ChipFamily
 from ascend_dra.profiles.ascend.config import NpuConfig
+from ascend_dra.profiles.ascend.dcmi import DCMI_OPTION
 from ascend_dra.profiles.ascend.discovery import DRIVER_TIERS, TIER_SIMULATED, discover_chips
 from ascend_dra.profiles.ascend.errors import NpuSmiError
 from ascend_dra.profiles.ascend.npusmi import NpuSmi
@@ -106,6 +107,7 @@ class HardVnpuProfile(AscendChipProfile):
     simulated_model = MODELS["910B4"]
     profile_options: Mapping[str, ProfileOption] = {
         "simulate": simulate_option(),
+        "dcmi": DCMI_OPTION,
         "vnpu-dev-dir": ProfileOption("where the driver creates /dev/vdavinci<id> nodes (default /dev)",
                                       check=absolute_path),
         "boot-id-file": ProfileOption("the boot id the vNPU ledger compares (default --boot-id-file)",
@@ -134,7 +136,7 @@ class HardVnpuProfile(AscendChipProfile):
             npu_smi=ctx.npu_smi, dev_root=ctx.dev_root, sys_root=ctx.sys_root, node_name=ctx.node_name,
             simulate=self.simulate_mode(ctx), simulated_model=self.simulated_model,
             simulated_count=ctx.fake_devices, timeout_s=self.timeout_s, profile=self.name,
-            host_root=self.host_root, search_path=self.search_path, known=self._known, dcmi=self.dcmi,
+            host_root=self.host_root, search_path=self.search_path, known=self._known, dcmi=self.dcmi_for(ctx),
         )
         self.layout = await anyio.to_thread.run_sync(host.probe, ctx.dev_root, self.host_root)
         if found.source in DRIVER_TIERS:

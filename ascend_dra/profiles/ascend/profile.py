@@ -23,7 +23,8 @@ Huawei's device plugin's static vNPUs) is not published: a claim would get its `
 while the vNPUs' containers run on it (:meth:`AscendChipProfile.without_foreign_vnpus`).
 
 Profile options (``ProfileContext.options``, keys ``<profile>.<key>`` or ``<key>``):
-``simulate`` = ``never`` (default) | ``fallback`` | ``always`` (:class:`SimulateMode`).
+``simulate`` = ``never`` (default) | ``fallback`` | ``always`` (:class:`SimulateMode`); ``dcmi`` =
+``auto`` (default) | ``never`` (:data:`.dcmi.DCMI_OPTION`).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from ascend_dra.profiles.ascend.config import (
     log_level_number,
     validate_config,
 )
-from ascend_dra.profiles.ascend.dcmi import DcmiError, DcmiSource
+from ascend_dra.profiles.ascend.dcmi import DCMI_OPTION, DcmiError, DcmiSource
 from ascend_dra.profiles.ascend.dcmi_tier import dcmi_health
 from ascend_dra.profiles.ascend.discovery import (
     DRIVER_TIERS,
@@ -108,7 +109,7 @@ class AscendChipProfile:
     cdi_class = "npu"
     config_types: Mapping[str, type] = {"NpuConfig": NpuConfig}
     #: ``--profile-option <name>.simulate=never|fallback|always`` (checked before start-up).
-    profile_options: Mapping[str, ProfileOption] = {"simulate": simulate_option()}
+    profile_options: Mapping[str, ProfileOption] = {"simulate": simulate_option(), "dcmi": DCMI_OPTION}
     families: frozenset[ChipFamily]
     simulated_model: ChipModel
     #: Whole-chip profiles leave out chips that carry vNPUs (:meth:`without_foreign_vnpus`); the
@@ -147,6 +148,14 @@ class AscendChipProfile:
             allowed = ", ".join(m.value for m in SimulateMode)
             raise ValueError(f"profile option {key}: {raw!r} is not one of {allowed}") from None
 
+    def dcmi_for(self, ctx: ProfileContext) -> DcmiSource | None:
+        """:attr:`dcmi`, or None when the ``dcmi`` option says ``never`` (checked before start-up)."""
+        mode = ctx.options.get(f"{self.name}.dcmi", ctx.options.get("dcmi", "auto"))
+        if mode == "never":
+            self.dcmi.close()
+            return None
+        return self.dcmi
+
     async def discover(self, ctx: ProfileContext) -> Inventory:
         """Run the discovery chain and publish this profile's chips.
 
@@ -157,7 +166,7 @@ class AscendChipProfile:
             npu_smi=ctx.npu_smi, dev_root=ctx.dev_root, sys_root=ctx.sys_root, node_name=ctx.node_name,
             simulate=self.simulate_mode(ctx), simulated_model=self.simulated_model,
             simulated_count=ctx.fake_devices, timeout_s=self.timeout_s, profile=self.name,
-            host_root=self.host_root, search_path=self.search_path, known=self._known, dcmi=self.dcmi,
+            host_root=self.host_root, search_path=self.search_path, known=self._known, dcmi=self.dcmi_for(ctx),
         )
         self.layout = await anyio.to_thread.run_sync(host.probe, ctx.dev_root, self.host_root)
         if found.source in DRIVER_TIERS:

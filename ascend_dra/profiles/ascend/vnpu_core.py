@@ -175,7 +175,7 @@ class VnpuCoreProfile(AscendChipProfile):
             npu_smi=ctx.npu_smi, dev_root=ctx.dev_root, sys_root=ctx.sys_root, node_name=ctx.node_name,
             simulate=self.simulate_mode(ctx), simulated_model=self.simulated_model,
             simulated_count=ctx.fake_devices, timeout_s=self.timeout_s, profile=self.name,
-            host_root=self.host_root, search_path=self.search_path, known=self._known, dcmi=self.dcmi,
+            host_root=self.host_root, search_path=self.search_path, known=self._known, dcmi=self.dcmi_for(ctx),
         )
         if found.source in DRIVER_TIERS:
             self._known = {c.physical_id: c for c in found.chips}
