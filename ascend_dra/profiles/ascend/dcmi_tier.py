@@ -126,6 +126,7 @@ async def discover_dcmi(client: DcmiClient, *, dev_root: Path, sys_root: Path, n
         info, pcie, health = second[len(chips) + 3 * i:len(chips) + 3 * i + 3]
         _read_chip_info(chip, info)
         _read_pcie(chip, pcie)
+        _classify(chip)
         if health.ok:
             chip.health_code = health.value
             chip.fields["health"] = _health_name(health.value)
@@ -162,6 +163,10 @@ def _read_pcie(chip: _Chip, answer: Answer) -> None:
         chip.fields["pci_device_id"] = f"0x{v['deviceid']:04x}" if v["deviceid"] else None
     elif not answer.unsupported:
         chip.fail(answer, "pci_address")
+
+
+def _classify(chip: _Chip) -> None:
+    """Family (PCI device ID first, then the name), memory kind, and the catalogue's AI cores."""
     name, pci = chip.fields.get("chip_name"), chip.fields.pop("pci_device_id", None)
     family = family_of(name, pci_device_id=pci)
     chip.fields.update(family=family, memory_kind=memory_kind(family) if family else None)
@@ -217,9 +222,9 @@ async def _assemble(chips: list[_Chip], *, dev_root: Path, sys_root: Path, npu_s
     dropped: list[DroppedChip] = []
     found: list[NpuChip] = []
     carried: dict[str, int] = {}
+    nodes, numa = await anyio.to_thread.run_sync(_node_facts, chips, dev_root, sys_root)
     for c in chips:
         physical = c.fields["physical_id"]
-        node = dev_root / f"davinci{physical}"
         record = DroppedChip(reason="", physical_id=physical, logic_id=c.fields["logic_id"], npu_id=c.card,
                              chip_id=c.device, chip_name=c.fields.get("chip_name"))
         if c.health_code is not None and c.fields.get("health") is None:
@@ -227,12 +232,11 @@ async def _assemble(chips: list[_Chip], *, dev_root: Path, sys_root: Path, npu_s
                 f"DCMI health value {c.health_code} is none of {', '.join(HEALTH_STATES)}: npu-smi would not "
                 "print the chip's first row, and published it would count as healthy")))
             continue
-        if not await anyio.to_thread.run_sync(node.exists):
-            dropped.append(attrs.evolve(record, reason=f"no device node {node}"))
+        if physical not in nodes:
+            dropped.append(attrs.evolve(record, reason=f"no device node {dev_root / f'davinci{physical}'}"))
             continue
-        address = c.fields.get("pci_address")
-        numa = await anyio.to_thread.run_sync(devfs.numa_node, sys_root, address) if address else None
-        chip = NpuChip(numa_node=numa, **{k: v for k, v in c.fields.items() if k in _NPU_CHIP_FIELDS})
+        chip = NpuChip(numa_node=numa.get(c.fields.get("pci_address")),
+                       **{k: v for k, v in c.fields.items() if k in _NPU_CHIP_FIELDS})
         unread = [f for f in c.failed if f in FACTS and getattr(chip, f) is None]
         found.append(carry_counted(chip, known, unread, carried))
     found = without_shared_uuids(found)
@@ -249,6 +253,14 @@ async def _assemble(chips: list[_Chip], *, dev_root: Path, sys_root: Path, npu_s
 
 
 _NPU_CHIP_FIELDS = frozenset(attrs.fields_dict(NpuChip))
+
+
+def _node_facts(chips: Sequence[_Chip], dev_root: Path, sys_root: Path) -> tuple[set[int], dict[str, int]]:
+    """The physical IDs whose ``davinci<N>`` exists, and PCI address -> NUMA node (blocking: one
+    thread for all chips)."""
+    nodes = {c.fields["physical_id"] for c in chips if (dev_root / f"davinci{c.fields['physical_id']}").exists()}
+    addresses = {a for c in chips if (a := c.fields.get("pci_address"))}
+    return nodes, {a: n for a in addresses if (n := devfs.numa_node(sys_root, a)) is not None}
 
 
 def _unique(chips: Sequence[_Chip], field: str) -> None:
