@@ -10,9 +10,9 @@
  * dcmi_init return -8012 ("not ready"): our choice, the header does not say.
  *
  * Faults, for tests: each line of $ASCEND_NPU_SMI_SIM_DIR/dcmi-faults is
- *     <function name> <hang | crash | error code> [card device]
+ *     <function name> <hang | crash | print | error code> [card device]
  * and makes that call (for that card and device only, when given) sleep forever, abort the
- * process, or return the code. The file is read at every call.
+ * process, print a line on stdout and go on, or return the code. The file is read at every call.
  *
  * Built by tests/dcmisim/__init__.py with gcc; -DDCMI_SIM_MINIMAL builds a library that exports
  * dcmi_init alone (a library too old or too broken to be used).
@@ -299,6 +299,7 @@ static int fault(const char *function, int card, int device)
         if (n == 4 && (fcard != card || fdevice != device)) continue;
         if (!strcmp(action, "hang")) for (;;) pause();
         if (!strcmp(action, "crash")) abort();
+        if (!strcmp(action, "print")) { printf("dcmi: %s called\n", function); fflush(stdout); continue; }
         code = atoi(action);
         break;
     }

@@ -149,6 +149,16 @@ async def test_not_supported_is_unknown_and_npu_smi_is_not_asked(host: FakeHost)
     assert not any(line.startswith("dcmi: dcmi_get") for line in profile.discovery_notes())
 
 
+async def test_what_the_library_prints_on_stdout_is_not_an_answer(host: FakeHost) -> None:
+    """The worker answers on its own descriptor: a library that prints (as npu-smi's code around it
+    does) garbled the answers, and every discovery fell back to npu-smi."""
+    set_fault(host.sim_dir, "dcmi_get_card_list print", "dcmi_get_device_health print")
+    expected, profile, got = await discover_both(host)
+    profile.close()
+    assert got.source == "dcmi"
+    assert got.devices == expected.devices
+
+
 async def test_the_dcmi_option_never_leaves_dcmi_out(host: FakeHost) -> None:
     exe, log = recording_npu_smi(host)
     profile = Npu310PProfile(host_root=host.dcmi_root)

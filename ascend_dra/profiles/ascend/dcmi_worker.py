@@ -144,14 +144,29 @@ def _watch_parent() -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
+def _answers() -> Any:
+    """The daemon's end of the protocol: the original stdout, moved to a descriptor of its own. File
+    descriptor 1 then goes where stderr goes (the daemon gives /dev/null), so whatever the library
+    prints cannot be taken for an answer."""
+    protocol = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return protocol
+
+
+_out: Any = None
+
+
 def _say(document: object) -> None:
-    sys.stdout.write(json.dumps(document, separators=(",", ":")) + "\n")
-    sys.stdout.flush()
+    _out.write(json.dumps(document, separators=(",", ":")) + "\n")
+    _out.flush()
 
 
 def main(argv: list[str] | None = None) -> int:
     """Serve requests until stdin ends. :return: the exit status (1 when the library is unusable)."""
+    global _out
     args = sys.argv[1:] if argv is None else argv
+    _out = _answers()
     _watch_parent()
     if len(args) != 1:
         _say({"fatal": "usage: dcmi_worker <path of libdcmi.so>", "code": None})
