@@ -11,8 +11,8 @@ K8S_VERSIONS ?= 1.35 1.36 1.37
 K8S ?= $(firstword $(K8S_VERSIONS))
 
 .PHONY: venv test test-unit test-floors test-integration test-cluster test-container test-kubelet test-plugins proto \
-        proto-check lint demo cluster-bins node-bins container-deps cluster-up cluster-down webhook-up webhook-down bench soak clean helm-bin \
-        chart-check image
+        proto-check lint demo cluster-bins node-bins container-deps observe-deps cluster-up cluster-down webhook-up webhook-down bench scale soak clean helm-bin \
+        chart-check image test-e2e e2e-bins e2e-up e2e-down
 
 # The venv is (re)built when pyproject.toml changes; the stamp records the last install.
 $(VENV)/.installed: pyproject.toml plugins/example-profile/pyproject.toml
@@ -32,8 +32,9 @@ $(FLOORS_VENV)/.installed: pyproject.toml hack/floors.txt plugins/example-profil
 	touch $@
 
 # `pytest tests` on the first version includes tests/kubelet (the real kubelet and containerd; 1.35 only,
-# it skips itself with the reason on another version).
-test: venv proto-check lint chart-check cluster-bins node-bins container-deps test-floors
+# it skips itself with the reason on another version) and tests/e2e (our image and chart on two kubelet
+# 1.37 nodes, whatever the version: its control plane is 1.37).
+test: venv proto-check lint chart-check cluster-bins node-bins e2e-bins container-deps observe-deps test-floors
 	ASCEND_DRA_K8S=$(firstword $(K8S_VERSIONS)) $(PY) -m pytest tests -q
 	for v in $(wordlist 2,9,$(K8S_VERSIONS)); do ASCEND_DRA_K8S=$$v $(PY) -m pytest tests/cluster -q || exit 1; done
 	$(PY) -m pytest plugins/example-profile/tests -q
@@ -48,7 +49,7 @@ test-floors: $(FLOORS_VENV)/.installed
 test-integration: venv
 	$(PY) -m pytest tests/integration -q
 
-test-cluster: venv cluster-bins
+test-cluster: venv cluster-bins observe-deps
 	for v in $(K8S_VERSIONS); do ASCEND_DRA_K8S=$$v $(PY) -m pytest tests/cluster -q || exit 1; done
 
 test-container: venv container-deps
@@ -58,9 +59,32 @@ test-kubelet: venv node-bins container-deps
 	tests/cluster/build.sh --k8s 1.35
 	ASCEND_DRA_K8S=1.35 $(PY) -m pytest tests/kubelet -q
 
+# The end-to-end tier alone: our image and chart on two kubelet 1.37 nodes (tests/e2e/README.md).
+test-e2e: venv e2e-bins container-deps
+	$(PY) -m pytest tests/e2e -q
+
+# The same bed left running with the chart installed, to try ascend-dra on (README.md); prints the
+# KUBECONFIG export. `make e2e-down` stops it and removes $(E2E_DIR).
+E2E_DIR ?= .e2e
+e2e-up: venv e2e-bins image
+	$(PY) -m tests.e2e.cli up --dir $(E2E_DIR)
+
+e2e-down:
+	@if [ ! -x $(PY) ]; then echo "nothing to stop (no $(VENV) yet)"; exit 0; fi; \
+	$(PY) -m tests.e2e.cli down --dir $(E2E_DIR)
+
+# Control plane, kubelet + kubectl 1.37, containerd and helm of the bed, only what is missing.
+e2e-bins: helm-bin
+	tests/cluster/build.sh --k8s 1.37
+	tests/kubelet/build.sh --k8s 1.37
+
 # podman, runc and busybox for tests/container, from Debian, only what is missing (apt needs root or sudo).
 container-deps:
 	hack/install-container-deps.sh
+
+# Prometheus for the monitoring test of tests/cluster, from Debian, only when missing (apt needs root or sudo).
+observe-deps:
+	hack/install-observe-deps.sh
 
 proto: venv
 	PYTHON=$(PY) hack/gen-proto.sh
@@ -72,6 +96,7 @@ proto-check: proto
 
 lint: venv
 	$(VENV)/bin/ruff check ascend_dra tests plugins bench
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 demo: venv
 	PY=$(PY) hack/demo.sh
@@ -91,12 +116,16 @@ chart-check: helm-bin
 	  $(HELM) lint --strict --kube-version 1.35 $(CHART) -f $$f && \
 	  $(HELM) template ascend-dra $(CHART) --kube-version 1.35 -f $$f >/dev/null || exit 1; done
 
-# The image (Dockerfile), with podman; not part of `make test`. Needs the base image's registry
-# and PyPI; BASE_IMAGE=... picks another base (docs/operations.md, "Image").
+# The image (Dockerfile), with podman, from Debian's packages and PyPI only (hack/build-image.sh): a
+# Debian bookworm base made with mmdebstrap and the locked wheels fetched on the host, both cached in
+# ~/.cache/ascend-dra; the build itself needs no network. BASE_IMAGE=... builds on another base
+# (python:3.11-slim-bookworm, the Dockerfile's default); WHEELS=index has pip in the build use its
+# index (docs/operations.md, "Image"). tests/container/test_image.py builds it in `make test`.
 IMAGE ?= ascend-dra:$(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 BASE_IMAGE ?=
-image:
-	podman build $(if $(BASE_IMAGE),--build-arg BASE_IMAGE=$(BASE_IMAGE)) -t $(IMAGE) .
+WHEELS ?= host
+image: container-deps
+	IMAGE=$(IMAGE) BASE_IMAGE=$(BASE_IMAGE) WHEELS=$(WHEELS) PYTHON=$(PYTHON) hack/build-image.sh
 
 # Control-plane binaries (kube-apiserver, kube-scheduler, kube-controller-manager, etcd) are
 # built from their Go modules into ~/.cache/ascend-dra/controlplane-<version>, only when missing
@@ -104,8 +133,9 @@ image:
 cluster-bins:
 	for v in $(K8S_VERSIONS); do tests/cluster/build.sh --k8s $$v || exit 1; done
 
-# The kubelet (same k8s.io/kubernetes 1.35 modules as the control plane) and containerd 2.x + ctr for
-# tests/kubelet, into ~/.cache/ascend-dra/{kubelet,containerd}-<version>, only when missing.
+# The kubelet 1.35 (same k8s.io/kubernetes modules as its control plane) for tests/kubelet and containerd
+# 2.x + ctr, into ~/.cache/ascend-dra/{kubelet,containerd}-<version>, only when missing (tests/e2e's
+# kubelet 1.37 and kubectl: e2e-bins).
 node-bins:
 	tests/kubelet/build.sh
 
@@ -135,9 +165,18 @@ bench: venv cluster-bins node-bins container-deps
 	$(PY) bench/bench_webhook.py
 	$(PY) bench/bench_kubelet.py
 
-# The full kill -9 storm (tests/storm.py): 200 trials per profile, prints the tallies (all must be 0).
+# The scale bed (tests/scale, issue 37): 100 simulated nodes, one daemon each, ClusterLoader2's DRA
+# workloads, ours beside the Go example driver (bench/README.md builds it); prints the report. About
+# an hour on 2 cores; SCALE_ARGS=--quick for 10 nodes. Not in `make test` (its smoke test is).
+SCALE_ARGS ?=
+scale: venv cluster-bins
+	$(PY) -m tests.scale.run $(SCALE_ARGS)
+
+# The full kill -9 storm (tests/storm.py): 200 trials per profile, prints the tallies (all must be 0);
+# then the same with ENOSPC and EIO at random durable writes (--disk-faults).
 soak: venv
 	$(PY) -m tests.storm --trials 200
+	$(PY) -m tests.storm --trials 200 --disk-faults
 
 clean:
-	rm -rf $(VENV) $(FLOORS_VENV) demo demo-hard-vnpu .cluster
+	rm -rf $(VENV) $(FLOORS_VENV) demo demo-hard-vnpu .cluster $(E2E_DIR)

@@ -27,13 +27,16 @@ __all__ = (
     "CounterConsumption",
     "CounterSet",
     "Device",
+    "DeviceReading",
     "DeviceTaint",
     "Inventory",
     "OpaqueConfig",
     "PreparedDevice",
     "Version",
     "canonical_quantity",
+    "in_unit",
     "parse_quantity",
+    "unit_of",
 )
 
 
@@ -118,6 +121,51 @@ def canonical_quantity(quantity: str | int) -> str:
     if exponent_form:
         return f"{mantissa}e{best}" if best else str(mantissa)
     return f"{mantissa}{_DECIMAL[best]}"
+
+
+def unit_of(quantity: str | int) -> str:
+    """The suffix a Quantity was written with, so that a message can state every amount in it:
+    ``"8Gi"`` -> ``"Gi"``, ``"500m"`` -> ``"m"``; a plain number (``"8589934592"``, ``8``) or an
+    exponent form (``"8e9"``) -> ``""``.
+
+    :raises ValueError: if the text is not a Quantity.
+    """
+    if isinstance(quantity, int):
+        return ""
+    match = _QUANTITY.fullmatch(quantity.strip())
+    if not match:
+        parse_quantity(quantity)  # raises the usual message
+    assert match is not None
+    suffix = match.group(2)
+    return suffix if suffix in _SUFFIX else ""
+
+
+#: Decimals :func:`in_unit` writes out exactly; more are cut to :data:`_SIGNIFICANT` digits.
+_EXACT_DECIMALS = 6
+_SIGNIFICANT = 4
+
+
+def in_unit(amount: Decimal | int | str, unit: str) -> str:
+    """``amount`` (a number, or a Quantity string) written in ``unit`` (a suffix of :func:`unit_of`):
+    ``in_unit(5390729216, "Gi")`` -> ``"~5.020Gi"``, ``in_unit("21525Mi", "Gi")`` -> ``"~21.02Gi"``,
+    ``in_unit("1Mi", "Ki")`` -> ``"1024Ki"``, ``in_unit(2**20, "")`` -> ``"1048576"``.
+
+    Exact when the value has at most 6 decimals in that unit; otherwise ``~`` and the value cut
+    (towards zero, never rounded up) to 4 significant digits, so a free amount is never overstated.
+
+    :raises ValueError: a ``unit`` that is no Quantity suffix, or an ``amount`` that is not a Quantity.
+    """
+    if unit not in _SUFFIX:
+        raise ValueError(f"{unit!r} is not a Quantity suffix")
+    value = (amount if isinstance(amount, Decimal) else parse_quantity(amount)) / Decimal(_SUFFIX[unit])
+    if value == value.to_integral_value():
+        return f"{int(value)}{unit}"
+    exact = value.normalize()
+    if -exact.as_tuple().exponent <= _EXACT_DECIMALS:  # type: ignore[operator]
+        return f"{format(exact, 'f')}{unit}"
+    digits = max(0, _SIGNIFICANT - 1 - value.copy_abs().adjusted())
+    cut = value.quantize(Decimal(1).scaleb(-digits), rounding="ROUND_DOWN")
+    return f"~{format(cut, 'f')}{unit}"
 
 
 @attrs.frozen
@@ -254,7 +302,9 @@ class ClaimAllocation:
     """An allocated ResourceClaim reduced to what our driver needs to prepare it.
 
     ``results`` and ``configs`` hold only entries for our driver; ``reserved_for`` the pod UIDs of
-    ``status.reservedFor`` (empty in standalone mode when the file has none).
+    ``status.reservedFor`` (empty in standalone mode when the file has none), ``reserved_pods`` the
+    names of its entries that are pods (``resource: pods``; in the claim's namespace, as every
+    consumer of a claim is).
     """
 
     uid: str
@@ -263,6 +313,25 @@ class ClaimAllocation:
     results: tuple[AllocatedDevice, ...]
     configs: tuple[OpaqueConfig, ...] = ()
     reserved_for: tuple[str, ...] = ()
+    reserved_pods: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class DeviceReading:
+    """What a device reported at its profile's last health check; None where it said nothing.
+
+    :ivar core_percent: compute in use, percent of the device (0..100; npu-smi's ``AICore(%)``).
+    :ivar memory_used_mib: memory in use, MiB (the memory the ``memory`` capacity counts).
+    :ivar memory_total_mib: that memory's total as the device reports it, MiB.
+    :ivar temperature_c: degrees Celsius.
+    :ivar power_w: watts.
+    """
+
+    core_percent: float | None = None
+    memory_used_mib: int | None = None
+    memory_total_mib: int | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
 
 
 @attrs.frozen

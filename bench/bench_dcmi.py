@@ -39,8 +39,8 @@ import anyio
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ascend_dra.profiles.ascend import npusmi_sim  # noqa: E402
 from ascend_dra.profiles.ascend.npu910 import Npu910Profile  # noqa: E402
+from ascend_dra.profiles.ascend.sim import npusmi_sim  # noqa: E402
 from tests.dcmisim import SIM, FakeHost, fake_host  # noqa: E402
 
 CHIPS = 16

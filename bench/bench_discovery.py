@@ -32,8 +32,8 @@ import anyio
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ascend_dra.profiles.ascend import keyvalue, readings, tables  # noqa: E402
 from ascend_dra.profiles.ascend.npu910 import Npu910Profile  # noqa: E402
+from ascend_dra.profiles.ascend.npusmi import keyvalue, readings, tables  # noqa: E402
 from ascend_dra.profiles.base import ProfileContext  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "npu-smi"

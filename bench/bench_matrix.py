@@ -140,7 +140,7 @@ def cold_calls(node: Node, first_device: int, empty_call, prepare, unprepare) ->
 def claim_file_floor(path: Path, rounds: int) -> Stats:
     """Reading and parsing one standalone claim file as the daemon does (claims.py: the whole file,
     PyYAML's C loader): what any Prepare in standalone mode must do to learn its claim."""
-    from ascend_dra.claims import _Loader
+    from ascend_dra.state.claims import _Loader
 
     latencies = []
     started = time.perf_counter()
@@ -154,7 +154,7 @@ def claim_file_floor(path: Path, rounds: int) -> Stats:
 def stall_floor(seconds: float = 3.0) -> tuple[float, float]:
     """(own, late): the longest stall of the daemon's monitor (loopstall.py) in a bare asyncio process
     doing nothing else, without and with the time its thread waited for a CPU (the OS's share)."""
-    code = ("import anyio\nfrom ascend_dra.loopstall import LoopStallMonitor\nasync def m():\n"
+    code = ("import anyio\nfrom ascend_dra.observe.loopstall import LoopStallMonitor\nasync def m():\n"
             " mon = LoopStallMonitor()\n async with anyio.create_task_group() as tg:\n"
             f"  tg.start_soon(mon.run)\n  await anyio.sleep({seconds})\n  tg.cancel_scope.cancel()\n"
             " print(mon.longest['starting'], mon.longest_late['starting'])\nanyio.run(m)\n")

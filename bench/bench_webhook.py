@@ -124,7 +124,7 @@ async def load(url: str, body: bytes, reviews: int, concurrency: int, ca: Path,
 
 def convert_time(pod: dict[str, Any], rounds: int = 2000) -> float:
     """Seconds per :func:`convert_pod` of ``pod`` (template mode), in this process."""
-    from ascend_dra.webhook.hami import convert_pod
+    from ascend_dra.hami.convert import convert_pod
 
     started = time.perf_counter()
     for _ in range(rounds):
@@ -194,7 +194,7 @@ def main() -> int:
                  review({"group": "", "version": "v1", "kind": "Pod"}, LAB_POD, "bench", dry_run=True)),
             ]
             # The API part of hami-pod on its own: the same dry-run create, sent straight to the API server.
-            from ascend_dra.webhook.hami import convert_pod
+            from ascend_dra.hami.convert import convert_pod
 
             [planned] = convert_pod(LAB_POD, "bench").claims
             template = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",

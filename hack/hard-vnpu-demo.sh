@@ -15,7 +15,7 @@ rm -rf "$DIR"
 mkdir -p "$DIR/claims/default" "$DIR/dev"
 cp examples/claims/hard-vnpu/allocated-vir05.yaml "$DIR/claims/default/vnpu-claim.yaml"
 echo "demo-boot" >"$DIR/boot_id"
-"$PY" -c "import sys; from pathlib import Path; from ascend_dra.profiles.ascend.npusmi_sim import write_host
+"$PY" -c "import sys; from pathlib import Path; from ascend_dra.profiles.ascend.sim.npusmi_sim import write_host
 write_host(Path(sys.argv[1]), [dict(npu_id=0, chip_id=0, logic_id=0, physical_id=0, model='910B4')],
            boot_id_file=Path(sys.argv[2]), dev_dir=Path(sys.argv[3]))" "$ASCEND_NPU_SMI_SIM_DIR" "$DIR/boot_id" "$DIR/vdev"
 

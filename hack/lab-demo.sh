@@ -11,7 +11,7 @@ NODE=aio-node74-arm
 ADRA=("$PY" -m ascend_dra.cli)
 
 rm -rf "$DIR"
-read -r -a LAB <<<"$("$PY" -m ascend_dra.profiles.ascend.labnode "$DIR/node")"
+read -r -a LAB <<<"$("$PY" -m ascend_dra.profiles.ascend.sim.labnode "$DIR/node")"
 echo "==> ascend-dra discover --profiles HAMivNPUCore ${LAB[*]}"
 "${ADRA[@]}" discover --profiles HAMivNPUCore --node-name "$NODE" "${LAB[@]}" 2>/dev/null
 

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ascend_dra.profiles.ascend import npusmi_sim
+from ascend_dra.profiles.ascend.sim import npusmi_sim
 from ascend_dra.profiles.base import ProfileContext
 
 SIM = str(Path(sys.executable).with_name("ascend-dra-npu-smi-sim"))
@@ -75,7 +75,7 @@ def daemon_args(host: SimHost) -> list[str]:
 def vnpus_of_records(claims: dict) -> set[tuple[int, int, int]]:
     """``(npu ID, chip ID, vNPU ID)`` of every vNPU the checkpoint's claim records name."""
     return {(v["npu_id"], v["chip_id"], v["vnpu_id"]) for r in claims.values()
-            for v in r.get("side_effects", {}).get("hard-vNPU", {}).get("vnpus", [])}
+            for v in ((r.get("side_effects") or {}).get("hard-vNPU") or {}).get("vnpus", [])}  # null: none yet
 
 
 def vnpu_keys(vnpus: list[dict]) -> set[tuple[int, int, int]]:

@@ -1,7 +1,7 @@
 """The CDI spec directory (``--cdi-root``, default ``/var/run/cdi``): atomic writes, removal, listing.
 
 Specs are written as JSON, which is YAML, into ``*.yaml`` files (docs/architecture.md#names names them so) through
-:func:`ascend_dra.atomicfile.write_atomic`, so a runtime never reads a torn file. They are not
+:func:`ascend_dra.system.atomicfile.write_atomic`, so a runtime never reads a torn file. They are not
 fsynced: the CDI dir is a tmpfs on real nodes (``/var/run/cdi``), every spec is re-created when the
 kubelet prepares its claim after a reboot (new boot id), and an orphan is removed at start-up, so
 the rename's atomicity is the whole guarantee a runtime needs; the checkpoint is what must survive
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import orjson
 
-from ascend_dra.atomicfile import remove_durably, write_atomic
 from ascend_dra.cdi import naming
 from ascend_dra.cdi.spec import Spec
+from ascend_dra.system.atomicfile import remove_durably, write_atomic
 
 __all__ = ("CdiStore",)
 
@@ -51,7 +51,8 @@ class CdiStore:
         # orjson encodes a spec in microseconds where PyYAML's representer took ~0.4 ms per Prepare.
         data = orjson.dumps(spec.to_dict(), option=orjson.OPT_INDENT_2) + b"\n"
         path = self.path(filename)
-        write_atomic(path, data, durable=False)
+        write_atomic(path, data, durable=False,
+                     fault="cdi-common" if filename.endswith(f"_{naming.COMMON_DEVICE}.yaml") else "cdi-claim")
         return path
 
     def remove(self, filename: str) -> bool:

@@ -1,12 +1,12 @@
 """The DRA node service, ``v1.DRAPlugin`` and ``v1beta1.DRAPlugin``, over one implementation.
 
-Thin on purpose (docs/architecture.md#conventions): translate the request into :class:`~ascend_dra.state.ClaimRef`
-values, call :class:`~ascend_dra.state.DeviceState`, and build one response entry per requested
-claim UID: devices on success, ``error`` on failure (docs/architecture.md#dra-grpc-services,
-docs/architecture.md#how-the-kubelet-calls).
-``request_names`` carry base request names; ``share_id`` is set only in v1 (kubelet 1.35).
-An optional status hook (statushook.py) hears of each claim prepared or unprepared, after the
-state answered; it queues work and returns, so it never delays or fails the answer.
+Thin on purpose (docs/architecture.md#conventions): translate the request into
+:class:`~ascend_dra.state.claims.ClaimRef` values, call :class:`~ascend_dra.state.devicestate.DeviceState`, and
+build one response entry per requested claim UID: devices on success, ``error`` on failure
+(docs/architecture.md#dra-grpc-services, docs/architecture.md#how-the-kubelet-calls). ``request_names`` carry
+base request names; ``share_id`` is set only in v1 (kubelet 1.35). An optional status hook (statushook.py) hears
+of each claim prepared or unprepared, after the state answered; it queues work and returns, so it never delays
+or fails the answer.
 
 Every claim of a call gets one log line: ``prepared claim`` / ``unprepared claim`` at INFO, or
 ``prepare failed`` / ``unprepare failed`` at WARNING with the error, each with ``claim``
@@ -25,7 +25,7 @@ from typing import Protocol
 
 from ascend_dra.kubelet._gen.k8s.io.kubelet.pkg.apis.dra import v1, v1beta1
 from ascend_dra.model import PreparedDevice
-from ascend_dra.state import ClaimRef
+from ascend_dra.state.claims import ClaimRef
 
 __all__ = ("DraV1Service", "DraV1beta1Service", "services")
 

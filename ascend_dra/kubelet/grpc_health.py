@@ -45,7 +45,7 @@ from ascend_dra.kubelet._gen.grpc.health.v1 import (
 )
 from ascend_dra.kubelet._gen.k8s.io.kubelet.pkg.apis.dra import v1
 from ascend_dra.kubelet._gen.pluginregistration import InfoRequest, RegistrationStub
-from ascend_dra.listen import describe, tcp_listener
+from ascend_dra.system.listen import describe, tcp_listener
 
 __all__ = ("CHECK_TIMEOUT_S", "SERVICES", "HealthService", "HealthThread", "SocketProbe")
 

@@ -8,7 +8,7 @@ that satisfies :class:`Profile`. The daemon then calls, in this order:
 2. for each Prepare: :func:`decode_config` on every opaque config for our driver (which calls
    ``profile.validate``), then ``profile.apply_config(config, devices, apply_ctx)`` once per
    group of allocated devices that share a config, split so that no device name repeats in one
-   call (shares of one device, :func:`ascend_dra.planning.batches_by_device`) ->
+   call (shares of one device, :func:`ascend_dra.state.planning.batches_by_device`) ->
    ``{device name: ContainerEdits}``;
 3. optionally ``await profile.prepare_side_effects(...)`` / ``unprepare_side_effects(...)`` for
    profiles that change the node (they must be idempotent; what they did is checkpointed).
@@ -24,6 +24,10 @@ Optional hook ``async health(ctx, inventory) -> Mapping[device name, bool | None
 ``--health-interval`` seconds; ``True`` healthy, ``False`` unhealthy, ``None`` unknown; devices it
 leaves out count as healthy. The result feeds the kubelet's resource-health stream (KEP-4680) and
 the ``ascend_dra_unhealthy_devices`` metric. Without the hook every discovered device is healthy.
+
+Optional hook ``readings() -> Mapping[device name, DeviceReading]``: what the devices reported at
+the last ``health`` call (compute and memory in use, temperature, power), read by the daemon when
+``/metrics`` is scraped; it must only return what it holds (no I/O: it runs on the event loop).
 """
 
 from __future__ import annotations
@@ -46,12 +50,13 @@ from ascend_dra.model import (
     CounterConsumption,
     CounterSet,
     Device,
+    DeviceReading,
     DeviceTaint,
     Inventory,
     Version,
     parse_quantity,
 )
-from ascend_dra.profiles.options import ProfileOption, absolute_path, simulate_option
+from ascend_dra.profiles.options import ProfileOption, absolute_path, path_option, simulate_option
 
 __all__ = (
     "API_VERSION_SUFFIX",
@@ -65,6 +70,7 @@ __all__ = (
     "CounterSet",
     "Device",
     "DeviceNode",
+    "DeviceReading",
     "DeviceTaint",
     "Inventory",
     "Mount",
@@ -76,6 +82,7 @@ __all__ = (
     "config_converter",
     "decode_config",
     "parse_quantity",
+    "path_option",
     "simulate_option",
     "visible_per_request",
 )
@@ -107,7 +114,12 @@ class ProfileContext:
     """What the daemon tells every profile about the node (built from the daemon's settings).
 
     :ivar fake_devices: how many devices simulated discovery creates (``--fake-devices``).
-    :ivar dev_root: where device nodes are looked for (``/dev``; a fake tree in tests).
+    :ivar dev_root: where the daemon sees the host's device nodes (``--dev-root``: ``/dev``; a fake
+        tree in tests and labs; the host's ``/dev`` mounted elsewhere in a container). Everything the
+        daemon reads about device nodes is read under it.
+    :ivar dev_root_on_host: where ``dev_root`` is on the host, as the container runtime that reads
+        the CDI specs sees it (``--dev-root-on-host``); None: ``dev_root`` itself (the daemon sees the
+        host's device directory at its own path). Build CDI device nodes with :meth:`device_node`.
     :ivar sys_root: where sysfs is read (``/sys``).
     :ivar npu_smi: the ``npu-smi`` executable (``--npu-smi``).
     :ivar state_dir: a directory the profile may keep files in (under the plugin data directory).
@@ -125,6 +137,31 @@ class ProfileContext:
     state_dir: Path = Path("/var/lib/kubelet/plugins/ascend-dra")
     options: Mapping[str, str] = attrs.field(factory=dict)
     boot_id_file: Path = Path("/proc/sys/kernel/random/boot_id")
+    dev_root_on_host: Path | None = None
+
+    @property
+    def host_dev_root(self) -> Path:
+        """The host's path of :attr:`dev_root` (:attr:`dev_root_on_host`, else :attr:`dev_root`)."""
+        return self.dev_root_on_host if self.dev_root_on_host is not None else self.dev_root
+
+    def device_node(self, name: str) -> DeviceNode:
+        """The CDI device node of the host's device ``name`` (``davinci0``, or ``/dev/davinci0``):
+        ``path`` ``/dev/<name>`` in the container, ``hostPath`` ``<host_dev_root>/<name>`` on the
+        host (left out when it is that same path). The daemon checks it at ``<dev_root>/<name>``
+        (:meth:`daemon_path`) before it hands the spec out."""
+        name = name.removeprefix("/dev/")
+        path = f"/dev/{name}"
+        host = str(self.host_dev_root / name)
+        return DeviceNode(path=path, host_path=None if host == path else host)
+
+    def daemon_path(self, host_path: str) -> Path:
+        """Where the daemon sees a host path of a CDI spec: a path under :attr:`host_dev_root` is read
+        under :attr:`dev_root`; any other (``/dev/null`` under a lab's tree, a hard vNPU's
+        ``vnpu-dev-dir``) as it is."""
+        try:
+            return self.dev_root / Path(host_path).relative_to(self.host_dev_root)
+        except ValueError:  # not under the host's device directory
+            return Path(host_path)
 
 
 @attrs.frozen

@@ -265,7 +265,7 @@ class GpuProfile:
             if simulated:
                 nodes = (DeviceNode(path=node_path, host_path="/dev/null"),)
             else:
-                nodes = (DeviceNode(path=node_path), DeviceNode(path="/dev/nvidiactl"))
+                nodes = (ctx.profile.device_node(node_path), ctx.profile.device_node("nvidiactl"))
             edits[allocated.device] = ContainerEdits(
                 env=(f"NVIDIA_VISIBLE_DEVICES={visible[allocated.base_request]}", *sharing_env),
                 device_nodes=nodes,

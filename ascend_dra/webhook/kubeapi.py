@@ -16,7 +16,7 @@ import os
 import ssl
 import tempfile
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,22 @@ __all__ = ("ApiError", "KubeApi")
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 _TOKEN_TTL_S = 60.0
+#: The verbs of ``ascend_dra_webhook_api_requests_total`` by HTTP method (a GET of a collection is ``list``).
+_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+
+
+def verb_and_resource(method: str, path: str) -> tuple[str, str]:
+    """The Kubernetes verb and resource plural of a call, as the API server's audit log names them:
+    ``("list", "pods")`` for ``GET /api/v1/pods``, ``("get", "resourceclaimtemplates")`` for
+    ``GET /apis/resource.k8s.io/v1/namespaces/ns/resourceclaimtemplates/t``."""
+    parts = [p for p in path.split("?")[0].split("/") if p]
+    rest = parts[2:] if parts[:1] == ["api"] else parts[3:]  # after /api/v1 or /apis/<group>/<version>
+    if rest[:1] == ["namespaces"] and len(rest) > 2:
+        rest = rest[2:]
+    resource = rest[0] if rest else ""
+    if method == "GET":
+        return ("get" if len(rest) > 1 else "list"), resource
+    return _VERBS.get(method, method.lower()), resource
 
 
 class ApiError(Exception):
@@ -72,6 +88,9 @@ class KubeApi:
 
     def __init__(self, server: str, ssl_context: ssl.SSLContext, token: str | None = None,
                  token_file: Path | None = None) -> None:
+        #: Called with ``(verb, resource, HTTP status or 0)`` after every call and every watch opened
+        #: (:meth:`WebhookMetrics.api_request <ascend_dra.webhook.metrics.WebhookMetrics.api_request>`).
+        self.on_request: Callable[[str, str, int], None] | None = None
         self.server = server.rstrip("/")
         self._ssl = ssl_context
         self._token = token
@@ -151,7 +170,9 @@ class KubeApi:
                 raw = await reply.read()
                 status = reply.status
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            self._count(method, path, 0)
             raise ApiError(0, "", f"{method} {path}: {type(exc).__name__}: {exc}") from None
+        self._count(method, path, status)
         doc = orjson.loads(raw) if raw else None
         if not 200 <= status < 300:
             reason = doc.get("reason", "") if isinstance(doc, dict) else ""
@@ -171,6 +192,7 @@ class KubeApi:
         try:
             async with self._session.get(self.server + path, params=params, headers=headers,
                                          timeout=aiohttp.ClientTimeout(total=None, sock_read=330)) as reply:
+                self._count("WATCH", path, reply.status)
                 if reply.status != 200:
                     raise ApiError(reply.status, "", (await reply.read()).decode(errors="replace")[:500])
                 async for line in reply.content:
@@ -178,6 +200,12 @@ class KubeApi:
                         yield orjson.loads(line)
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise ApiError(0, "", f"watch {path}: {type(exc).__name__}: {exc}") from None
+
+    def _count(self, method: str, path: str, status: int) -> None:
+        if self.on_request is not None:
+            verb, resource = ("watch", verb_and_resource("GET", path)[1]) if method == "WATCH" \
+                else verb_and_resource(method, path)
+            self.on_request(verb, resource, status)
 
     async def close(self) -> None:
         await self._session.close()

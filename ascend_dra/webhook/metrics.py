@@ -10,13 +10,19 @@ Names follow ``ascend_dra_webhook_<noun>_total`` / ``_seconds`` (docs/architectu
 - ``ascend_dra_webhook_owner_updates_total{result}``: claims given their pod as owner;
 - ``ascend_dra_webhook_orphans_deleted_total``: claims deleted because no pod came for them;
 - ``ascend_dra_webhook_hami_dra_claims_total{action}``: claims HAMi-DRA made before the switch, taken
-  over (:mod:`ascend_dra.webhook.hamidra`): ``adopted`` (their pod made their owner) or ``replaced``
-  (deleted for a new pod of their name, which gets a claim of ours).
+  over (:mod:`ascend_dra.hami.hamidra`): ``adopted`` (their pod made their owner) or ``replaced``
+  (deleted for a new pod of their name, which gets a claim of ours);
+- ``ascend_dra_webhook_api_requests_total{verb, resource, code}``: calls to the API server
+  (``verb``: ``list``, ``watch``, ``get``, ``create``, ``update``, ``patch``, ``delete``;
+  ``resource``: the plural, as ``resourceclaimtemplates``; ``code``: the HTTP status, ``0`` for
+  no answer);
+- ``ascend_dra_webhook_templates_known``: the ResourceClaimTemplates of this webhook that exist,
+  as its watch reports them (:mod:`ascend_dra.webhook.templatecache`).
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 __all__ = ("ENDPOINTS", "OUTCOMES", "WebhookMetrics")
 
@@ -43,6 +49,10 @@ class WebhookMetrics:
         self.hami_dra_claims = Counter("ascend_dra_webhook_hami_dra_claims",
                                        "claims HAMi-DRA made, adopted by their pod or replaced for a new one",
                                        ["action"], registry=r)
+        self.api_requests = Counter("ascend_dra_webhook_api_requests", "calls to the API server, by verb, resource "
+                                    "and HTTP status (0: no answer)", ["verb", "resource", "code"], registry=r)
+        self.templates_known = Gauge("ascend_dra_webhook_templates_known", "ResourceClaimTemplates this webhook "
+                                     "made that exist, as its watch reports them", registry=r)
         for action in ("adopted", "replaced"):
             self.hami_dra_claims.labels(action)
         for endpoint in ENDPOINTS:
@@ -56,3 +66,7 @@ class WebhookMetrics:
         """Record one answered review."""
         self.reviews.labels(endpoint, outcome).inc()
         self.seconds.labels(endpoint, outcome).observe(seconds)
+
+    def api_request(self, verb: str, resource: str, code: int) -> None:
+        """Count one call to the API server (:class:`~ascend_dra.webhook.kubeapi.KubeApi` ``on_request``)."""
+        self.api_requests.labels(verb, resource, str(code)).inc()

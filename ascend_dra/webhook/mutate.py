@@ -1,6 +1,6 @@
 """``/mutate-pods``: convert a pod's HAMi resources, creating what its new references name.
 
-The plan comes from :func:`ascend_dra.webhook.hami.convert_pod`; this module makes it true in the
+The plan comes from :func:`ascend_dra.hami.convert.convert_pod`; this module makes it true in the
 API server, then answers with the pod's patch:
 
 * claim mode: one ResourceClaim per planned claim, labelled ``hami.io/dra=true`` and
@@ -16,7 +16,7 @@ fails half-way, the claims this call created are deleted before the denial (docs
 step 7). A claim
 that already exists is reused only when this webhook made it for a pod of that name, nobody owns it
 yet and its spec is the planned one (the API server called us again for the same pod). One that
-HAMi-DRA made before the switch (:mod:`ascend_dra.webhook.hamidra`) for an earlier pod of this
+HAMi-DRA made before the switch (:mod:`ascend_dra.hami.hamidra`) for an earlier pod of this
 name, and that nothing uses any more (no pod names it, nothing in its ``status.reservedFor``), is
 deleted (uid and resourceVersion preconditions) and made again as ours; in a dry run it is left as
 it is. Any other existing object of that name is left alone and the pod is denied, naming it. A
@@ -31,8 +31,9 @@ from typing import Any
 
 import anyio
 
-from ascend_dra.webhook import review, volcano
-from ascend_dra.webhook.hami import (
+from ascend_dra.hami import volcano
+from ascend_dra.hami.chips import DEFAULT_CHIPS, HamiChip, chip_names
+from ascend_dra.hami.convert import (
     DRA_LABEL,
     MANAGED_BY,
     OPT_OUT_LABEL,
@@ -45,11 +46,12 @@ from ascend_dra.webhook.hami import (
     convert_pod,
     unconverted_resources,
 )
-from ascend_dra.webhook.hamichips import DEFAULT_CHIPS, HamiChip, chip_names
-from ascend_dra.webhook.hamidra import made_by_hami_dra, users_of
+from ascend_dra.hami.hamidra import made_by_hami_dra, users_of
+from ascend_dra.webhook import review
 from ascend_dra.webhook.kubeapi import ApiError, KubeApi
 from ascend_dra.webhook.metrics import WebhookMetrics
 from ascend_dra.webhook.podupdate import PodUpdates
+from ascend_dra.webhook.templatecache import TemplateCache
 
 __all__ = ("PodMutator",)
 
@@ -78,10 +80,13 @@ class PodMutator:
     (:class:`~ascend_dra.webhook.podupdate.PodUpdates`).
 
     :param api: the API client the claims and templates are created with.
-    :param mode: :class:`~ascend_dra.webhook.hami.Mode` (``template`` by default).
+    :param mode: :class:`~ascend_dra.hami.convert.Mode` (``template`` by default).
     :param driver_name: the driver named in the CEL selectors.
     :param chips: the HAMi resources converted and the chips each names (``--hami-device-config``).
     :param metrics: where replaced HAMi-DRA claims are counted; None: not counted (tests).
+
+    :ivar templates: the templates this webhook made that exist now; run :meth:`TemplateCache.run`
+        beside the server, or every template-mode admission asks the API server.
     """
 
     def __init__(self, api: KubeApi, mode: Mode, driver_name: str,
@@ -92,6 +97,8 @@ class PodMutator:
         self.chips = chips
         self.metrics = metrics
         self.updates = PodUpdates(api, chips, driver_name)
+        self.templates = TemplateCache(api, _same_spec,
+                                       on_known=metrics.templates_known.set if metrics is not None else None)
 
     async def review(self, request: review.ReviewRequest) -> tuple[bytes, str]:
         """Answer one review; returns ``(response body, outcome)`` with outcome ``allowed``,
@@ -135,7 +142,7 @@ class PodMutator:
         return answer, outcome
 
     async def _review_job(self, request: review.ReviewRequest) -> tuple[bytes, str]:
-        """A Volcano Job: its task templates converted (:mod:`ascend_dra.webhook.volcano`), always
+        """A Volcano Job: its task templates converted (:mod:`ascend_dra.hami.volcano`), always
         with ResourceClaimTemplates, whatever the pod conversion mode."""
         job = request.object
         assert job is not None
@@ -201,23 +208,31 @@ class PodMutator:
                 if claim.object_name in done:
                     continue  # template mode: two containers with the same request share one template
                 done.add(claim.object_name)
-                try:
-                    body = self._body(claim, namespace, for_pod, mode)
-                    await self.api.request("POST", self._collection(namespace, mode), body=body, query=query,
-                                           timeout_s=CALL_TIMEOUT_S)
-                    if not dry_run:
-                        created.append(claim.object_name)
-                except ApiError as exc:
-                    if exc.status != 409:
-                        raise _Refused(f"creating {self._what(claim, namespace, mode)} failed: {exc}", 500) from None
-                    if await self._reuse(claim, namespace, for_pod, mode, dry_run):
-                        created.append(claim.object_name)
+                if mode is Mode.TEMPLATE:  # shared by every pod of the request: made once (templatecache.py)
+                    await self.templates.ensure(namespace, claim.object_name, claim.spec, dry_run,
+                                                lambda c=claim: self._create(c, namespace, for_pod, mode, query))
+                elif await self._create(claim, namespace, for_pod, mode, query):
+                    created.append(claim.object_name)
         except BaseException:
             if mode is Mode.CLAIM and created:
                 # Also when the review is cancelled (client gone, shutdown): bounded, shielded.
                 with anyio.CancelScope(shield=True), anyio.move_on_after(2 * CALL_TIMEOUT_S):
                     await self._roll_back(created, namespace, mode)
             raise
+
+    async def _create(self, claim: PlannedClaim, namespace: str, for_pod: str, mode: Mode,
+                      query: Mapping[str, str] | None) -> bool:
+        """POST one object, or accept the existing one (:meth:`_reuse`); returns whether a claim was
+        created here (a dry run creates nothing). :raises _Refused: naming the object."""
+        try:
+            body = self._body(claim, namespace, for_pod, mode)
+            await self.api.request("POST", self._collection(namespace, mode), body=body, query=query,
+                                   timeout_s=CALL_TIMEOUT_S)
+            return query is None
+        except ApiError as exc:
+            if exc.status != 409:
+                raise _Refused(f"creating {self._what(claim, namespace, mode)} failed: {exc}", 500) from None
+            return await self._reuse(claim, namespace, for_pod, mode, query is not None)
 
     @staticmethod
     def _what(claim: PlannedClaim, namespace: str, mode: Mode) -> str:

@@ -27,9 +27,9 @@ from typing import Any
 import anyio
 from anyio.abc import TaskStatus
 
-from ascend_dra.webhook.hami import DRA_LABEL, MANAGED_BY, POD_ANNOTATION
-from ascend_dra.webhook.hamichips import DEFAULT_CHIPS, HamiChip
-from ascend_dra.webhook.hamidra import follows_hami_dra_rule, made_by_hami_dra, users_of
+from ascend_dra.hami.chips import DEFAULT_CHIPS, HamiChip
+from ascend_dra.hami.convert import DRA_LABEL, MANAGED_BY, POD_ANNOTATION
+from ascend_dra.hami.hamidra import follows_hami_dra_rule, made_by_hami_dra, users_of
 from ascend_dra.webhook.kubeapi import ApiError, KubeApi
 from ascend_dra.webhook.metrics import WebhookMetrics
 

@@ -30,13 +30,13 @@ from typing import Any
 
 import attrs
 
+from ascend_dra.hami.annotations import NPUTYPE, NPUTYPE_EXCLUDED
+from ascend_dra.hami.chips import HamiChip
+from ascend_dra.hami.claimnames import go_quote
+from ascend_dra.hami.convert import DEVICE_CLASS, DRA_LABEL, OPT_OUT_LABEL, OPT_OUT_VALUE, chip_selector
+from ascend_dra.hami.request import ChipRequest, Problems, read_requests
 from ascend_dra.model import parse_quantity
 from ascend_dra.webhook import review
-from ascend_dra.webhook.claimnames import go_quote
-from ascend_dra.webhook.hami import DEVICE_CLASS, DRA_LABEL, OPT_OUT_LABEL, OPT_OUT_VALUE, chip_selector
-from ascend_dra.webhook.hamiannotations import NPUTYPE, NPUTYPE_EXCLUDED
-from ascend_dra.webhook.hamichips import HamiChip
-from ascend_dra.webhook.hamirequest import ChipRequest, Problems, read_requests
 from ascend_dra.webhook.kubeapi import ApiError, KubeApi
 
 __all__ = ("PodUpdates",)

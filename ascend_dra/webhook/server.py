@@ -32,12 +32,12 @@ import attrs
 from aiohttp import web
 from anyio.abc import TaskStatus
 
-from ascend_dra.listen import bind_problem, tcp_listener
+from ascend_dra.hami.chips import chip_names
+from ascend_dra.hami.convert import Mode
 from ascend_dra.profiles.base import Profile
-from ascend_dra.signals import run_until_signal
+from ascend_dra.system.listen import bind_problem, tcp_listener
+from ascend_dra.system.signals import run_until_signal
 from ascend_dra.webhook import review
-from ascend_dra.webhook.hami import Mode
-from ascend_dra.webhook.hamichips import chip_names
 from ascend_dra.webhook.metrics import WebhookMetrics
 from ascend_dra.webhook.mutate import PodMutator
 from ascend_dra.webhook.settings import WebhookSettings
@@ -237,6 +237,7 @@ async def serve(settings: WebhookSettings, *, task_status: TaskStatus[dict[str, 
     prepared = prepared or prepare(settings)
     metrics, certificate, profiles = prepared.metrics, prepared.certificate, prepared.profiles
     api = KubeApi.open(settings.kubeconfig)
+    api.on_request = metrics.api_request
     mutator = PodMutator(api, settings.conversion_mode, settings.driver_name, settings.hami_chips, metrics)
     webhook = Webhook(settings.driver_name, profiles, mutator, metrics)
     runners = []
@@ -256,6 +257,7 @@ async def serve(settings: WebhookSettings, *, task_status: TaskStatus[dict[str, 
             ports["metrics_port"] = _port(metrics_site)
         async with anyio.create_task_group() as tg:
             await tg.start(certificate.watch)
+            await tg.start(mutator.templates.run)  # listed before the first review (or its list failed)
             owners = OwnerLoop(api, metrics, grace_s=settings.orphan_grace_s, chips=settings.hami_chips)
             if settings.conversion_mode is Mode.CLAIM:
                 await tg.start(owners.run)  # ready once it has listed the pods: it owns what we create
@@ -286,7 +288,7 @@ async def _main(settings: WebhookSettings, bound: tuple[socket.socket, socket.so
 
 def main(settings: WebhookSettings) -> int:
     """Run ``ascend-dra webhook`` until SIGTERM/SIGINT; returns the exit code."""
-    from ascend_dra.logs import setup_logging
+    from ascend_dra.observe.logs import setup_logging
 
     bound = listeners(settings)  # before the first log line: a port in use is the only line
     setup_logging(settings.log_level, settings.log_format)

@@ -1,4 +1,4 @@
-"""Settings of ``ascend-dra webhook``: one frozen attrs class built from flags and their env twins (cli.py)."""
+"""Settings of ``ascend-dra webhook``: one frozen attrs class built from flags and their env twins (cli/main.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import attrs
 
-from ascend_dra.listen import address_problem
-from ascend_dra.webhook.hami import Mode
-from ascend_dra.webhook.hamichips import DEFAULT_CHIPS, HamiChip
+from ascend_dra.hami.chips import DEFAULT_CHIPS, HamiChip
+from ascend_dra.hami.convert import Mode
+from ascend_dra.system.listen import address_problem
 
 __all__ = ("WebhookSettings", "WebhookSettingsError")
 
@@ -35,7 +35,7 @@ class WebhookSettings:
     :ivar metrics_port: plain-HTTP port of ``/metrics``; None turns it off.
     :ivar orphan_grace_s: seconds a direct claim may wait for its pod before it is deleted.
     :ivar hami_chips: the HAMi resources converted and the chips each names: HAMi's defaults, or
-        the table of ``--hami-device-config`` (:func:`~ascend_dra.webhook.hamichips.load_device_config`).
+        the table of ``--hami-device-config`` (:func:`~ascend_dra.hami.chips.load_device_config`).
     :ivar hami_device_config: the file ``hami_chips`` was read from; None with the defaults.
     :ivar warnings: lines the CLI found worth a WARNING at start-up (a variable named almost like a
         setting, ignored).

@@ -294,9 +294,17 @@ class ControlPlane:
         ready_timeout: float = 90.0,
         verbosity: int = 1,
         fake_node: bool = True,
+        address: str = "127.0.0.1",
+        extra_users: Sequence[str] = (),
+        extra_controller_manager_args: Sequence[str] = (),
     ) -> None:
-        """``fake_node=False``: create no Node object (a real kubelet registers ``node_name``, tests/kubelet)."""
+        """``fake_node=False``: create no Node object (a real kubelet registers ``node_name``, tests/kubelet).
+        ``address``: where kube-apiserver listens and what it advertises (tests/e2e: the host's address
+        on the test bed's bridge, which the nodes' network namespaces reach); etcd, the scheduler and the
+        controller manager stay on 127.0.0.1. ``extra_users``: more token users in group
+        ``system:masters`` (:meth:`user_kubeconfig`), so the audit log tells their requests apart (tests/scale)."""
         self.workdir = Path(workdir).resolve()
+        self.address = address
         self.bin_dir = Path(bin_dir).resolve() if bin_dir is not None else default_bin_dir()
         self.node_name = node_name
         self.feature_gates = dict(DEFAULT_FEATURE_GATES if feature_gates is None else feature_gates)
@@ -305,7 +313,10 @@ class ControlPlane:
         self.ready_timeout = ready_timeout
         self.verbosity = verbosity
         self.fake_node = fake_node
+        self.extra_users = tuple(extra_users)
+        self.extra_controller_manager_args = list(extra_controller_manager_args)
         self.token = ""
+        self.user_tokens: dict[str, str] = {}
         self.ports: dict[str, int] = {}
         self.procs: dict[str, _Proc] = {}
         self.startup_seconds: float | None = None
@@ -317,7 +328,7 @@ class ControlPlane:
 
     @property
     def server(self) -> str:
-        return f"https://127.0.0.1:{self.ports['apiserver']}"
+        return f"https://{self.address}:{self.ports['apiserver']}"
 
     @property
     def ca_file(self) -> Path:
@@ -406,12 +417,15 @@ class ControlPlane:
                 capture_output=True,
             )
         tokens = self.workdir / "tokens.csv"
-        if tokens.exists():
-            self.token = tokens.read_text().split(",", 1)[0]
-        else:
-            self.token = os.urandom(24).hex()
-            tokens.write_text(f'{self.token},{ADMIN_USER},{ADMIN_USER},"system:masters"\n')
+        if not tokens.exists():
+            lines = [f'{os.urandom(24).hex()},{user},{user},"system:masters"\n'
+                     for user in (ADMIN_USER, *self.extra_users)]
+            tokens.write_text("".join(lines))
             tokens.chmod(0o600)
+        for line in tokens.read_text().splitlines():
+            token, user = line.split(",")[:2]
+            self.user_tokens[user] = token
+        self.token = self.user_tokens[ADMIN_USER]
 
     def _gates(self) -> str:
         return ",".join(f"{k}={'true' if v else 'false'}" for k, v in self.feature_gates.items())
@@ -433,8 +447,8 @@ class ControlPlane:
         apiserver = [
             self._bin("kube-apiserver"),
             f"--etcd-servers=http://127.0.0.1:{p['etcd']}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            f"--bind-address={self.address}",
+            f"--advertise-address={self.address}",
             f"--secure-port={p['apiserver']}",
             f"--cert-dir={w / 'pki'}",
             f"--token-auth-file={w / 'tokens.csv'}",
@@ -449,8 +463,8 @@ class ControlPlane:
             f"--service-account-signing-key-file={w / 'pki' / 'sa.key'}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
-            # 127.0.0.1 is not a valid endpoint address: do not maintain the `kubernetes` endpoints.
-            "--endpoint-reconciler-type=none",
+            # 127.0.0.1 is not a valid endpoint address: do not maintain the `kubernetes` endpoints then.
+            f"--endpoint-reconciler-type={'none' if self.address.startswith('127.') else 'lease'}",
             # The admission plugin would taint every new Node not-ready; only the node lifecycle
             # controller (not running: no kubelet) would remove that taint again.
             "--disable-admission-plugins=TaintNodesByCondition",
@@ -482,6 +496,7 @@ class ControlPlane:
             "--use-service-account-credentials=false",
             f"--service-account-private-key-file={w / 'pki' / 'sa.key'}",
             f"--root-ca-file={self.ca_file}",
+            *self.extra_controller_manager_args,
         ]
         scheduler = [
             self._bin("kube-scheduler"),
@@ -496,6 +511,15 @@ class ControlPlane:
             ("kube-scheduler", scheduler),
         ):
             self.procs[name] = _Proc(name, argv, w / f"{name}.log")
+
+    def user_kubeconfig(self, user: str, path: Path) -> Path:
+        """Write a kubeconfig at ``path`` for ``user`` (one of ``extra_users``); returns ``path``."""
+        cfg = yaml.safe_load(self.kubeconfig.read_text())
+        cfg["users"] = [{"name": user, "user": {"token": self.user_tokens[user]}}]
+        cfg["contexts"][0]["context"]["user"] = user
+        path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        path.chmod(0o600)
+        return path
 
     def _write_kubeconfig(self) -> None:
         cfg = {
@@ -519,6 +543,7 @@ class ControlPlane:
     def _write_state(self) -> None:
         state = {
             "node_name": self.node_name,
+            "address": self.address,
             "bin_dir": str(self.bin_dir),
             "ports": self.ports,
             "token": self.token,
@@ -532,7 +557,8 @@ class ControlPlane:
         """Re-create a handle for a control plane that `up` started (from workdir/state.json)."""
         workdir = Path(workdir).resolve()
         state = json.loads((workdir / STATE_FILE).read_text())
-        cp = cls(workdir, state["bin_dir"], node_name=state["node_name"], feature_gates=state["feature_gates"])
+        cp = cls(workdir, state["bin_dir"], node_name=state["node_name"], feature_gates=state["feature_gates"],
+                 address=state.get("address", "127.0.0.1"))
         cp.ports = {k: int(v) for k, v in state["ports"].items()}
         cp.token = state["token"]
         for name, pr in state["procs"].items():
@@ -627,9 +653,10 @@ class ControlPlane:
             raise ControlPlaneError(f"GET /version: HTTP {status}: {obj}")
         return f"{obj['major']}.{obj['minor'].rstrip('+')}"
 
-    def ensure_node(self) -> None:
-        """Create (or repair) the fake Node: Ready, 8 CPU / 32Gi / 110 pods, no taints."""
-        name = self.node_name
+    def ensure_node(self, name: str | None = None) -> None:
+        """Create (or repair) the fake Node ``name`` (default: ``node_name``): Ready, 8 CPU / 32Gi /
+        110 pods, no taints."""
+        name = name or self.node_name
         labels = {
             "kubernetes.io/hostname": name,
             "kubernetes.io/os": "linux",

@@ -80,7 +80,7 @@ async def test_an_api_request_runs_on_the_loop_without_worker_threads(cp, monkey
     proxy variables looked up per request), 0.65 ms of CPU of a 1 ms claim GET."""
     import asyncio
 
-    from ascend_dra.apiclient import KubeApi, open_api
+    from ascend_dra.cluster.apiclient import KubeApi, open_api
 
     api = KubeApi(await open_api(str(cp.kubeconfig)))
     loop = asyncio.get_running_loop()
@@ -96,7 +96,7 @@ async def test_an_api_request_runs_on_the_loop_without_worker_threads(cp, monkey
 
 
 def test_the_proxy_variables_are_read_once_with_no_proxy_honoured(monkeypatch):
-    from ascend_dra.apiclient import _env_proxy
+    from ascend_dra.cluster.apiclient import _env_proxy
 
     for name in ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "no_proxy", "NO_PROXY"):
         monkeypatch.delenv(name, raising=False)
@@ -112,7 +112,7 @@ def test_the_proxy_variables_are_read_once_with_no_proxy_honoured(monkeypatch):
 def test_64_prepares_in_flight_open_at_most_the_pool_limit(cp, start_daemon):
     """Each TLS connection holds a 256 KiB read buffer: a pool as wide as the burst (kubernetes-asyncio's
     default allows 100) grew the daemon by 17 MiB at 64 in flight."""
-    from ascend_dra.apiclient import MAX_CONNECTIONS
+    from ascend_dra.cluster.apiclient import MAX_CONNECTIONS
 
     d = start_daemon()
     wait_until(lambda: our_slices(cp, cp.node_name), "published")

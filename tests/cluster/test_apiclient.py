@@ -10,7 +10,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from ascend_dra import apiclient
+from ascend_dra.cluster import apiclient
 from tests.claimfiles import claim_object, create_in_api
 from tests.cluster.test_slice_watch import close_api
 
@@ -142,8 +142,8 @@ async def test_requests_carry_our_user_agent():
 async def test_a_claim_replaced_by_one_not_yet_allocated_is_said_to_be_replaced(cp):
     """The kubelet asks for the old uid; the claim of that name is a new one the scheduler has not
     allocated yet. It was refused as "not allocated", hiding that it is another claim (an audit)."""
-    from ascend_dra.claims import ClaimError
-    from ascend_dra.cluster import ApiClaimSource
+    from ascend_dra.cluster.apiserver import ApiClaimSource
+    from ascend_dra.state.claims import ClaimError
 
     name = f"replaced-{uuid.uuid4().hex[:6]}"
     status, new = cp.api("POST", f"{RES}/namespaces/default/resourceclaims", {
@@ -165,7 +165,7 @@ async def test_a_claim_replaced_by_one_not_yet_allocated_is_said_to_be_replaced(
 async def test_gone_tells_a_deleted_replaced_or_deallocated_claim_from_one_in_use(cp):
     """ApiClaimSource.gone, which a guard refusal asks about its holders: a holder deleted without
     its Unprepare is named as gone, so that the operator knows to release it."""
-    from ascend_dra.cluster import ApiClaimSource
+    from ascend_dra.cluster.apiserver import ApiClaimSource
 
     name = f"holder-{uuid.uuid4().hex[:6]}"
     base = f"{RES}/namespaces/default/resourceclaims"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_dra.slices import build_slices
+from ascend_dra.cluster.slices import build_slices
 from tests.cluster.test_publish import RES, ok
 from tests.unit.test_ascend_limits import FIXTURE_NODES, fixture_node
 

@@ -219,7 +219,7 @@ def test_the_daemon_runs_on_the_service_account_token_alone(installed, short_tmp
         [device_class] = by_kind(render(NS, "fake-values.yaml"), "DeviceClass")
         assert device_class["metadata"]["name"] == FAKE_CLASS  # the class the claim below names
         # kubectl's JSON: the 1.35 API server compares opaque bytes when status is patched
-        # (ascend_dra/claimstatus.py), which Python's spaced JSON would fail for reasons not ours.
+        # (ascend_dra/cluster/claimstatus.py), which Python's spaced JSON would fail for reasons not ours.
         pod = claim_and_pod(plane, "kubectl")
         claim = wait_until(
             lambda: (c := pod_claim(plane, "default", pod)) and c.get("status", {}).get("allocation") and c,

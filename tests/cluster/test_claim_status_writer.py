@@ -17,10 +17,10 @@ from collections.abc import AsyncIterator
 import anyio
 import pytest
 
-from ascend_dra.apiclient import KubeApi, open_api
-from ascend_dra.claimstatus import ClaimStatusWriter
+from ascend_dra.cluster.apiclient import KubeApi, open_api
+from ascend_dra.cluster.claimstatus import ClaimStatusWriter
+from ascend_dra.cluster.statusentries import PreparedClaim
 from ascend_dra.model import PreparedDevice
-from ascend_dra.statusentries import PreparedClaim
 from tests.claimfiles import claim_object, create_in_api
 from tests.cluster.test_k8s_versions import claim_and_pod, claim_of, delete_claim_and_pod, our_status
 from tests.cluster.test_publish import RES, apply_examples, ok, our_slices, wait_until

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from ascend_dra import apiclient
-from ascend_dra.gateprobe import gates_still_dropped
+from ascend_dra.cluster import apiclient
+from ascend_dra.cluster.gateprobe import gates_still_dropped
 from ascend_dra.model import CounterConsumption, CounterSet, Device, Inventory
 from tests.cluster.test_publish import our_slices
 from tests.cluster.test_slice_watch import close_api

@@ -10,14 +10,16 @@ HAMi-DRA's validating webhook deletes a pod's claim when the pod goes; the test 
 
 from __future__ import annotations
 
+import contextlib
 import copy
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from ascend_dra.profiles.ascend import labnode
+from ascend_dra.profiles.ascend.sim import labnode
 from tests.cluster.controlplane import DEFAULT_FEATURE_GATES, ControlPlane, default_bin_dir
 from tests.cluster.test_publish import EXAMPLES, RES, delete_our_slices, ok, our_slices, wait_until
 from tests.integration.daemon import DRIVER, DaemonProcess, Kubelet
@@ -108,27 +110,34 @@ def cleanup(cp) -> None:
                within=60)
 
 
-@pytest.fixture
-def lab(control_plane, short_tmp):
-    """The lab node's daemon (HAMivNPUCore on the simulated 2x 310P3), the lab's DeviceClass,
-    namespace and RuntimeClass; everything the test created is removed afterwards."""
-    cp = control_plane
+@contextlib.contextmanager
+def lab_daemon(cp: ControlPlane, workdir: Path, *extra_args: str) -> Iterator[tuple[DaemonProcess, Kubelet, Any]]:
+    """The lab node's daemon (HAMivNPUCore on the simulated 2x 310P3, run with ``extra_args`` too),
+    the lab's DeviceClass, namespace and RuntimeClass; everything the test created is removed
+    afterwards. Yields the daemon, a kubelet client of it and the lab node."""
     delete_our_slices(cp, cp.node_name)
-    node = labnode.build(short_tmp / "lab")
+    node = labnode.build(workdir / "lab")
     for manifest in ("hami-lab/namespace.yaml", "deviceclasses/hami-vnpu-core.yaml",
                      "hami-lab/runtimeclass-ascend.yaml"):
         create(cp, yaml.safe_load((EXAMPLES / manifest).read_text()))
     cleanup(cp)
-    d = DaemonProcess(short_tmp / "node", node=cp.node_name, kubeconfig=cp.kubeconfig, profiles="HAMivNPUCore",
-                      extra_args=node.flags()).start()
+    d = DaemonProcess(workdir / "node", node=cp.node_name, kubeconfig=cp.kubeconfig, profiles="HAMivNPUCore",
+                      extra_args=[*node.flags(), *extra_args]).start()
     k = Kubelet(d)
     try:
-        yield cp, d, k, node
+        yield d, k, node
     finally:
         k.close()
         cleanup(cp)
         d.stop()
         delete_our_slices(cp, cp.node_name)
+
+
+@pytest.fixture
+def lab(control_plane, short_tmp):
+    """:func:`lab_daemon` with the lab's own flags."""
+    with lab_daemon(control_plane, short_tmp) as (d, k, node):
+        yield control_plane, d, k, node
 
 
 def spec_of(d: DaemonProcess, uid: str) -> dict[str, Any]:

@@ -179,9 +179,9 @@ def test_a_310p3_takes_every_combination_its_counters_allow_in_the_order_claims_
 @pytest.mark.anyio
 async def test_eight_310p3_chips_publish_in_split_slices_the_api_server_stores_unchanged(control_plane, tmp_path,
                                                                                          monkeypatch):
-    from ascend_dra.profiles.ascend import npusmi_sim
-    from ascend_dra.profiles.ascend.hard_vnpu import HardVnpuProfile
-    from ascend_dra.slices import build_slices
+    from ascend_dra.cluster.slices import build_slices
+    from ascend_dra.profiles.ascend.hardvnpu.profile import HardVnpuProfile
+    from ascend_dra.profiles.ascend.sim import npusmi_sim
 
     host = SimHost(tmp_path, chips=tuple((i, 0, i, i, "310P3") for i in range(8)))
     monkeypatch.setenv(npusmi_sim.ENV_DIR, str(host.sim_dir))

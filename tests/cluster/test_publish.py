@@ -109,7 +109,7 @@ def test_the_slices_are_published_before_the_kubelet_can_register_us(cp, short_t
 
 
 def test_an_api_server_that_is_down_delays_registration_by_a_bounded_wait_only(cp, short_tmp):
-    from ascend_dra.daemon import FIRST_PUBLISH_WAIT_S
+    from ascend_dra.node.daemon import FIRST_PUBLISH_WAIT_S
     from tests.integration.daemon import DaemonProcess, accepts
 
     cp.stop_apiserver()

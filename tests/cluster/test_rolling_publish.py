@@ -63,7 +63,8 @@ async def test_a_newer_instance_seen_just_before_a_write_stops_it_and_is_not_rec
     count as this instance's publish: an older one still would take it for a publishing instance."""
     import anyio
 
-    from ascend_dra import apiclient, cluster
+    from ascend_dra.cluster import apiclient
+    from ascend_dra.cluster import apiserver as cluster
     from ascend_dra.model import Device, Inventory
     from tests.cluster.test_slice_watch import close_api
     from tests.integration.daemon import DRIVER

@@ -12,7 +12,8 @@ import uuid
 import anyio
 import pytest
 
-from ascend_dra import apiclient, cluster, slicewatch
+from ascend_dra.cluster import apiclient, slicewatch
+from ascend_dra.cluster import apiserver as cluster
 from tests.cluster.test_publish import RES, delete_our_slices, ok, our_slices
 from tests.integration.daemon import DRIVER
 
@@ -298,3 +299,74 @@ async def test_slices_follow_a_node_created_again_under_the_same_name(cp):
         await anyio.to_thread.run_sync(delete_our_slices, cp, node)
         await anyio.to_thread.run_sync(cp.api, "DELETE", f"/api/v1/nodes/{node}")
         await close_api(api)
+
+
+async def _count_calls(api: apiclient.KubeApi) -> list[tuple[str, str]]:
+    real_call, calls = api.call, []
+
+    async def call(method: str, path: str, **kwargs):
+        calls.append((method, path))
+        return await real_call(method, path, **kwargs)
+
+    api.call = call
+    return calls
+
+
+async def _wait_for(condition, within: float = 30) -> None:
+    with anyio.fail_after(within):
+        while not condition():  # noqa: ASYNC110 (polls the publisher)
+            await anyio.sleep(0.02)
+
+
+async def test_a_resync_while_the_watch_streams_sends_no_request_and_still_marks_the_pool_current(cp):
+    """Issue 37: every resync (60 s) sent a GET of the Node and a LIST of our slices, two requests a
+    minute from every node on top of the watch, though the watch reports any change to them (a
+    Node created again too: the garbage collector deletes the slices that named the old one). A
+    resync with the watch streaming since the last LIST now asks nothing, and still tells a
+    rolling update's other instances that this one publishes (``published``)."""
+    from ascend_dra.model import Device, Inventory
+
+    api = await apiclient.connect_api(str(cp.kubeconfig))
+    published: list[float] = []
+    publisher = cluster.ApiPublisher(str(cp.kubeconfig), driver_name=DRIVER, node_name=cp.node_name, api=api,
+                                     resync_interval=0.1, published=lambda: published.append(1))
+    calls = await _count_calls(api)
+    inventory = Inventory(devices=(Device("npu-0"),), source="test")
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(publisher.run, inventory)
+            await _wait_for(lambda: publisher._streaming and len(published) >= 2)
+            requests, resyncs = len(calls), len(published)
+            await _wait_for(lambda: len(published) >= resyncs + 5)
+            assert calls[requests:] == []
+            tg.cancel_scope.cancel()
+    finally:
+        await close_api(api)
+        delete_our_slices(cp, cp.node_name)
+
+
+async def test_a_resync_while_the_watch_is_down_lists_again(cp):
+    """Without a watch that streams, a resync is the full reconcile it always was (GET and LIST)."""
+    from ascend_dra.model import Device, Inventory
+
+    api = await apiclient.connect_api(str(cp.kubeconfig))
+    published: list[float] = []
+    publisher = cluster.ApiPublisher(str(cp.kubeconfig), driver_name=DRIVER, node_name=cp.node_name, api=api,
+                                     resync_interval=0.1, published=lambda: published.append(1))
+
+    async def refused(query, limits):
+        raise apiclient.ApiError(403, "watch refused")
+
+    publisher._watch_once = refused
+    calls = await _count_calls(api)
+    inventory = Inventory(devices=(Device("npu-0"),), source="test")
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(publisher.run, inventory)
+            await _wait_for(lambda: len(published) >= 4)
+            lists = [c for c in calls if c[0] == "GET" and c[1].endswith("/resourceslices")]
+            assert len(lists) >= 4
+            tg.cancel_scope.cancel()
+    finally:
+        await close_api(api)
+        delete_our_slices(cp, cp.node_name)

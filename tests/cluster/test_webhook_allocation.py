@@ -1,7 +1,7 @@
 """End to end: Lab 18's HAMi pod, converted by the webhook, allocated by the real scheduler
 against the HAMivNPUCore profile's slices and prepared by our daemon, as the lab's steps 4-6 show.
 
-The daemon runs ``HAMivNPUCore`` on the simulated lab node (``ascend_dra.profiles.ascend.labnode``:
+The daemon runs ``HAMivNPUCore`` on the simulated lab node (``ascend_dra.profiles.ascend.sim.labnode``:
 two 310P3, an npu-smi stand-in, a fake host root); the webhook runs in each mode with that
 profile loaded, so its config kind ``VnpuCoreConfig`` is validated too.
 """
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from ascend_dra.profiles.ascend import labnode
+from ascend_dra.profiles.ascend.sim import labnode
 from tests.cluster.test_publish import EXAMPLES, RES, delete_our_slices, ok, our_slices, pod_claim, wait_until
 from tests.cluster.test_webhook import LAB_CLAIM_SPEC, LAB_POD
 from tests.cluster.webhook_process import installed_hook

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from ascend_dra.webhook.hami import COMMON_WORDS, ConversionError, Mode, convert_pod
+from ascend_dra.hami.convert import COMMON_WORDS, ConversionError, Mode, convert_pod
 from tests.cluster.test_publish import ok
 from tests.jsonpatch import apply_patch
 

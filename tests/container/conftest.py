@@ -25,18 +25,35 @@ import pytest
 
 IMAGE = "localhost/adra-bb:latest"
 APPLETS = ("sh", "ls", "env", "cat")
-INSTALL_HINT = "run hack/install-container-deps.sh (installs podman, runc and busybox-static)"
+INSTALL_HINT = "run hack/install-container-deps.sh (installs podman, runc, busybox-static and mmdebstrap)"
 #: podman call (or step) -> seconds, printed in the terminal summary.
 TIMINGS: list[tuple[str, float]] = []
+#: Lines about our image (size, biggest parts), printed in the terminal summary.
+IMAGE_REPORT: list[str] = []
 #: Created by ``podman import`` (containers/image's blob-info cache, not configurable in podman 4.3).
 _BLOB_CACHE_ROOT = Path("/var/lib/containers")
 
 
-class Podman:
-    """``podman`` with a private containers.conf and storage under ``base``."""
+def remove_blob_cache(root: Path = _BLOB_CACHE_ROOT) -> None:
+    """Undo what ``podman import`` made under ``root`` when it was not there before the session: the
+    blob-info cache file, then ``cache/`` and ``root`` only while empty. Everything else stays: a
+    user's podman storage (``storage/``) made meanwhile, by ``make image`` or by hand, is theirs."""
+    for cache in (root / "cache").glob("blob-info-cache-v1.*"):
+        cache.unlink(missing_ok=True)
+    for directory in (root / "cache", root):
+        try:
+            directory.rmdir()
+        except OSError:  # not empty (or gone): left as it is
+            pass
 
-    def __init__(self, base: Path) -> None:
+
+class Podman:
+    """``podman`` with a private containers.conf and storage under ``base`` (``driver``: the storage
+    driver, ``vfs`` or ``overlay``)."""
+
+    def __init__(self, base: Path, driver: str = "vfs") -> None:
         self.base = base
+        self.driver = driver
         self.conf = base / "containers.conf"
         self.storage_conf = base / "storage.conf"
         self.env = {"CONTAINERS_CONF": str(self.conf), "CONTAINERS_STORAGE_CONF": str(self.storage_conf),
@@ -66,7 +83,7 @@ network_config_dir = "{self.base}/cni"
 """)
         self.storage_conf.write_text(f"""\
 [storage]
-driver = "vfs"
+driver = "{self.driver}"
 graphroot = "{self.base}/graph"
 runroot = "{self.base}/run"
 """)
@@ -137,7 +154,7 @@ def podman():
         p("rmi", "--all", "--force", label="teardown: podman rmi")
         shutil.rmtree(base, ignore_errors=True)
         if not had_blob_cache:
-            shutil.rmtree(_BLOB_CACHE_ROOT, ignore_errors=True)
+            remove_blob_cache()
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
@@ -145,3 +162,7 @@ def pytest_terminal_summary(terminalreporter) -> None:
         terminalreporter.section("container test timings")
         for label, seconds in TIMINGS:
             terminalreporter.write_line(f"{seconds:7.2f} s  {label}")
+    if IMAGE_REPORT:
+        terminalreporter.section("container image")
+        for line in IMAGE_REPORT:
+            terminalreporter.write_line(line)

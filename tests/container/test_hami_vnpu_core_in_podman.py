@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_dra.profiles.ascend import labnode
+from ascend_dra.profiles.ascend.sim import labnode
 from tests.claimfiles import claim_object, write_claim
 from tests.container.test_cdi_in_podman import assert_dev_null_char_device, container_env, prepare
 from tests.integration.daemon import DRIVER, DaemonProcess, Kubelet

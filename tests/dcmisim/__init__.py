@@ -6,7 +6,7 @@
 :func:`build` compiles the library once per source hash into ``${ASCEND_DRA_CACHE:-~/.cache/ascend-dra}``
 (atomically, so parallel runs share it); :func:`install` puts it where the driver installs DCMI
 under a fake host root. The library answers from ``$ASCEND_NPU_SMI_SIM_DIR/host.json``, the host
-the npu-smi simulator reads (:func:`ascend_dra.profiles.ascend.npusmi_sim.write_host`), and obeys
+the npu-smi simulator reads (:func:`ascend_dra.profiles.ascend.sim.npusmi_sim.write_host`), and obeys
 ``$ASCEND_NPU_SMI_SIM_DIR/dcmi-faults`` (see the C file's header).
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 
 import attrs
 
-from ascend_dra.profiles.ascend import npusmi_sim
+from ascend_dra.profiles.ascend.sim import npusmi_sim
 from ascend_dra.profiles.base import ProfileContext
 from tests.unit.test_ascend_support import dev_tree, sys_tree
 

@@ -76,7 +76,7 @@ class DaemonProcess:
 
     def records(self) -> dict:
         """The durable claim records as stored (snapshot plus journal), by claim uid."""
-        from ascend_dra.journal import load_state
+        from ascend_dra.durable.journal import load_state
 
         return dict(load_state(self.checkpoint.parent).raw)
 

@@ -29,6 +29,7 @@ RUN_FLAGS = {
     "--kubelet-root-dir": ("KUBELET_ROOT_DIR", "/var/lib/kubelet"),
     "--kubelet-registrar-directory-path": ("KUBELET_REGISTRAR_DIRECTORY_PATH", "<root-dir>/plugins_registry"),
     "--kubelet-plugins-directory-path": ("KUBELET_PLUGINS_DIRECTORY_PATH", "<root-dir>/plugins"),
+    "--dev-root-on-host": ("DEV_ROOT_ON_HOST", "none"),
     "--boot-id-file": ("BOOT_ID_FILE", "/proc/sys/kernel/random/boot_id"),
     "--discovery-timeout": ("DISCOVERY_TIMEOUT", "30.0"),
     "--rediscover-interval": ("REDISCOVER_INTERVAL", "60.0"),
@@ -61,14 +62,14 @@ def test_env_vars_set_the_defaults():
                    .stdout.split())
     assert "[env FAKE_DEVICES; default 4]" in out  # the documented default stays what the code defaults to
     parsed = subprocess.run(
-        [sys.executable, "-c", "from ascend_dra.cli import build_parser; "
+        [sys.executable, "-c", "from ascend_dra.cli.main import build_parser; "
          "print(build_parser().parse_args(['run']).fake_devices)"],
         capture_output=True, text=True, env={"FAKE_DEVICES": "9", "PATH": "/usr/bin:/bin"}, check=True)
     assert parsed.stdout.strip() == "9"
 
 
 def test_help_does_not_import_grpc_or_kubernetes():
-    probe = ("import sys; from ascend_dra.cli import build_parser; build_parser(); "
+    probe = ("import sys; from ascend_dra.cli.main import build_parser; build_parser(); "
              "print(sorted(m for m in ('grpclib', 'kubernetes_asyncio', 'betterproto2', 'aiohttp', 'yaml') "
              "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
@@ -173,6 +174,8 @@ BASE_ENV = {"PATH": "/usr/bin:/bin"}
         (["--health-interval", "nan"], "--health-interval nan must be a number of seconds, more than 0"),
         (["--discovery-timeout", "inf"], "--discovery-timeout inf must be a number of seconds, more than 0"),
         (["--profile-option", "novalue"], "'novalue' is not KEY=VALUE"),
+        (["--dev-root-on-host", "dev"], "--dev-root-on-host 'dev' must be an absolute path (the host's device "
+                                        "directory, /dev, as the container runtime sees it)"),
         # A README trial: the daemon loaded its profiles, then logged "cannot listen on bogus:19090:
         # Unknown error -2" between two other lines.
         (["--metrics-port", "19090", "--metrics-address", "no-such-host.invalid"],
@@ -182,7 +185,7 @@ BASE_ENV = {"PATH": "/usr/bin:/bin"}
          "--healthcheck-address '1.2.3.4.5' is neither an IP address nor a name this host resolves"),
     ],
     ids=["driver-name", "node-name", "no-profiles", "twice", "negative-devices", "billion-devices", "nan-interval",
-         "inf-timeout", "option-format", "metrics-address", "healthcheck-address"],
+         "inf-timeout", "option-format", "relative-dev-root-on-host", "metrics-address", "healthcheck-address"],
 )
 def test_bad_flags_are_refused_before_anything_starts(short_tmp, args, message):
     result = cli("run", "--node-name", "n", "--profiles", "fake", "--standalone", str(short_tmp), *args,

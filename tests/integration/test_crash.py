@@ -12,7 +12,7 @@ import time
 import grpc
 import pytest
 
-from ascend_dra.faults import POINTS, WRITE_POINTS
+from ascend_dra.observe.faults import POINTS, WRITE_POINTS
 from tests.claimfiles import claim_object, write_claim
 from tests.integration.daemon import DRIVER, DaemonProcess, Kubelet
 

@@ -484,7 +484,7 @@ def test_64_calls_in_flight_use_at_most_the_worker_thread_limit(short_tmp):
     flight started them all. The daemon caps blocking work at WORKER_THREADS threads."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from ascend_dra.daemon import WORKER_THREADS
+    from ascend_dra.node.daemon import WORKER_THREADS
 
     d = DaemonProcess(short_tmp / "threads", fake_devices=64).start()
     k = Kubelet(d)

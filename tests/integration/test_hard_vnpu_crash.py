@@ -13,9 +13,9 @@ import shutil
 import grpc
 import pytest
 
-from ascend_dra.faults import POINTS
-from ascend_dra.profiles.ascend import npusmi_sim
-from ascend_dra.profiles.ascend.vnpu_ops import CRASH_POINTS
+from ascend_dra.observe.faults import POINTS
+from ascend_dra.profiles.ascend.hardvnpu.ops import CRASH_POINTS
+from ascend_dra.profiles.ascend.sim import npusmi_sim
 from tests.claimfiles import claim_object, write_claim
 from tests.hardvnpu import SimHost, daemon_args, vnpu_keys, vnpus_of_records
 from tests.integration.daemon import DRIVER, DaemonProcess, Kubelet

@@ -169,7 +169,7 @@ def test_what_the_slices_say_of_an_unhealthy_device(short_tmp, flags, published,
         wait_for(lambda: slice_devices(d).get("npu-2-0") == [], "npu-2-0 back, untainted")
         deprecations = [line for line in d.log_text().splitlines() if "deprecated" in line]
         if "--taint-unhealthy" in flags:
-            assert [line.split("ascend_dra.daemon: ", 1)[-1] for line in deprecations] == [
+            assert [line.split("ascend_dra.node.daemon: ", 1)[-1] for line in deprecations] == [
                 "--taint-unhealthy is deprecated (since 2026-12-03): give --unhealthy-devices publish instead"]
         else:
             assert deprecations == []

@@ -18,7 +18,7 @@ import shutil
 import grpc
 import pytest
 
-from ascend_dra.faults import POINTS
+from ascend_dra.observe.faults import POINTS
 from tests.claimfiles import claim_object, write_claim
 from tests.distributions import write_distribution
 from tests.integration.daemon import DRIVER, DaemonProcess, Kubelet

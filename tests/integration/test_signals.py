@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from ascend_dra.journal import load_state
+from ascend_dra.durable.journal import load_state
 from tests.claimfiles import claim_object, write_claim
 from tests.integration.daemon import DRIVER, DaemonProcess, Kubelet
 

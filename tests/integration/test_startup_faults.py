@@ -107,6 +107,57 @@ def test_each_profile_checks_its_own_options(standalone: Path, profile: str, opt
     assert sockets_under(standalone) == []
 
 
+def _path_options() -> list[tuple[str, str, str]]:
+    """``(profile, option key, "directory" | "file")`` of every option an installed profile declares
+    as naming a path, read from the profiles themselves so that a new one is tested too."""
+    from ascend_dra.profiles.registry import load_profiles
+
+    names = ("fake", "gpu", "npu-310P", "npu-910", "hard-vNPU", "HAMivNPUCore")
+    return [(e.name, key, option.path) for e in load_profiles(list(names), log=False) if e.profile is not None
+            for key, option in getattr(e.profile, "profile_options", {}).items() if getattr(option, "path", None)]
+
+
+PATH_OPTIONS = _path_options()
+
+
+def test_the_path_options_are_the_ones_the_profiles_read() -> None:
+    assert PATH_OPTIONS == [
+        ("hard-vNPU", "vnpu-dev-dir", "directory"), ("hard-vNPU", "boot-id-file", "file"),
+        ("HAMivNPUCore", "hostRoot", "directory"), ("HAMivNPUCore", "vnpuCoreDir", "directory"),
+        ("HAMivNPUCore", "sharedRegionDir", "directory"), ("HAMivNPUCore", "driverDir", "directory"),
+        ("HAMivNPUCore", "installInfo", "file")]
+
+
+@pytest.mark.parametrize(("profile", "key", "kind"), PATH_OPTIONS, ids=[f"{p}.{k}" for p, k, _ in PATH_OPTIONS])
+@pytest.mark.parametrize("fault", ["missing", "wrong-kind"])
+@pytest.mark.parametrize("command", ["run", "discover"])
+def test_a_path_option_that_names_nothing_of_its_kind_stops_start_up_in_one_line(
+        standalone: Path, profile: str, key: str, kind: str, fault: str, command: str) -> None:
+    """A trial of issue 40: ``HAMivNPUCore.hostRoot=/nonexistent`` started a daemon that served with
+    warnings, while a missing ``--dev-root`` stopped it. A path this host lacks: exit code 1 (README)."""
+    standalone.parent.joinpath("a-file").write_text("x\n")
+    path = standalone.parent / ("nonexistent" if fault == "missing" else "a-file" if kind == "directory" else "")
+    if fault == "wrong-kind" and kind == "file":
+        path = standalone.parent  # a directory where a file belongs
+    args = ["--node-name", "n1", "--standalone", str(standalone)] if command == "run" else []
+    result = script(command, *args, "--profiles", profile, "--profile-option", f"{profile}.{key}={path}")
+    what = "does not exist" if fault == "missing" else f"is not a {kind}"
+    assert_one_line(result, f"--profile-option {profile}.{key}: {path} {what} (a {kind}: ")
+    assert result.returncode == 1
+    assert not standalone.exists()
+
+
+def test_an_existing_path_option_starts_and_a_bare_key_is_checked_too(standalone: Path) -> None:
+    """The check follows the option as the profiles read it: ``hostRoot`` without the profile's name
+    is HAMivNPUCore's; given as an existing directory, discovery runs."""
+    missing = script("discover", "--profiles", "HAMivNPUCore", "--profile-option", "hostRoot=/nonexistent")
+    assert_one_line(missing, "--profile-option hostRoot: /nonexistent does not exist (a directory: ")
+    assert missing.returncode == 1
+    fine = script("discover", "--profiles", "HAMivNPUCore", "--profile-option", f"hostRoot={standalone.parent}",
+                  "--profile-option", "HAMivNPUCore.simulate=always", "--fake-devices", "1")
+    assert fine.returncode == 0, fine.stderr
+
+
 def test_a_socket_path_over_the_unix_limit_is_refused(tmp_path: Path) -> None:
     deep = tmp_path / ("d" * 60) / "node"
     result = script(*run_args(deep))

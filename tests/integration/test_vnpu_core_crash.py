@@ -12,7 +12,7 @@ import sys
 import orjson
 import pytest
 
-from ascend_dra.profiles.ascend import labnode
+from ascend_dra.profiles.ascend.sim import labnode
 from tests.claimfiles import claim_object, write_claim
 from tests.integration.daemon import DRIVER, DaemonProcess, Kubelet
 from tests.integration.test_crash import call_and_die

@@ -1,26 +1,42 @@
 #!/usr/bin/env bash
-# Build the node binaries of tests/kubelet (the kubelet, containerd 2.x with its runc shim, ctr) from
-# the Go module proxy into cache folders outside the repository:
+# Build the node binaries of tests/kubelet and tests/e2e (the kubelet, containerd 2.x with its runc
+# shim, ctr) from the Go module proxy into cache folders outside the repository:
 #
-#   ${ASCEND_DRA_CACHE:-$HOME/.cache/ascend-dra}/kubelet-<k8s version>/bin/kubelet
+#   ${ASCEND_DRA_CACHE:-$HOME/.cache/ascend-dra}/kubelet-<k8s version>/bin/kubelet (and kubectl for 1.37)
 #   ${ASCEND_DRA_CACHE:-$HOME/.cache/ascend-dra}/containerd-<version>/bin/{containerd,containerd-shim-runc-v2,ctr}
 #
 # Only missing or out-of-date binaries are built (a .NAME.stamp per binary: version + hash of the
-# wrapper module's go.mod/go.sum). The kubelet comes from go-kubelet-1.35/, which pins the same
-# k8s.io/kubernetes release and staging replaces as tests/cluster/go-k8s-1.35/ (a module of its own so
-# that the control-plane stamps of tests/cluster/build.sh do not change); it shares the Go build cache
-# with the control plane. containerd comes from go-containerd/ with the snapshotters that need cgo or
-# kernel features we do not use left out (no_btrfs no_devmapper no_zfs) and without tracing; CGO is off.
-# runc is Debian's (make container-deps).
+# wrapper module's go.mod/go.sum). The kubelet of Kubernetes MINOR (--k8s, default 1.35: tests/kubelet;
+# tests/e2e uses 1.37) comes from go-kubelet-MINOR/, which pins the same k8s.io/kubernetes release and
+# staging replaces as tests/cluster/go-k8s-MINOR/ (a module of its own so that the control-plane stamps
+# of tests/cluster/build.sh do not change); it shares the Go build cache with the control plane. Every
+# k8s.io/kubernetes/cmd/* its tools.go imports is built (1.37 adds kubectl). containerd comes from
+# go-containerd/ with the snapshotters that need cgo or kernel features we do not use left out
+# (no_btrfs no_devmapper no_zfs) and without tracing; CGO is off. runc is Debian's (make container-deps).
 #
-# Usage: tests/kubelet/build.sh                  build what is missing, print the two bin dirs last
-#        tests/kubelet/build.sh --print-bin-dirs only print them (kubelet dir, then containerd dir)
-#        tests/kubelet/build.sh --check          exit 1 if something is missing (build nothing)
-#        tests/kubelet/build.sh --force          rebuild everything
+# Usage: tests/kubelet/build.sh [--k8s 1.37]                  build what is missing, print the two bin dirs last
+#        tests/kubelet/build.sh [--k8s 1.37] --print-bin-dirs only print them (kubelet dir, then containerd dir)
+#        tests/kubelet/build.sh [--k8s 1.37] --check          exit 1 if something is missing (build nothing)
+#        tests/kubelet/build.sh [--k8s 1.37] --force          rebuild everything
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-KUBELET_MOD="$HERE/go-kubelet-1.35"
+K8S_MINOR=1.35
+args=()
+while (($#)); do
+    case "$1" in
+        --k8s) K8S_MINOR="${2:?build.sh: --k8s needs a minor version such as 1.37}"; shift 2 ;;
+        --k8s=*) K8S_MINOR="${1#--k8s=}"; shift ;;
+        *) args+=("$1"); shift ;;
+    esac
+done
+set -- "${args[@]+"${args[@]}"}"
+KUBELET_MOD="$HERE/go-kubelet-$K8S_MINOR"
+if [[ ! -f "$KUBELET_MOD/go.mod" ]]; then
+    echo "build.sh: Kubernetes $K8S_MINOR: no wrapper module $KUBELET_MOD (allowed:" \
+         "$(cd "$HERE" && ls -d go-kubelet-*/ | sed 's,go-kubelet-,,; s,/,,' | tr '\n' ' '))" >&2
+    exit 2
+fi
 CTRD_MOD="$HERE/go-containerd"
 K8S_VERSION="$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' "$KUBELET_MOD/go.mod")"
 CTRD_VERSION="$(awk '$1 == "require" && $2 == "github.com/containerd/containerd/v2" {print $3}' "$CTRD_MOD/go.mod")"
@@ -39,7 +55,7 @@ case "${1:-}" in
     --print-bin-dirs) echo "$KUBELET_BIN"; echo "$CTRD_BIN"; exit 0 ;;
     --check) mode=check ;;
     --force) mode=force ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "build.sh: unknown argument $1" >&2; exit 2 ;;
 esac
 
@@ -54,8 +70,11 @@ is_current() {  # $1 = bin dir, $2 = binary name, $3 = stamp
 }
 
 # name|bin dir|module dir|package|stamp
-targets=(
-    "kubelet|$KUBELET_BIN|$KUBELET_MOD|k8s.io/kubernetes/cmd/kubelet|$KUBELET_STAMP"
+targets=()
+for cmd in $(sed -n 's,^[[:space:]]*_ "k8s.io/kubernetes/cmd/\([a-z-]*\)"$,\1,p' "$KUBELET_MOD/tools.go"); do
+    targets+=("$cmd|$KUBELET_BIN|$KUBELET_MOD|k8s.io/kubernetes/cmd/$cmd|$KUBELET_STAMP")
+done
+targets+=(
     "containerd|$CTRD_BIN|$CTRD_MOD|github.com/containerd/containerd/v2/cmd/containerd|$CTRD_STAMP"
     "containerd-shim-runc-v2|$CTRD_BIN|$CTRD_MOD|github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2|$CTRD_STAMP"
     "ctr|$CTRD_BIN|$CTRD_MOD|github.com/containerd/containerd/v2/cmd/ctr|$CTRD_STAMP"
@@ -99,7 +118,7 @@ for t in "${missing[@]}"; do
     if [[ "$mode" != force ]] && is_current "$dir" "$name" "$stamp"; then
         echo "== $name: built meanwhile by another process"; continue
     fi
-    if [[ "$name" == kubelet ]]; then flags=(-ldflags "$KUBE_LDF -s -w")
+    if [[ "$mod" == "$KUBELET_MOD" ]]; then flags=(-ldflags "$KUBE_LDF -s -w")
     else flags=(-tags "$CTRD_TAGS" -ldflags "$CTRD_LDF -s -w"); fi
     echo "== building $name ($pkg) ..."
     t0=$(date +%s.%N)

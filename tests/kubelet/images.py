@@ -20,8 +20,9 @@ from pathlib import Path
 
 #: Debian's busybox-static (make container-deps installs it).
 BUSYBOX = Path("/bin/busybox")
-#: Applets linked in /bin of the image.
-APPLETS = ("sh", "sleep", "env", "cat", "ls", "echo", "true", "grep")
+#: Applets linked in /bin of the image (the network ones for tests/e2e's pods; ssl_client is wget's TLS).
+APPLETS = ("sh", "sleep", "env", "cat", "ls", "echo", "true", "grep", "mkdir", "hostname", "ip", "wget",
+           "ssl_client", "nc", "httpd")
 PAUSE_REF = "localhost/ascend-dra-test/pause:1"
 BUSYBOX_REF = "localhost/ascend-dra-test/busybox:1"
 

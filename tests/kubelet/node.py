@@ -43,7 +43,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,7 @@ import yaml
 
 from tests.cluster.controlplane import ControlPlane, _tail, free_port
 from tests.kubelet import images
+from tests.kubelet.hostns import NodeNetwork, PidProcess, path_in, zombie
 
 RUNC = "/usr/sbin/runc"
 CNI_BIN = "/usr/lib/cni"
@@ -97,15 +98,8 @@ def _kill_and_wait(pids: set[int], timeout: float = 10.0) -> None:
             os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + timeout
     while pids and time.monotonic() < deadline:
-        pids = {p for p in pids if Path(f"/proc/{p}").exists() and not _zombie(p)}
+        pids = {p for p in pids if Path(f"/proc/{p}").exists() and not zombie(p)}
         time.sleep(0.05)
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
 
 
 def host_ip() -> str:
@@ -151,12 +145,28 @@ class Node:
 
     :param feature_gates: the kubelet's gates (the control plane's plus what the tests need).
     :param snapshotter: containerd's snapshotter (``overlayfs``; ``native`` copies layers instead).
+    :param network: a network namespace of the node's own (tests/e2e); without, the host's network
+        (the kubelet on a free port of the host's address, pods with ``hostNetwork`` only).
+    :param kubelet_root: the kubelet's ``--root-dir`` as the node's processes see it (default
+        ``workdir/kl``; tests/e2e: ``/var/lib/kubelet``, under the namespace's overlay of /var/lib).
+    :param cdi_dir: containerd's CDI spec dir, seen the same way (default ``kubelet_root/cdi``).
+    :param extra_overlays: more host dirs overlaid in the namespace (``/usr/local``, ``/etc``, ``/dev``:
+        a simulated NPU node's driver files and device nodes land in the upper dirs).
+    :param setup: shell lines run in the namespace once the overlays are mounted, as root.
     """
 
     def __init__(self, workdir: Path, cp: ControlPlane, kubelet_bin: Path, containerd_bin: Path, *,
                  node_name: str = "node-1", feature_gates: dict[str, bool] | None = None,
-                 snapshotter: str = "overlayfs") -> None:
+                 snapshotter: str = "overlayfs", network: NodeNetwork | None = None,
+                 kubelet_root: Path | None = None, cdi_dir: Path | None = None,
+                 extra_overlays: Sequence[str] = (), setup: Sequence[str] = ()) -> None:
         self.workdir = Path(workdir).resolve()
+        self.network = network
+        self.own_netns = network is not None
+        self._kubelet_root = Path(kubelet_root) if kubelet_root is not None else self.workdir / "kl"
+        self._cdi_dir = Path(cdi_dir) if cdi_dir is not None else self._kubelet_root / "cdi"
+        self.overlays = (*OVERLAYS, *extra_overlays)
+        self.setup = tuple(setup)
         self.cp = cp
         self.kubelet_bin = Path(kubelet_bin)
         self.containerd_bin = Path(containerd_bin)
@@ -167,22 +177,34 @@ class Node:
         self.restrict_oom = not int(_status_field("CapEff"), 16) & (1 << 24)
         self.cgroup_name = f"ascend-dra-{self.workdir.parent.name}-{self.workdir.name}"
         self.cgroup_version, self._cgroup_mounts = cgroup_mounts()
-        self.holder: subprocess.Popen[bytes] | None = None
-        self.containerd: subprocess.Popen[bytes] | None = None
-        self.kubelet: subprocess.Popen[bytes] | None = None
+        self.holder: subprocess.Popen[bytes] | PidProcess | None = None
+        self.containerd: subprocess.Popen[bytes] | PidProcess | None = None
+        self.kubelet: subprocess.Popen[bytes] | PidProcess | None = None
         self.kubelet_port = 0
-        self.node_ip = host_ip()
+        self.node_ip = network.node_ip if network is not None else host_ip()
         self._logs: list[Any] = []
 
     # ------------------------------------------------------------------ paths
     @property
     def kubelet_root(self) -> Path:
-        return self.workdir / "kl"
+        """The kubelet's ``--root-dir`` in the node's namespace (the host sees it at :meth:`host_path`)."""
+        return self._kubelet_root
 
     @property
     def cdi_dir(self) -> Path:
-        """Where our daemon (``--kubelet-root-dir kl/``, see DaemonProcess) writes CDI specs."""
-        return self.kubelet_root / "cdi"
+        """Where containerd reads CDI specs (our daemon with ``--kubelet-root-dir kl/``: its default)."""
+        return self._cdi_dir
+
+    @property
+    def config_dir(self) -> Path:
+        """The kubelet's config.yaml and log (``workdir/kl``: the kubelet root dir unless one was given)."""
+        return self.workdir / "kl"
+
+    def host_path(self, path: Path | str) -> Path:
+        """``path`` of the node's mount namespace as the host reaches it (``/proc/<holder>/root/...``
+        while the node runs); see :func:`path_in`."""
+        assert self.holder is not None, "the node is not running"
+        return path_in(self.holder.pid, path)
 
     @property
     def containerd_socket(self) -> Path:
@@ -190,7 +212,7 @@ class Node:
 
     @property
     def kubelet_log(self) -> Path:
-        return self.kubelet_root / "kubelet.log"
+        return self.config_dir / "kubelet.log"
 
     @property
     def containerd_log(self) -> Path:
@@ -203,10 +225,12 @@ class Node:
     def start(self) -> Node:
         for d in ("ns", "ctrd", "kl", "logs", "cni", "images"):
             (self.workdir / d).mkdir(parents=True, exist_ok=True)
-        self.cdi_dir.mkdir(exist_ok=True)
         try:
             self._make_cgroups()
             self._start_namespace()
+            if self.network is not None:
+                assert self.holder is not None
+                self.network.attach(self.holder.pid)
             self._start_containerd()
             self.import_image(images.busybox_image(self.workdir / "images" / "pause.tar", images.PAUSE_REF,
                                                    ["/bin/sleep", "infinity"]))
@@ -231,10 +255,17 @@ class Node:
             wanted = set((root.parent / "cgroup.subtree_control").read_text().split())
             (root / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in sorted(wanted)))
 
+    def nsenter(self) -> list[str]:
+        """The ``nsenter`` prefix that runs a command in the node's namespaces (mount, and network)."""
+        assert self.holder is not None
+        ns = [f"--mount=/proc/{self.holder.pid}/ns/mnt"]
+        if self.own_netns:
+            ns.append(f"--net=/proc/{self.holder.pid}/ns/net")
+        return ["nsenter", *ns, "--"]
+
     def _spawn(self, argv: list[str], log: Path, *, in_namespace: bool = True) -> subprocess.Popen[bytes]:
         if in_namespace:
-            assert self.holder is not None
-            argv = ["nsenter", f"--mount=/proc/{self.holder.pid}/ns/mnt", "--", *argv]
+            argv = [*self.nsenter(), *argv]
         f = open(log, "ab")
         self._logs.append(f)
         return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
@@ -243,21 +274,26 @@ class Node:
     def _start_namespace(self) -> None:
         ns = self.workdir / "ns"
         script = ["set -e"]
-        for target in OVERLAYS:
+        for target in self.overlays:
             name = target.strip("/").replace("/", "-")
             (ns / f"{name}-up").mkdir(exist_ok=True)
             (ns / f"{name}-work").mkdir(exist_ok=True)
             script.append(f"mount -t overlay overlay -o lowerdir={target},upperdir={ns}/{name}-up,"
                           f"workdir={ns}/{name}-work {target}")
+            if target == "/dev":  # an overlay hides the mounts under /dev: new ones of our own
+                script += ["mkdir -p /dev/pts /dev/shm /dev/mqueue",
+                           "mount -t devpts -o newinstance,ptmxmode=0666 devpts /dev/pts",
+                           "mount -t tmpfs -o mode=1777 shm /dev/shm", "mount -t mqueue mqueue /dev/mqueue"]
         for key, want in KUBELET_SYSCTLS.items():
             if int(Path("/proc/sys", key).read_text().split()[0]) != want:
                 fake = ns / f"sysctl-{key.replace('/', '.')}"
                 fake.write_text(f"{want}\n")
                 script.append(f"mount --bind {fake} /proc/sys/{key}")
-        script += [f"touch {ns}/ready", "exec sleep infinity"]
+        script += [f"mkdir -p {self.kubelet_root} {self.cdi_dir}", *self.setup, f"touch {ns}/ready",
+                   "exec sleep infinity"]
         (ns / "ready").unlink(missing_ok=True)
-        self.holder = self._spawn(["unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(script)],
-                                  ns / "holder.log", in_namespace=False)
+        unshare = ["unshare", "--mount", "--propagation", "private", *(["--net"] if self.own_netns else [])]
+        self.holder = self._spawn([*unshare, "sh", "-c", "\n".join(script)], ns / "holder.log", in_namespace=False)
         self._wait(lambda: (ns / "ready").exists(), "mount namespace", self.holder, ns / "holder.log", 10)
 
     def _start_containerd(self) -> None:
@@ -298,8 +334,11 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
     default_runtime_name = "runc"
 {runtimes}"""
         (c / "config.toml").write_text(config.replace("'", '"'))
-        (self.workdir / "cni" / "10-loopback.conflist").write_text(
-            '{"cniVersion": "1.0.0", "name": "ascend-dra-test", "plugins": [{"type": "loopback"}]}\n')
+        if self.network is not None:
+            (self.workdir / "cni" / "10-bed.conflist").write_text(self.network.cni_config())
+        else:
+            (self.workdir / "cni" / "10-loopback.conflist").write_text(
+                '{"cniVersion": "1.0.0", "name": "ascend-dra-test", "plugins": [{"type": "loopback"}]}\n')
         env_path = f"{self.containerd_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}"
         argv = ["env", f"PATH={env_path}", str(self.containerd_bin / "containerd"), "--config", str(c / "config.toml")]
         self.containerd = self._spawn(argv, self.containerd_log)
@@ -315,7 +354,8 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
         self.ctr("images", "import", "--snapshotter", self.snapshotter, "--platform", "linux/amd64", str(tarball))
 
     def _write_kubelet_config(self) -> None:
-        self.kubelet_port = free_port()
+        # In a network namespace of its own the kubelet has its usual ports to itself.
+        self.kubelet_port = 10250 if self.network is not None else free_port()
         cfg: dict[str, Any] = {
             "apiVersion": "kubelet.config.k8s.io/v1beta1",
             "kind": "KubeletConfiguration",
@@ -323,7 +363,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
             "port": self.kubelet_port,
             "readOnlyPort": 0,
             "healthzBindAddress": "127.0.0.1",
-            "healthzPort": free_port(),
+            "healthzPort": 10248 if self.network is not None else free_port(),
             "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": False},
                                "x509": {"clientCAFile": str(self.cp.workdir / "pki" / "client-ca.crt")}},
             "authorization": {"mode": "AlwaysAllow"},
@@ -352,11 +392,11 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
             "shutdownGracePeriod": "0s",
             "featureGates": self.feature_gates,
         }
-        (self.kubelet_root / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+        (self.config_dir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
 
     def start_kubelet(self) -> None:
         """Start the kubelet (again); return when the Node reports Ready."""
-        argv = [str(self.kubelet_bin), f"--config={self.kubelet_root / 'config.yaml'}",
+        argv = [str(self.kubelet_bin), f"--config={self.config_dir / 'config.yaml'}",
                 f"--kubeconfig={self.cp.kubeconfig}", f"--root-dir={self.kubelet_root}",
                 f"--cert-dir={self.kubelet_root / 'pki'}", f"--hostname-override={self.node_name}",
                 f"--node-ip={self.node_ip}", "--v=3"]  # 3: DRA registration and slice wiping
@@ -465,6 +505,27 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
                 err = e
                 time.sleep(0.1)
         errors.append(f"cannot remove cgroup {d}: {err}")
+
+    def state(self) -> dict[str, Any]:
+        """What :meth:`attach` needs to stop this node from another process (``make e2e-down``)."""
+        procs = {"holder": self.holder, "containerd": self.containerd, "kubelet": self.kubelet}
+        return {"workdir": str(self.workdir), "node_name": self.node_name, "node_ip": self.node_ip,
+                "kubelet_bin": str(self.kubelet_bin), "containerd_bin": str(self.containerd_bin),
+                "kubelet_root": str(self.kubelet_root), "cdi_dir": str(self.cdi_dir), "own_netns": self.own_netns,
+                "pids": {name: p.pid for name, p in procs.items() if p is not None}}
+
+    @classmethod
+    def attach(cls, state: dict[str, Any], cp: ControlPlane) -> Node:
+        """A handle on a node another process started (from :meth:`state`): :meth:`stop`,
+        :meth:`host_path`, :meth:`ctr` and :meth:`nsenter` work on it."""
+        node = cls(Path(state["workdir"]), cp, Path(state["kubelet_bin"]), Path(state["containerd_bin"]),
+                   node_name=state["node_name"], kubelet_root=Path(state["kubelet_root"]),
+                   cdi_dir=Path(state["cdi_dir"]))
+        node.own_netns, node.node_ip = state["own_netns"], state["node_ip"]
+        pids = state["pids"]
+        node.holder, node.containerd, node.kubelet = (PidProcess(pids[n]) if n in pids else None
+                                                      for n in ("holder", "containerd", "kubelet"))
+        return node
 
     def __enter__(self) -> Node:
         return self.start()

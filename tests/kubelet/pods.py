@@ -83,6 +83,14 @@ def get_pod(cp: ControlPlane, namespace: str, name: str) -> dict[str, Any]:
     return ok(cp, "GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
 
 
+def unschedulable(cp: ControlPlane, namespace: str, name: str) -> str | None:
+    """The scheduler's message while the pod is ``PodScheduled=False`` for ``Unschedulable``; else None."""
+    for c in get_pod(cp, namespace, name).get("status", {}).get("conditions") or []:
+        if c["type"] == "PodScheduled" and c["status"] == "False" and c.get("reason") == "Unschedulable":
+            return c.get("message", "")
+    return None
+
+
 def running(cp: ControlPlane, namespace: str, name: str) -> dict[str, Any] | None:
     """The pod once its container runs; :class:`AssertionError` if it failed."""
     pod = get_pod(cp, namespace, name)

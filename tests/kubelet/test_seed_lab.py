@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ascend_dra.profiles.ascend import labnode
+from ascend_dra.profiles.ascend.sim import labnode
 from tests.cluster.test_webhook import LAB_POD
 from tests.cluster.test_webhook_allocation import LAB_ENV
 from tests.cluster.webhook_process import installed_hook
@@ -34,6 +34,7 @@ from tests.kubelet.pods import (
     our_slices,
     pod_claim,
     pod_manifest,
+    unschedulable,
     wait_for,
     wait_running,
 )
@@ -100,14 +101,8 @@ def test_the_labs_hami_pods_run_with_their_quota_the_third_waits_for_the_first(n
             assert results["ascend-share-a"]["shareID"] != results["ascend-share-b"]["shareID"]
             # Step 9: the chip has 5141 MiB / 0 cores left; C (pinned to it as well) stays Pending.
             ok(cp, "POST", f"/api/v1/namespaces/{ns}/pods", lab_pod("ascend-share-c"))
-
-            def unschedulable() -> str | None:
-                for c in get_pod(cp, ns, "ascend-share-c").get("status", {}).get("conditions") or []:
-                    if c["type"] == "PodScheduled" and c["status"] == "False" and c.get("reason") == "Unschedulable":
-                        return c.get("message", "")
-                return None
-
-            assert "cannot allocate all claims" in wait_for(unschedulable, "C unschedulable", within=30)
+            assert "cannot allocate all claims" in wait_for(lambda: unschedulable(cp, ns, "ascend-share-c"),
+                                                            "C unschedulable", within=30)
             spec_a = [p for p in node.cdi_dir.glob(f"k8s.{DRIVER}-vnpu_*.yaml")
                       if claims["ascend-share-a"]["metadata"]["uid"] in p.name]
             assert spec_a

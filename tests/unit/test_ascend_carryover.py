@@ -13,9 +13,9 @@ from pathlib import Path
 import attrs
 import pytest
 
-from ascend_dra.profiles.ascend.carryover import carry, same_chip
 from ascend_dra.profiles.ascend.chip import NpuChip
 from ascend_dra.profiles.ascend.chips import ChipFamily
+from ascend_dra.profiles.ascend.discovery.carryover import carry, same_chip
 from ascend_dra.profiles.ascend.npu910 import Npu910Profile
 from ascend_dra.profiles.base import ProfileContext
 from tests.unit.test_ascend_discovery import ANSWERS_910A, tree_910a

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from ascend_dra.profiles.ascend import npusmi_sim
 from ascend_dra.profiles.ascend.npu310p import Npu310PProfile
 from ascend_dra.profiles.ascend.npu910 import Npu910Profile
 from ascend_dra.profiles.ascend.profile import AscendChipProfile
+from ascend_dra.profiles.ascend.sim import npusmi_sim
 from tests.dcmisim import FakeHost, fake_host
 
 pytestmark = pytest.mark.anyio

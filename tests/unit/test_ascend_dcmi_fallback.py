@@ -9,10 +9,10 @@ from pathlib import Path
 import attrs
 import pytest
 
-from ascend_dra.profiles.ascend import npusmi_sim
-from ascend_dra.profiles.ascend.dcmi import DCMI_DIRS
+from ascend_dra.profiles.ascend.dcmi.client import DCMI_DIRS
 from ascend_dra.profiles.ascend.npu310p import Npu310PProfile
 from ascend_dra.profiles.ascend.npu910 import Npu910Profile
+from ascend_dra.profiles.ascend.sim import npusmi_sim
 from tests.dcmisim import SIM, FakeHost, build, fake_host, install, set_fault
 from tests.unit.test_ascend_dcmi import chips
 from tests.unit.test_ascend_support import script

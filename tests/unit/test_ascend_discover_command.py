@@ -8,7 +8,7 @@ import orjson
 import pytest
 import yaml
 
-from ascend_dra.commands.discover import profile_notes, run
+from ascend_dra.cli.discover import profile_notes, run
 from ascend_dra.model import Inventory
 from ascend_dra.profiles.ascend.npu310p import Npu310PProfile
 from ascend_dra.profiles.ascend.npu910 import Npu910Profile
@@ -87,7 +87,7 @@ async def test_yaml_is_the_resource_slices(tmp_path: Path) -> None:
         "ascend.project-hami.io", "node-a", {"name": "node-a", "generation": 1, "resourceSliceCount": 1})
     first = spec["devices"][0]
     assert first["name"] == "npu-0-0"
-    assert first["capacity"] == {"aicore": {"value": "8"}, "memory": {"value": "21525Mi"}}
+    assert first["capacity"] == {"aicore": {"value": "8"}, "cores": {"value": "100"}, "memory": {"value": "21525Mi"}}
     assert first["attributes"]["driverVersion"] == {"version": "25.5.1"}
     assert first["attributes"]["physicalID"] == {"int": 0}
     assert first["attributes"]["chipName"] == {"string": "310P3"}

@@ -8,10 +8,10 @@ import pytest
 
 from ascend_dra.profiles.ascend.chip import NpuChip
 from ascend_dra.profiles.ascend.chips import MODELS, ChipFamily, MemoryKind
-from ascend_dra.profiles.ascend.devfs import scan
-from ascend_dra.profiles.ascend.discovery import SimulateMode, discover_chips
-from ascend_dra.profiles.ascend.npusmi_tier import topology_groups
-from ascend_dra.profiles.ascend.tables import Topology, parse_topo
+from ascend_dra.profiles.ascend.discovery.chain import SimulateMode, discover_chips
+from ascend_dra.profiles.ascend.discovery.devfs import scan
+from ascend_dra.profiles.ascend.discovery.npusmi_tier import topology_groups
+from ascend_dra.profiles.ascend.npusmi.tables import Topology, parse_topo
 from tests.unit.test_ascend_support import dev_tree, fake_npu_smi, fixture, script, sys_tree
 
 pytestmark = pytest.mark.anyio

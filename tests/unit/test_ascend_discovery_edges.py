@@ -4,12 +4,13 @@ stand-in fed real (or documented-format constructed) outputs and a fake /dev and
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import attrs
 import pytest
 
-from ascend_dra.commands.discover import run
+from ascend_dra.cli.discover import run
 from ascend_dra.model import Capacity, Inventory
 from ascend_dra.profiles.ascend.npu310p import Npu310PProfile
 from ascend_dra.profiles.ascend.npu910 import Npu910Profile
@@ -46,8 +47,9 @@ async def test_dcmi_not_supported_8255_is_never_published_as_memory_or_aicore(tm
     inventory = await Npu910Profile().discover(context(tmp_path, exe, dev, sys_tree(tmp_path, {})))
     first, second = inventory.devices[0], inventory.devices[1]
     # Memory unknown (no 8255Mi); AI cores from the catalogue (910B3: 20), not 8255.
-    assert dict(first.capacities) == {"aicore": Capacity("20")}
-    assert dict(second.capacities) == {"memory": Capacity("65536Mi"), "aicore": Capacity("20")}
+    assert dict(first.capacities) == {"aicore": Capacity("20"), "cores": Capacity("100")}
+    assert dict(second.capacities) == {"memory": Capacity("65536Mi"), "aicore": Capacity("20"),
+                                       "cores": Capacity("100")}
 
 
 # -- device names do not depend on the tier -------------------------------------------------------
@@ -205,11 +207,67 @@ async def test_a_chip_of_unknown_family_is_logged_and_counted(tmp_path: Path, ca
     (record,) = dropped_records(caplog)
     assert (record.physical_id, record.npu_id, record.chip_name, record.profile) == (  # type: ignore[attr-defined]
         0, 0, "xxx", "npu-310P")
-    reason = ("chip family unknown: chip name 'xxx' matches no family, and no known PCI device ID "
-              "(npu-smi -t board, sysfs)")
+    # Before: "... and no known PCI device ID (npu-smi -t board, sysfs)", though sysfs was never read.
+    reason = ("chip family unknown: chip name 'xxx' matches no family; npu-smi info -t board -i 0 gave no answer; "
+              "npu-smi info -t board -i 0 -c 0 gave no answer; npu-smi info -m gave no answer; "
+              "sysfs not read: npu-smi gave no PCI address (Bus-Id NA)")
     assert record.reason == reason  # type: ignore[attr-defined]
     assert profile.discovery_notes()[-2:] == (
         "1 chip not published", f"  not published: physical ID 0, logic ID 0 (NPU 0 chip 0, xxx): {reason}")
+
+
+def anonymised_910a(tmp_path: Path) -> Path:
+    """The 910A Atlas 800 9010 ``npu-smi info`` with its chip names anonymised (``xxx``, as the public
+    310P-class sample prints them), and no other npu-smi call answering."""
+    info = re.sub(r"^(\| \d+ +)910A", r"\g<1>xxx ", fixture("910A_info_atlas800-9010_npu-smi-22.0.3.1.txt"),
+                  flags=re.MULTILINE)
+    assert "910A" not in info
+    return fake_npu_smi(tmp_path, {"info": written(tmp_path, "info.txt", info)})
+
+
+async def test_a_910a_host_whose_chips_npu_smi_does_not_name_is_told_by_sysfs(tmp_path: Path) -> None:
+    """Issue 40: such a host published no chip, and the reason said sysfs was read when it was not.
+    sysfs holds PCI device ID 0xd801 (910) for each Bus-Id, as on a real 910A host."""
+    dev, sys_root = tree_910a(tmp_path)
+    profile = Npu910Profile()
+    inventory = await profile.discover(context(tmp_path, anonymised_910a(tmp_path), dev, sys_root))
+    assert inventory.source == "npu-smi"
+    assert [(d.name, d.attributes["npuID"], d.capacities["memory"].value) for d in inventory.devices] == [
+        (f"npu-{i}-0", n, "32768Mi") for i, n in enumerate([7, 3, 4, 0, 6, 2, 5, 1])]  # by physical ID
+    assert not any("not published" in n for n in profile.discovery_notes())
+
+
+@pytest.mark.parametrize(("functions", "said"), [
+    ({}, "sysfs {sys}/bus/pci/devices/0000:61:00.0/device cannot be read"),
+    ({"0000:61:00.0": ("0x19e5", "0xd999", 0)}, "sysfs {sys}/bus/pci/devices/0000:61:00.0/device says 0xd999, "
+                                                 "no Ascend chip's"),
+], ids=["sysfs-without-the-function", "sysfs-unknown-device-id"])
+async def test_the_reason_a_chip_has_no_family_names_what_was_read(tmp_path: Path, functions: dict,
+                                                                    said: str) -> None:
+    dev = dev_tree(tmp_path, [f"davinci{i}" for i in range(8)] + SHARED)
+    sys_root = sys_tree(tmp_path, functions)
+    profile = Npu910Profile()
+    inventory = await profile.discover(context(tmp_path, anonymised_910a(tmp_path), dev, sys_root))
+    assert inventory.devices == ()
+    first = next(n for n in profile.discovery_notes() if n.startswith("  not published") and "NPU 0 chip 0" in n)
+    assert first == (
+        "  not published: physical ID 0, logic ID 0 (NPU 0 chip 0, xxx): chip family unknown: chip name 'xxx' "
+        "matches no family; npu-smi info -t board -i 0 gave no answer; npu-smi info -t board -i 0 -c 0 gave no "
+        f"answer; npu-smi info -m gave no answer; {said.format(sys=sys_root)}")
+
+
+async def test_the_devfs_tier_says_which_sysfs_entries_told_no_family(tmp_path: Path) -> None:
+    dev = dev_tree(tmp_path, ["davinci0", "davinci1", *SHARED])
+    sys_root = sys_tree(tmp_path, {"0000:61:00.0": ("0x19e5", "0xd999", 0)}, {0: "0000:61:00.0"})
+    profile = Npu910Profile()
+    inventory = await profile.discover(context(tmp_path, str(tmp_path / "no-npu-smi"), dev, sys_root))
+    assert (inventory.source, inventory.devices) == ("devfs", ())
+    notes = [n for n in profile.discovery_notes() if "not published" in n]
+    assert notes[1:] == [
+        f"  not published: physical ID 0, logic ID 0: chip family unknown: sysfs {sys_root}/bus/pci/devices/"
+        f"0000:61:00.0/device says 0xd999, no Ascend chip's; {sys_root}/bus/pci/devices holds no Ascend PCI function",
+        f"  not published: physical ID 1, logic ID 1: chip family unknown: sysfs has no PCI address for davinci1 "
+        f"(no {sys_root}/class/*/davinci1/device link); {sys_root}/bus/pci/devices holds no Ascend PCI function"]
 
 
 # -- a failing npu-smi info -m degrades per field -------------------------------------------------

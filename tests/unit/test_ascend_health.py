@@ -7,8 +7,8 @@ from pathlib import Path
 import attrs
 import pytest
 
-from ascend_dra.profiles.ascend.errors import NpuSmiFailed
 from ascend_dra.profiles.ascend.npu310p import Npu310PProfile
+from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiFailed
 from tests.unit.test_ascend_profiles import host_root, lab_310p3
 from tests.unit.test_ascend_support import FIXTURES, fake_npu_smi, script
 

@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from ascend_dra.model import Device, Inventory, Version
 from ascend_dra.profiles.ascend.chip import NpuChip
 from ascend_dra.profiles.ascend.chips import ChipFamily, MemoryKind
-from ascend_dra.profiles.ascend.errors import NpuSmiParseError
 from ascend_dra.profiles.ascend.npu310p import Npu310PProfile
 from ascend_dra.profiles.ascend.npu910 import Npu910Profile
-from ascend_dra.profiles.ascend.tables import parse_info
+from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiParseError
+from ascend_dra.profiles.ascend.npusmi.tables import parse_info
 from ascend_dra.profiles.checks import device_problems
 from tests.unit.test_ascend_discovery import ANSWERS_910A, SHARED, tree_910a
 from tests.unit.test_ascend_profiles import context, lab_310p3

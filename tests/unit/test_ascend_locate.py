@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from ascend_dra.commands.discover import run
-from ascend_dra.profiles.ascend.discovery import discover_chips
-from ascend_dra.profiles.ascend.locate import STANDARD_LOCATIONS, locate_npu_smi
+from ascend_dra.cli.discover import run
+from ascend_dra.profiles.ascend.discovery.chain import discover_chips
 from ascend_dra.profiles.ascend.npu310p import Npu310PProfile
+from ascend_dra.profiles.ascend.npusmi.locate import STANDARD_LOCATIONS, locate_npu_smi
 from tests.unit.test_ascend_discovery import SHARED
 from tests.unit.test_ascend_profiles import context
 from tests.unit.test_ascend_support import dev_tree, fake_npu_smi, sys_tree

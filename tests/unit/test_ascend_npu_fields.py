@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from ascend_dra.profiles.ascend import keyvalue, readings
-from ascend_dra.profiles.ascend.errors import NpuSmiParseError
-from ascend_dra.profiles.ascend.readings import ChipCommon, ChipMemory, ChipUsages
+from ascend_dra.profiles.ascend.npusmi import keyvalue, readings
+from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiParseError
+from ascend_dra.profiles.ascend.npusmi.readings import ChipCommon, ChipMemory, ChipUsages
 from tests.unit.test_ascend_support import fixture
 
 DDIE = "870408E3-2120D518-77936EE6-80B40A0A-D4100003"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ascend_dra.profiles.ascend.errors import NpuSmiFailed, NpuSmiNotFound, NpuSmiParseError, NpuSmiTimeout
-from ascend_dra.profiles.ascend.npusmi import NpuSmi
+from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiFailed, NpuSmiNotFound, NpuSmiParseError, NpuSmiTimeout
+from ascend_dra.profiles.ascend.npusmi.runner import NpuSmi
 from tests.unit.test_ascend_support import fake_npu_smi, fixture, script
 
 pytestmark = pytest.mark.anyio

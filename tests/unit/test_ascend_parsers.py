@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from ascend_dra.profiles.ascend import keyvalue, readings, tables
-from ascend_dra.profiles.ascend.errors import NpuSmiParseError
-from ascend_dra.profiles.ascend.keyvalue import DeviceShare, ListedNpu
-from ascend_dra.profiles.ascend.readings import ChipCommon, ChipMemory, HealthInfo, McuCommon
-from ascend_dra.profiles.ascend.tables import InfoChip, InfoProcess, MappingRow
+from ascend_dra.profiles.ascend.npusmi import keyvalue, readings, tables
+from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiParseError
+from ascend_dra.profiles.ascend.npusmi.keyvalue import DeviceShare, ListedNpu
+from ascend_dra.profiles.ascend.npusmi.readings import ChipCommon, ChipMemory, HealthInfo, McuCommon
+from ascend_dra.profiles.ascend.npusmi.tables import InfoChip, InfoProcess, MappingRow
 from tests.unit.test_ascend_support import fixture, parts
 
 # -- npu-smi info ---------------------------------------------------------------------------------

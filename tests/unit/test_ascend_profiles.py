@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import attrs
 import pytest
 
 from ascend_dra.model import AllocatedDevice, Capacity, Inventory, Version
@@ -59,6 +60,7 @@ async def test_310p_profile_publishes_the_lab_host(tmp_path: Path) -> None:
     assert dict(first.attributes) == {
         "type": "npu", "index": 0, "physicalID": 0, "npuID": 4, "chipID": 0, "chipName": "310P3",
         "productName": "310P3", "chipFamily": "Ascend310P", "memoryType": "DDR", "numaNode": 0,
+        "architecture": "Ascend310P", "brand": "Huawei",
         "pciAddress": "0000:81:00.0", "driverVersion": "25.5.1", "driverRelease": "25.5.1",
         "dvppVpc": 12, "dvppVdec": 12, "dvppJpegd": 16, "dvppJpege": 8, "dvppVenc": 3,
         "resource.kubernetes.io/numaNode": 0, "resource.kubernetes.io/pciBusID": "0000:81:00.0",
@@ -66,7 +68,7 @@ async def test_310p_profile_publishes_the_lab_host(tmp_path: Path) -> None:
     }
     assert type(first.attributes["driverVersion"]) is Version
     assert type(first.attributes["driverRelease"]) is str
-    assert dict(first.capacities) == {"memory": Capacity("21525Mi"), "aicore": Capacity("8")}
+    assert dict(first.capacities) == {"memory": Capacity("21525Mi"), "aicore": Capacity("8"), "cores": Capacity("100")}
     assert (inventory.devices[1].attributes["physicalID"], inventory.devices[1].attributes["npuID"]) == (2, 5)
     assert first.allow_multiple_allocations is False
 
@@ -86,17 +88,19 @@ async def test_910_profile_publishes_the_atlas_800_9010(tmp_path: Path) -> None:
     assert dict(inventory.devices[0].attributes) == {
         "type": "npu", "index": 0, "physicalID": 3, "npuID": 0, "chipID": 0, "chipName": "910A",
         "productName": "910A", "chipFamily": "Ascend910", "memoryType": "HBM", "numaNode": 0,
+        "architecture": "Ascend910", "brand": "Huawei",
         "pciAddress": "0000:61:00.0", "uuid": "42C711D4-20B03704-4A10C8D4-14CC040A-D2102003",
         "driverVersion": "23.0.5", "driverRelease": "23.0.5", "hccs": True, "topologyGroup": "hccs-0",
         "cpuAffinity": "144-167",
         "resource.kubernetes.io/numaNode": 0, "resource.kubernetes.io/pciBusID": "0000:61:00.0",
         "resource.kubernetes.io/pcieRoot": "pci0000:00",
     }
-    assert dict(inventory.devices[0].capacities) == {"memory": Capacity("32768Mi"), "aicore": Capacity("32")}
+    assert dict(inventory.devices[0].capacities) == {"memory": Capacity("32768Mi"), "aicore": Capacity("32"),
+                                                     "cores": Capacity("100")}
     # 22.0.3.1 is not semver: published as driverRelease only, and no aicore where npu-smi did not say.
     assert "driverVersion" not in inventory.devices[1].attributes
     assert inventory.devices[1].attributes["driverRelease"] == "22.0.3.1"
-    assert dict(inventory.devices[1].capacities) == {"memory": Capacity("32768Mi")}
+    assert dict(inventory.devices[1].capacities) == {"memory": Capacity("32768Mi"), "cores": Capacity("100")}
 
 
 @pytest.mark.anyio
@@ -140,7 +144,8 @@ async def test_bad_simulate_option_names_the_allowed_values(tmp_path: Path) -> N
 
 async def lab_inventory(tmp_path: Path) -> tuple[Npu310PProfile, ApplyContext]:
     profile = Npu310PProfile(host_root=host_root(tmp_path))
-    ctx = lab_310p3(tmp_path)
+    # A daemon that sees the host's /dev at tmp_path/dev: the specs name the host's /dev/... paths.
+    ctx = attrs.evolve(lab_310p3(tmp_path), dev_root_on_host=Path("/dev"))
     inventory = await profile.discover(ctx)
     return profile, ApplyContext(profile=ctx, inventory=inventory, claim_uid="uid-1", claim_namespace="ns",
                                  claim_name="claim")
@@ -188,7 +193,7 @@ async def test_apply_config_names_mandatory_nodes_even_when_missing_and_only_pre
     # A missing mandatory node stays in the edits: DeviceState then refuses the Prepare naming it
     # (tests/unit/test_state_answers.py), instead of a spec that silently lacks it.
     profile = Npu310PProfile(host_root=tmp_path / "empty-host")
-    ctx = lab_310p3(tmp_path)
+    ctx = attrs.evolve(lab_310p3(tmp_path), dev_root_on_host=Path("/dev"))
     (ctx.dev_root / "hisi_hdc").unlink()
     (ctx.dev_root / "dvpp_cmdlist").touch()
     inventory = await profile.discover(ctx)

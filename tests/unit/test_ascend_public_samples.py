@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from ascend_dra.profiles.ascend import tables
+from ascend_dra.profiles.ascend.npusmi import tables
+from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiParseError
 from ascend_dra.profiles.ascend.profile import CHIP_HEALTH
 from tests.unit.test_ascend_support import fixture
 
@@ -25,8 +26,18 @@ from tests.unit.test_ascend_support import fixture
     ("310P3_info_npu-smi-25.3.rc1_npu6.txt", [(6, 0, "310P3", "OK", 21525, None)]),
 ], ids=lambda v: v if isinstance(v, str) else "")
 def test_a_published_table_reads_as_printed(name, chips):
-    info = tables.parse_info(fixture(name))
+    # The reporter of the 910B4-1 sample wrote "xx" over the bus numbers; npu-smi prints hex there.
+    info = tables.parse_info(fixture(name).replace("0000:xx:00.0", "0000:c1:00.0"))
     assert [(c.npu_id, c.chip_id, c.name, c.health, c.memory_total_mib, c.hbm_total_mib) for c in info.chips] == chips
+
+
+def test_a_bus_id_anonymised_by_its_publisher_is_no_pci_address_and_is_refused():
+    """``0000:xx:00.0`` names no PCI function: it would be joined into a sysfs path and published
+    (as ``../../../..`` was, mutated real output), so the table is refused, naming the line."""
+    with pytest.raises(NpuSmiParseError) as caught:
+        tables.parse_info(fixture("910B4-1_info_npu-smi-25.2.0_busid-anonymised.txt"))
+    assert (caught.value.line_no, caught.value.reason) == (
+        8, "Bus-Id '0000:xx:00.0' is not a PCI address (dddd:bb:dd.f) or NA")
 
 
 def test_the_a3_second_die_has_its_physical_id_and_no_power():

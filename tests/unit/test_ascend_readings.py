@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from ascend_dra.profiles.ascend import readings
-from ascend_dra.profiles.ascend.errors import NpuSmiParseError
-from ascend_dra.profiles.ascend.readings import ChipCommon, HealthInfo, McuCommon
+from ascend_dra.profiles.ascend.npusmi import readings
+from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiParseError
+from ascend_dra.profiles.ascend.npusmi.readings import ChipCommon, HealthInfo, McuCommon
 from tests.unit.test_ascend_support import fixture
 
 
@@ -148,7 +148,7 @@ def test_health_without_errors_has_empty_tuples() -> None:
         (_kv("Health Status", "Alarm") + _kv("Error Code", "80E18005 zz") + _kv("Error Information", "x"), 2,
          "Error Code: 'zz' is not a hexadecimal code"),
         (_kv("Health Status", "Alarm") + _kv("Error Code", "80E18005") + _kv("Error Information", "x")
-         + _kv("Error Information", "y"), 4, "a second 'Error Information' line"),
+         + _kv("Error Information", "y"), 4, "a second 'Error Information' line (the first is on line 3)"),
     ],
     ids=["continuation-after-error-code", "continuation-first", "continuation-after-na", "code-not-hex",
          "two-information-lines"],

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ascend_dra.profiles.ascend.errors import NpuSmiParseError
-from ascend_dra.profiles.ascend.npusmi import NpuSmi
-from ascend_dra.profiles.ascend.remap import PhyIdRemap, parse_phyid_remap
+from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiParseError
+from ascend_dra.profiles.ascend.npusmi.remap import PhyIdRemap, parse_phyid_remap
+from ascend_dra.profiles.ascend.npusmi.runner import NpuSmi
 from tests.unit.test_ascend_support import fake_npu_smi, fixture
 
 
@@ -90,7 +90,7 @@ async def test_the_runner_passes_the_physical_id(tmp_path: Path) -> None:
 def test_the_lab_node_prints_phyid_remap_as_npu_smi_does_before_the_950():
     """The lab's npu-smi stand-in printed the 950's ``Chip Phy-ID`` key, unpadded, for a 310P3; npu-smi
     prints ``"\\t%-30s:%lu\\n"`` with ``Chip Physical ID`` there (npu_chip_info.c)."""
-    from ascend_dra.profiles.ascend.labnode import LabChip, render_phyid_remap
+    from ascend_dra.profiles.ascend.sim.labnode import LabChip, render_phyid_remap
 
     chip = LabChip(npu_id=6, chip_id=0, logic_id=1, physical_id=4, bus_id="0000:82:00.0", vdie_id="x")
     text = render_phyid_remap(chip)

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import pytest
 
-from ascend_dra.profiles.ascend import tables
-from ascend_dra.profiles.ascend.errors import NpuSmiParseError
+from ascend_dra.profiles.ascend.npusmi import tables
+from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiParseError
 from tests.unit.test_ascend_support import fixture
 
 
@@ -72,8 +72,9 @@ def test_a_first_row_alone_is_a_chip_whose_logic_id_npu_smi_could_not_read() -> 
         # Either row's shape, with a value neither can hold.
         ("| npu-smi 9.9 Version: 9.9 |\n| NPU Name | Health | Power(W) Temp(C) |\n"
          "| Chip Device | Bus-Id | AICore(%) Memory-Usage(MB) |\n+====+\n| 215 310 | OK | 12.8 hot |\n", 5,
-         "a chip takes two rows between separators (as a second row alone: AICore(%): '12.8' is not an integer "
-         "or NA; as a first row alone: Temp(C): 'hot' is not an integer or NA)"),
+         "a chip takes two rows between separators (as a second row alone: Chip: 215 is out of range 0..5 (a "
+         "chip's index in its NPU: up to 4 chips, then the MCU and the board CPU); as a first row alone: "
+         "Temp(C): 'hot' is not an integer or NA)"),
         # The shape of a second row, with a health where its Bus-Id goes (a review found it accepted).
         ("| npu-smi 9.9 Version: 9.9 |\n| NPU Name | Health | Power(W) Temp(C) |\n"
          "| Chip Device | Bus-Id | AICore(%) Memory-Usage(MB) |\n+====+\n| 1 1 | OK | 0 2703 / 8192 |\n", 5,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ascend_dra.profiles.ascend.errors import NpuSmiParseError
-from ascend_dra.profiles.ascend.topo import LABEL_NPU, LABEL_PHYSICAL, parse_topo
+from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiParseError
+from ascend_dra.profiles.ascend.npusmi.topo import LABEL_NPU, LABEL_PHYSICAL, parse_topo
 from tests.unit.test_ascend_support import fixture
 
 

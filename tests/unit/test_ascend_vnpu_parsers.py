@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from ascend_dra.profiles.ascend import keyvalue, tables
-from ascend_dra.profiles.ascend.errors import NpuSmiParseError
-from ascend_dra.profiles.ascend.tables import Template, Vnpu
+from ascend_dra.profiles.ascend.npusmi import keyvalue, tables
+from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiParseError
+from ascend_dra.profiles.ascend.npusmi.tables import Template, Vnpu
 from tests.unit.test_ascend_support import fixture, parts
 
 # -- npu-smi info -t template-info ----------------------------------------------------------------

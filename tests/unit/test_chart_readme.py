@@ -12,7 +12,7 @@ CHART = Path(__file__).resolve().parents[2] / "deployments" / "helm" / "ascend-d
 
 #: Maps whose keys are the user's own (node labels, resource names, a profile's options), named as one value.
 FREE_FORM = {"profileOptions", "resources", "nodeSelector", "tolerations", "affinity", "podAnnotations",
-             "podLabels", "issuerRef"}
+             "podLabels", "issuerRef", "labels"}
 
 
 def leaves(values: dict[str, Any], prefix: str = "") -> Iterator[str]:

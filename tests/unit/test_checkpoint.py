@@ -13,8 +13,8 @@ import attrs
 import orjson
 import pytest
 
-from ascend_dra import checkpoint as ckpt
-from ascend_dra.checkpoint import CheckpointCorrupt, CheckpointData, ClaimRecord, DeviceRecord
+from ascend_dra.durable import checkpoint as ckpt
+from ascend_dra.durable.checkpoint import CheckpointCorrupt, CheckpointData, ClaimRecord, DeviceRecord
 
 UID = "5d1e2c3a-0b4f-4e6a-9c7d-8e9f0a1b2c3d"
 KIND = "k8s.ascend.project-hami.io/npu"

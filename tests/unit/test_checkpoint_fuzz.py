@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ascend_dra import checkpoint as ckpt
-from ascend_dra.checkpoint import CheckpointCorrupt, CheckpointData, ClaimRecord, DeviceRecord
+from ascend_dra.durable import checkpoint as ckpt
+from ascend_dra.durable.checkpoint import CheckpointCorrupt, CheckpointData, ClaimRecord, DeviceRecord
 
 GOOD = CheckpointData(boot_id="boot-1", claims={
     f"uid-{i}": ClaimRecord(f"uid-{i}", "default", f"c{i}", "PrepareCompleted", "boot-1",

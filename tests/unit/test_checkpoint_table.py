@@ -1,7 +1,7 @@
 """RecordTable: the cached-encoding record map DeviceState saves through."""
 
-from ascend_dra import checkpoint as ckpt
-from ascend_dra.checkpoint import CheckpointData, ClaimRecord, DeviceRecord, RecordTable
+from ascend_dra.durable import checkpoint as ckpt
+from ascend_dra.durable.checkpoint import CheckpointData, ClaimRecord, DeviceRecord, RecordTable
 
 
 def record(uid: str, state: str = "PrepareCompleted") -> ClaimRecord:

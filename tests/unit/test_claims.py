@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from ascend_dra.claims import ClaimError, StandaloneClaimSource, check_claim_ref, parse_claim
 from ascend_dra.model import AllocatedDevice, ClaimAllocation, OpaqueConfig
+from ascend_dra.state.claims import ClaimError, StandaloneClaimSource, check_claim_ref, parse_claim
 from tests.claimfiles import DRIVER, claim_object, fake_config, write_claim
 
 UID = "5d1e2c3a-0b4f-4e6a-9c7d-8e9f0a1b2c3d"
@@ -54,7 +54,21 @@ def test_parse_claim_keeps_only_our_driver_and_maps_every_field():
             OpaqueConfig("FromClaim", (), DRIVER, {}, index=3),
         ),
         reserved_for=(pod_uid,),
+        reserved_pods=("train-pod",),
     )
+
+
+def test_reserved_pods_are_the_pod_consumers_of_status_reserved_for():
+    obj = claim_object("shared", uid=UID)
+    obj["status"]["reservedFor"] = [
+        {"resource": "pods", "name": "web-0", "uid": "u-0"},
+        {"apiGroup": "example.com", "resource": "pods", "name": "not-a-pod", "uid": "u-1"},
+        {"apiGroup": "batch", "resource": "jobs", "name": "a-job", "uid": "u-2"},
+        {"resource": "pods", "name": "web-1", "uid": "u-3"},
+    ]
+    claim = parse_claim(obj, DRIVER)
+    assert claim.reserved_for == ("u-0", "u-1", "u-2", "u-3")
+    assert claim.reserved_pods == ("web-0", "web-1")
 
 
 def test_parse_claim_of_a_claim_with_only_other_drivers_has_no_results():

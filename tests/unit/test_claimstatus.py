@@ -11,10 +11,10 @@ import anyio
 import pytest
 import yaml
 
-from ascend_dra.claimstatus import ClaimStatusWriter
+from ascend_dra.cluster.claimstatus import ClaimStatusWriter
+from ascend_dra.cluster.statusentries import MAX_DATA_BYTES, PreparedClaim, apply_body, cdi_env, device_entries
+from ascend_dra.cluster.statushook import StatusHook
 from ascend_dra.model import PreparedDevice
-from ascend_dra.statusentries import MAX_DATA_BYTES, PreparedClaim, apply_body, cdi_env, device_entries
-from ascend_dra.statushook import StatusHook
 from tests.claimfiles import claim_object, write_claim
 
 DRIVER = "ascend.project-hami.io"
@@ -152,9 +152,9 @@ async def test_a_restored_status_no_longer_due_when_its_turn_comes_is_not_writte
 
 @pytest.mark.anyio
 async def test_restore_queues_while_few_claims_wait_for_the_writer(tmp_path, monkeypatch):
-    import ascend_dra.statushook
+    import ascend_dra.cluster.statushook
 
-    monkeypatch.setattr(ascend_dra.statushook, "RESTORE_BACKLOG", 1)
+    monkeypatch.setattr(ascend_dra.cluster.statushook, "RESTORE_BACKLOG", 1)
     state, claims = await prepared_state(tmp_path, ["a", "b", "c", "d"])
     api = CountingApi()
     writer = api.writer = ClaimStatusWriter(api, DRIVER, pool="node-1", quiet_s=0.001)
@@ -172,7 +172,7 @@ async def test_restore_queues_while_few_claims_wait_for_the_writer(tmp_path, mon
 async def test_a_restored_status_is_checked_again_before_each_retry(tmp_path):
     """The API server refused the first try; meanwhile a newer instance started (and may unprepare
     the claim): the retry must not write it. The check was made once per round of four tries."""
-    from ascend_dra.apiclient import ApiError
+    from ascend_dra.cluster.apiclient import ApiError
 
     state, (a,) = await prepared_state(tmp_path, ["a"])
     others: list[str] = []
@@ -198,9 +198,9 @@ async def test_a_claim_repaired_only_in_a_later_pass_gets_its_status_restored_th
     restored after the first pass only, and b's was never written again."""
     import types
 
-    from ascend_dra import recovery
-    from ascend_dra.claims import ClaimUnreadable
-    from ascend_dra.upkeep import UpkeepMixin
+    from ascend_dra.node.upkeep import Upkeep
+    from ascend_dra.state import recovery
+    from ascend_dra.state.claims import ClaimUnreadable
 
     monkeypatch.setattr(recovery, "REPAIR_RETRY_FIRST_S", 0.0)
     state, (_, b) = await prepared_state(tmp_path, ["a", "b"])
@@ -217,14 +217,11 @@ async def test_a_claim_repaired_only_in_a_later_pass_gets_its_status_restored_th
     api = CountingApi()
     writer = ClaimStatusWriter(api, DRIVER, pool="node-1", quiet_s=0.001)
 
-    class Upkept(UpkeepMixin):
-        def __init__(self) -> None:
-            self.state = state
-            self.settings = types.SimpleNamespace(health_interval=0.05, rolling_update_id=None, plugin_dir=tmp_path)
+    upkeep = Upkeep(state, types.SimpleNamespace(health_interval=0.05, rolling_update_id=None, plugin_dir=tmp_path))
 
     async with anyio.create_task_group() as tg:
         await tg.start(writer.run)
-        tg.start_soon(Upkept()._repair_loop, StatusHook(writer, state, tmp_path / "cdi"), tg)
+        tg.start_soon(upkeep.repair_loop, StatusHook(writer, state, tmp_path / "cdi"), tg)
         with anyio.fail_after(10):
             while api.written != ["a"]:  # noqa: ASYNC110 (polls what the API server got)
                 await anyio.sleep(0.01)
@@ -242,7 +239,7 @@ async def test_a_claim_repaired_only_in_a_later_pass_gets_its_status_restored_th
 async def test_the_switch_to_a_merge_patch_is_not_a_failed_attempt(tmp_path):
     """The apply's 422 (a claim server-side apply cannot patch, _merge) used up an attempt: with
     attempts=1 the merge patch was never sent, and the write ended neither counted nor logged."""
-    from ascend_dra.apiclient import ApiError
+    from ascend_dra.cluster.apiclient import ApiError
 
     state, (a,) = await prepared_state(tmp_path, ["a"])
     meta = a["metadata"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ascend_dra.cli import build_parser
+from ascend_dra.cli.main import build_parser
 
 
 def undocumented(parser: argparse.ArgumentParser, command: str) -> list[str]:
@@ -25,7 +25,7 @@ def test_every_argument_has_help_text():
 
 def test_a_variable_named_almost_like_a_setting_is_called_a_typo_and_nothing_else_is():
     """``PROFILE=fake`` (for PROFILES) was ignored without a word: the default profile ran instead."""
-    from ascend_dra.cli import misspelled
+    from ascend_dra.cli.main import misspelled
 
     args = build_parser().parse_args(["run", "--node-name", "n"])
     environ = dict.fromkeys([

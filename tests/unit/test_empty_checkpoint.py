@@ -15,11 +15,13 @@ from typing import Any
 import orjson
 import pytest
 
-from ascend_dra import checkpoint as ckpt
 from ascend_dra.cdi import naming
-from ascend_dra.evidence import few
-from ascend_dra.profiles.ascend.hard_vnpu import HardVnpuProfile
-from ascend_dra.profiles.ascend.vnpu_ledger import Ledger, LedgerEntry
+from ascend_dra.cdi.store import CdiStore
+from ascend_dra.durable import checkpoint as ckpt
+from ascend_dra.durable.evidence import few, prepared_claims_evidence
+from ascend_dra.profiles.ascend.hardvnpu.ledger import Ledger, LedgerEntry
+from ascend_dra.profiles.ascend.hardvnpu.profile import HardVnpuProfile
+from ascend_dra.profiles.ascend.vnpucore.profile import VnpuCoreProfile
 from ascend_dra.profiles.base import ProfileContext
 from ascend_dra.profiles.fake import FakeProfile
 from tests.claimfiles import DRIVER, claim_object, write_claim
@@ -176,3 +178,30 @@ def test_the_hard_vnpu_ledger_is_evidence_even_when_an_entry_does_not_read(tmp_p
 
 def test_few_names_three_and_counts_the_rest():
     assert (few([]), few(["a"]), few("abc"), few("abcdef")) == ("", "a", "a, b, c", "a, b, c and 3 more")
+
+
+def test_hami_vnpu_core_claim_dirs_are_evidence_and_other_entries_are_not(tmp_path):
+    """A claim's local dir (with its preload file) is made after its PrepareStarted record and goes
+    before the record does: one left says a claim was prepared. What another installer keeps beside
+    them (a pod's dir of HAMi's device plugin, a file) says nothing about our claims."""
+    ctx = ProfileContext(node_name="n", driver_name=DRIVER, state_dir=tmp_path / "state",
+                         options={"HAMivNPUCore.hostRoot": str(tmp_path)})
+    profile = VnpuCoreProfile()
+    assert profile.claim_evidence(ctx) == []  # no containers dir at all
+    containers = tmp_path / "usr/local/hami-vnpu-core/containers"
+    (containers / "some-pod_app").mkdir(parents=True)
+    (containers / "7d1a0a4e-0000-4000-8000-000000000000").write_text("a file, not a claim dir")
+    assert profile.claim_evidence(ctx) == []
+    (containers / UID / "npu").mkdir(parents=True)
+    assert profile.claim_evidence(ctx) == [f"hami-vnpu-core claim dir {containers}/{UID}"]
+
+
+
+def test_a_hami_vnpu_core_claim_dir_is_named_in_the_start_up_refusal(tmp_path):
+    """What records.py says when it refuses to set the checkpoint aside (the evidence lines)."""
+    (tmp_path / "host/usr/local/hami-vnpu-core/containers" / UID / "npu").mkdir(parents=True)
+    ctx = ProfileContext(node_name="n", driver_name=DRIVER, state_dir=tmp_path / "state",
+                         options={"HAMivNPUCore.hostRoot": str(tmp_path / "host")})
+    found = prepared_claims_evidence(CdiStore(tmp_path / "cdi"), [FAKE_KIND], {"HAMivNPUCore": VnpuCoreProfile()}, ctx)
+    assert found == [f"1 record(s) of profile HAMivNPUCore: hami-vnpu-core claim dir "
+                     f"{tmp_path}/host/usr/local/hami-vnpu-core/containers/{UID}"]

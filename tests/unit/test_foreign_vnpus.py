@@ -8,9 +8,9 @@ import json
 import attrs
 import pytest
 
-from ascend_dra.profiles.ascend import npusmi_sim
 from ascend_dra.profiles.ascend.npu310p import Npu310PProfile
 from ascend_dra.profiles.ascend.npu910 import Npu910Profile
+from ascend_dra.profiles.ascend.sim import npusmi_sim
 from tests.hardvnpu import SIM, SimHost
 
 pytestmark = pytest.mark.anyio
@@ -77,10 +77,12 @@ async def test_an_npu_smi_that_hangs_on_info_vnpu_costs_one_timeout_and_keeps_th
     (host.dev / "vdavinci999").touch()
     calls = tmp_path / "calls.log"
     hanging = tmp_path / "npu-smi"
-    hanging.write_text(f'#!/bin/sh\necho "$*" >> {calls}\ncase "$*" in *info-vnpu*) exec sleep 30;; esac\n'
+    hanging.write_text(f'#!/bin/sh\necho "$*" >> {calls}\ncase "$*" in *info-vnpu*) exec sleep 120;; esac\n'
                        f'exec {SIM} "$@"\n')
     hanging.chmod(0o755)
-    profile = Npu910Profile(host_root=tmp_path, timeout_s=0.5)
+    # The other calls exec the Python simulator, whose start alone took over 0.5 s on a loaded CI
+    # machine (npu-smi info timed out and the devfs tier answered): a timeout they always meet.
+    profile = Npu910Profile(host_root=tmp_path, timeout_s=5)
     inventory = await profile.discover(attrs.evolve(host.ctx(), npu_smi=str(hanging)))
     assert [line for line in calls.read_text().splitlines() if "info-vnpu" in line] == [
         "info -t info-vnpu -i 0 -c 0"]  # one timeout, not one per chip

@@ -383,7 +383,7 @@ def test_sharing_env_follows_the_config(ctx, sharing: dict[str, Any], env: tuple
 
 
 def test_a_claim_config_wins_over_a_class_config(ctx) -> None:
-    from ascend_dra.state import resolve_configs
+    from ascend_dra.state.devicestate import resolve_configs
 
     class_config = OpaqueConfig(source="FromClass", requests=(), driver=DRIVER, index=1, parameters={
         "apiVersion": API_VERSION, "kind": "GpuConfig",

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from ascend_dra import checkpoint as ckpt
-from ascend_dra.guard import CounterIndex, GuardError, HoldIndex, check_counters
+from ascend_dra.durable import checkpoint as ckpt
 from ascend_dra.model import AllocatedDevice, CounterConsumption, CounterSet, Device
+from ascend_dra.state.guard import CounterIndex, GuardError, HoldIndex, check_counters
 
 CHIP = CounterSet("chip-0", {"aicore": "8", "memory": "24Gi"})
 DEVICES = (

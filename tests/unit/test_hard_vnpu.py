@@ -10,15 +10,17 @@ from pathlib import Path
 import attrs
 import pytest
 
+from ascend_dra.cluster.slices import MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS, build_slices
 from ascend_dra.model import AllocatedDevice, ClaimAllocation, parse_quantity
 from ascend_dra.profiles import checks
-from ascend_dra.profiles.ascend import keyvalue, npusmi_sim, tables, templates
-from ascend_dra.profiles.ascend.errors import NpuSmiFailed
-from ascend_dra.profiles.ascend.hard_vnpu import HardVnpuProfile
-from ascend_dra.profiles.ascend.npusmi import NpuSmi
-from ascend_dra.profiles.ascend.vnpu_ops import VnpuError
+from ascend_dra.profiles.ascend.hardvnpu import templates
+from ascend_dra.profiles.ascend.hardvnpu.ops import VnpuError
+from ascend_dra.profiles.ascend.hardvnpu.profile import HardVnpuProfile
+from ascend_dra.profiles.ascend.npusmi import keyvalue, tables
+from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiFailed
+from ascend_dra.profiles.ascend.npusmi.runner import NpuSmi
+from ascend_dra.profiles.ascend.sim import npusmi_sim
 from ascend_dra.profiles.base import ApplyContext
-from ascend_dra.slices import MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS, build_slices
 from tests.hardvnpu import SimHost
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "npu-smi"
@@ -507,3 +509,45 @@ def test_the_boot_id_file_defaults_to_the_daemons(tmp_path: Path) -> None:
     overridden = ProfileContext(node_name="n", driver_name="d", boot_id_file=tmp_path / "boot_id",
                                 state_dir=tmp_path, options={"hard-vNPU.boot-id-file": str(tmp_path / "other")})
     assert HardVnpuProfile().ops(overridden).boot_id_file == tmp_path / "other"
+
+
+async def test_the_templates_option_publishes_only_the_configured_templates(tmp_path, monkeypatch):
+    """A 310P3 publishes 39 devices with every template (the scale bed's hundred nodes: 31,200 on
+    shared counters, which the scheduler searched for every claim); ``hard-vNPU.templates=vir04``
+    publishes the chip and its one vir04 instance (two would need 8 AICPUs of 7), vir04_3c the chip
+    and two, each with a vNPU ID of its own (no shared IDs)."""
+    chips = tuple((i, 0, i, i, "310P3") for i in range(2))
+    host = SimHost(tmp_path, chips=chips)
+    monkeypatch.setenv(npusmi_sim.ENV_DIR, str(host.sim_dir))
+    profile = HardVnpuProfile()
+    ctx = attrs.evolve(host.ctx(), options={**host.options, "hard-vNPU.templates": "vir04_3c, vir10_3c_16g"})
+    inventory = await profile.discover(ctx)
+    assert checks.inventory_problems(inventory) == []
+    assert sorted(d.name for d in inventory.devices if d.name == "npu-0-0" or d.name.startswith("vnpu-0-0-")) == [
+        "npu-0-0", "vnpu-0-0-vir04-3c-0", "vnpu-0-0-vir04-3c-1"]
+    assert len(inventory.devices) == 2 * 3
+    assert not any(k.startswith("vnpu-id-") for s in inventory.counter_sets for k in s.counters)
+    # vir10_3c_16g is a 910B4 template: skipped here, with a warning naming the 310P3's templates.
+    one = attrs.evolve(host.ctx(), options={**host.options, "hard-vNPU.templates": "vir04"})
+    assert sorted(d.name for d in (await profile.discover(one)).devices) == [
+        "npu-0-0", "npu-1-0", "vnpu-0-0-vir04-0", "vnpu-1-0-vir04-0"]
+
+    only_foreign = attrs.evolve(host.ctx(), options={**host.options, "hard-vNPU.templates": "vir10_3c_16g"})
+    assert (await profile.discover(only_foreign)).devices == ()
+    assert [d.reason for d in profile._dropped] == [
+        "none of the configured templates (vir10_3c_16g) is one of chip model 310P3's"] * 2
+
+
+@pytest.mark.parametrize(("value", "problem"), [
+    ("", "is empty"),
+    (" , ", "is empty"),
+    ("vir04,VIR02", "'vir04,VIR02' holds 'VIR02', not a template name (lower-case letters, digits, _); templates "
+                    "of the known chip models: vir01, vir02, "),
+    ("vir04;vir02", "holds 'vir04;vir02', not a template name"),
+])
+def test_a_bad_templates_option_is_refused_naming_the_value_and_the_known_templates(value, problem):
+    option = HardVnpuProfile.profile_options["templates"]
+    message = option.problem(value)
+    assert message is not None and problem in message, message
+    assert option.problem("vir04,vir02_1c") is None
+    assert templates.parse_template_names(" vir04_3c  vir02,vir01 ") == ("vir04_3c", "vir02", "vir01")

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from ascend_dra import instancelock
+from ascend_dra.node import instancelock
 
 
 def test_an_instance_that_stops_while_being_checked_is_skipped_not_a_crash(tmp_path, monkeypatch):

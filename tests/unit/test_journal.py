@@ -12,10 +12,10 @@ import attrs
 import orjson
 import pytest
 
-from ascend_dra import checkpoint as ckpt
-from ascend_dra import journal as jr
-from ascend_dra import records as records_module
-from ascend_dra.checkpoint import CheckpointCorrupt
+from ascend_dra.durable import checkpoint as ckpt
+from ascend_dra.durable import journal as jr
+from ascend_dra.durable import records as records_module
+from ascend_dra.durable.checkpoint import CheckpointCorrupt
 from ascend_dra.profiles.fake import FakeProfile
 from tests.claimfiles import claim_object, write_claim
 from tests.unit.test_state import make_state, on_disk, ref

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ascend_dra.kubelet.rules import driver_name_problem, endpoint_problems, registration_problems
-from ascend_dra.settings import Settings, SettingsError
+from ascend_dra.node.settings import Settings, SettingsError
 
 
 def test_the_default_layout_passes():

@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from ascend_dra import listen
+from ascend_dra.system import listen
 
 
 def _reaches(family: socket.AddressFamily, host: str, port: int) -> bool:

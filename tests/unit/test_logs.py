@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from ascend_dra.logs import THIRD_PARTY, parse_log_level, setup_logging
+from ascend_dra.observe.logs import THIRD_PARTY, parse_log_level, setup_logging
 
 
 def test_the_libraries_stay_at_warning_when_we_are_at_debug() -> None:

@@ -10,7 +10,7 @@ import time
 import anyio
 import pytest
 
-from ascend_dra.loopstall import LoopStallMonitor, RunQueueClock
+from ascend_dra.observe.loopstall import LoopStallMonitor, RunQueueClock
 
 pytestmark = pytest.mark.anyio
 
@@ -79,7 +79,7 @@ for _ in range(3):
 CHILD = """
 import os, subprocess, sys
 import anyio
-from ascend_dra.loopstall import LoopStallMonitor
+from ascend_dra.observe.loopstall import LoopStallMonitor
 os.sched_setaffinity(0, {int(sys.argv[1])})
 async def main():
     monitor = LoopStallMonitor()

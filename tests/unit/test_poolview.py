@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from ascend_dra.cluster.poolview import PoolView, whole_devices_only
 from ascend_dra.model import CounterConsumption, CounterSet, Device, Inventory
-from ascend_dra.poolview import PoolView, whole_devices_only
 
 CHIP_SET = CounterSet("npu-0-0-counters", {"aicore": "20", "memory": "32Gi"})
 CHIP = Device("npu-0-0", consumes_counters=(CounterConsumption("npu-0-0-counters", {"aicore": "20",
@@ -87,7 +87,7 @@ def test_a_fallback_ends_after_answers_in_a_row_and_a_relapse_asks_for_twice_as_
     """One dry-run answer ended a fallback: behind one address, API servers restarted one by one to
     turn a gate on answer differently, and each flap published vNPU templates a server without the
     gate stored without their counters."""
-    from ascend_dra.poolview import GATE_KEPT_ANSWERS, GATE_KEPT_ANSWERS_MAX
+    from ascend_dra.cluster.poolview import GATE_KEPT_ANSWERS, GATE_KEPT_ANSWERS_MAX
 
     gate = "DRAPartitionableDevices"
     view = PoolView("d.example.com", "taint")

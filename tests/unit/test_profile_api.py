@@ -6,9 +6,10 @@ from ascend_dra.profiles import base
 
 PUBLIC = (
     "API_VERSION_SUFFIX", "AllocatedDevice", "ApplyContext", "Capacity", "CapacityRequestPolicy", "ConfigError",
-    "ContainerEdits", "CounterConsumption", "CounterSet", "Device", "DeviceNode", "DeviceTaint", "Inventory",
+    "ContainerEdits", "CounterConsumption", "CounterSet", "Device", "DeviceNode", "DeviceReading", "DeviceTaint",
+    "Inventory",
     "Mount", "Profile", "ProfileContext", "ProfileOption", "Version", "absolute_path", "config_converter",
-    "decode_config", "parse_quantity", "simulate_option", "visible_per_request",
+    "decode_config", "parse_quantity", "path_option", "simulate_option", "visible_per_request",
 )
 
 

@@ -22,7 +22,7 @@ import anyio
 import pytest
 import yaml
 
-from ascend_dra.commands import profiles as profiles_command
+from ascend_dra.cli import profiles as profiles_command
 from ascend_dra.model import Inventory
 from ascend_dra.profiles import checks
 from ascend_dra.profiles.base import ProfileContext

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_dra.settings import Settings, SettingsError
+from ascend_dra.node.settings import Settings, SettingsError
 
 UID = "0f3c1b2e-6d4a-4c3b-9e8f-7a6b5c4d3e2f"  # a pod UID
 

@@ -10,16 +10,16 @@ import os
 import anyio
 import pytest
 
-from ascend_dra import checkpoint as ckpt
-from ascend_dra import journal as jr
 from ascend_dra.cdi.store import CdiStore
-from ascend_dra.checkpoint import ClaimRecord, DeviceRecord
-from ascend_dra.claims import StandaloneClaimSource
+from ascend_dra.durable import checkpoint as ckpt
+from ascend_dra.durable import journal as jr
+from ascend_dra.durable.checkpoint import ClaimRecord, DeviceRecord
+from ascend_dra.durable.records import ClaimRecords
+from ascend_dra.durable.sharedlock import CheckpointLock
 from ascend_dra.profiles.base import ProfileContext
 from ascend_dra.profiles.fake import FakeProfile
-from ascend_dra.records import ClaimRecords
-from ascend_dra.sharedlock import CheckpointLock
-from ascend_dra.state import DeviceState
+from ascend_dra.state.claims import StandaloneClaimSource
+from ascend_dra.state.devicestate import DeviceState
 from tests.claimfiles import claim_object, write_claim
 from tests.unit.test_state import DRIVER, NODE, SideEffectProfile, on_disk, ref
 
@@ -154,8 +154,8 @@ async def test_an_instance_always_busy_still_lets_the_other_in_within_a_turn(tmp
     sharedlock.acquire does (1 ms doubling to 20 ms), must get the lock each time within a turn or so.
     Found by review: new arrivals took the lock in the gap after each hold, and the other instance
     waited up to 15 s."""
-    from ascend_dra.records import SHARED_TURN_S
-    from ascend_dra.sharedlock import acquire
+    from ascend_dra.durable.records import SHARED_TURN_S
+    from ascend_dra.durable.sharedlock import acquire
 
     records = await opened(tmp_path)
     other = os.open(tmp_path / CheckpointLock.FILE, os.O_RDWR)

@@ -5,17 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from ascend_dra.model import (
-    Capacity,
-    CapacityRequestPolicy,
-    CounterConsumption,
-    CounterSet,
-    Device,
-    DeviceTaint,
-    Inventory,
-    Version,
-)
-from ascend_dra.slices import (
+from ascend_dra.cluster.slices import (
     MAX_COUNTER_SETS_PER_SLICE,
     MAX_DEVICES_PER_SLICE,
     MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS,
@@ -25,6 +15,16 @@ from ascend_dra.slices import (
     keep_taint_times,
     slice_content,
     slice_generate_name,
+)
+from ascend_dra.model import (
+    Capacity,
+    CapacityRequestPolicy,
+    CounterConsumption,
+    CounterSet,
+    Device,
+    DeviceTaint,
+    Inventory,
+    Version,
 )
 
 DRIVER = "ascend.project-hami.io"

@@ -15,12 +15,12 @@ import attrs
 import orjson
 import pytest
 
-from ascend_dra import checkpoint as ckpt
 from ascend_dra.cdi import naming
 from ascend_dra.cdi.spec import DeviceNode
+from ascend_dra.durable import checkpoint as ckpt
 from ascend_dra.profiles.base import ApplyContext, ContainerEdits, Device, Inventory, ProfileContext
 from ascend_dra.profiles.fake import FakeProfile
-from ascend_dra.state import DeviceState
+from ascend_dra.state.devicestate import DeviceState
 from tests.claimfiles import DRIVER, claim_object, write_claim
 from tests.unit.test_state import NODE, SharedProfile, SideEffectProfile, make_state, on_disk, ref, share
 
@@ -91,7 +91,9 @@ async def test_a_cdi_dir_that_cannot_be_re_created_fails_the_claim_instead_of_an
 
 
 class NodeProfile(SharedProfile):
-    """Two exclusive devices whose edits name ``/dev/accel<N>`` (looked for under ``--dev-root``)."""
+    """Two exclusive devices whose edits name ``/dev/accel<N>`` as raw paths, as a profile that does
+    not use ``ProfileContext.device_node`` may (looked for under ``--dev-root`` when the host's
+    device directory, ``--dev-root-on-host``, is ``/dev``)."""
 
     name = "nodes"
     cdi_class = "accel"
@@ -108,7 +110,7 @@ async def node_state(root: Path) -> DeviceState:
     state = await make_state(root, {"nodes": NodeProfile()})
     dev = root / "dev"
     dev.mkdir()
-    state.profile_ctx = attrs.evolve(state.profile_ctx, dev_root=dev)
+    state.profile_ctx = attrs.evolve(state.profile_ctx, dev_root=dev, dev_root_on_host=Path("/dev"))
     return state
 
 
@@ -118,9 +120,9 @@ async def test_a_spec_naming_a_missing_device_node_is_refused_naming_it(tmp_path
     claim = write_claim(tmp_path, claim_object("c", results=[("npu", "accel-0")]))
     uid = claim["metadata"]["uid"]
     error = (await state.prepare([ref(claim)]))[uid]
-    assert str(error) == (f"ResourceClaim default/c: device nodes /dev/accel_ctl do not exist on node {NODE} "
-                          f"(looked for under {tmp_path / 'dev'}); the NPU driver may not be loaded yet, or the "
-                          "device was removed. Nothing was prepared; the kubelet retries")
+    assert str(error) == (f"ResourceClaim default/c: device nodes /dev/accel_ctl (looked for at "
+                          f"{tmp_path / 'dev' / 'accel_ctl'}) do not exist on node {NODE}; the NPU driver may not be "
+                          "loaded yet, or the device was removed. Nothing was prepared; the kubelet retries")
     assert uid not in on_disk(tmp_path).claims
     assert not list((tmp_path / "cdi").glob(f"*{uid}*"))  # no incomplete spec kept for a replay
     (tmp_path / "dev" / "accel_ctl").touch()
@@ -137,7 +139,8 @@ async def test_a_replay_after_the_device_node_vanished_fails_loudly_and_keeps_th
     await state.prepare([ref(claim)])
     (tmp_path / "dev" / "accel0").unlink()
     error = (await state.prepare([ref(claim)]))[uid]
-    assert "device nodes /dev/accel0 named by its CDI spec no longer exist" in str(error)
+    assert (f"device nodes /dev/accel0 (looked for at {tmp_path / 'dev' / 'accel0'}) named by its CDI spec no "
+            "longer exist") in str(error)
     assert on_disk(tmp_path).claims[uid].state == "PrepareCompleted"  # still held until unprepared
     assert await state.unprepare([ref(claim)]) == {uid: None}
 
@@ -154,7 +157,9 @@ async def test_an_ascend_node_without_hisi_hdc_fails_the_prepare_naming_it(tmp_p
     state.set_inventories({"npu-310P": await profile.discover(ctx)})
     claim = write_claim(tmp_path / "node", claim_object("c", results=[("npu", "npu-0-0")]))
     error = (await state.prepare([ref(claim)]))[claim["metadata"]["uid"]]
-    assert str(error).startswith(f"ResourceClaim default/c: device nodes /dev/hisi_hdc do not exist on node {NODE}")
+    # A lab tree (--dev-root alone): the spec names the lab's node, and the refusal that path.
+    assert str(error).startswith(f"ResourceClaim default/c: device nodes {ctx.dev_root / 'hisi_hdc'} do not exist "
+                                 f"on node {NODE}")
     (ctx.dev_root / "hisi_hdc").touch()
     assert isinstance((await state.prepare([ref(claim)]))[claim["metadata"]["uid"]], list)
 

@@ -12,7 +12,7 @@ import pytest
 from ascend_dra.model import ClaimAllocation
 from ascend_dra.profiles.base import AllocatedDevice, ApplyContext
 from ascend_dra.profiles.fake import FakeProfile
-from ascend_dra.state import PrepareError
+from ascend_dra.state.devicestate import PrepareError
 from tests.claimfiles import claim_object, write_claim
 from tests.unit.test_state import SideEffectProfile, make_state, on_disk, ref
 
@@ -112,7 +112,7 @@ async def test_a_full_state_disk_at_start_up_does_not_keep_the_node_from_serving
     def full(path, data, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
-    monkeypatch.setattr("ascend_dra.checkpoint.write_atomic", full)
+    monkeypatch.setattr("ascend_dra.durable.checkpoint.write_atomic", full)
     again = await make_state(tmp_path, {"fake": FakeProfile()}, boot_id="boot-1")
     assert (await again.prepare([ref(a)]))[uid(a)] == answer
     b = write_claim(tmp_path, claim_object("b", results=[("npu", "npu-0-0")]))
@@ -144,7 +144,7 @@ async def test_a_journal_that_cannot_be_emptied_after_a_compaction_does_not_fail
     x = write_claim(tmp_path, claim_object("x", results=[("npu", "npu-1-0")]))
     await state.prepare([ref(x)])
     await state.unprepare([ref(x)])  # two change lines, no record: the next write compacts
-    monkeypatch.setattr("ascend_dra.records.COMPACT_MIN_LINES", 0)
+    monkeypatch.setattr("ascend_dra.durable.records.COMPACT_MIN_LINES", 0)
     monkeypatch.setattr(state.store.journal, "reset", eio)
     snapshot = tmp_path / "plugin" / "checkpoint.json"
     before = snapshot.stat().st_mtime_ns if snapshot.exists() else None

@@ -10,10 +10,10 @@ import threading
 import pytest
 
 from ascend_dra.cdi import naming
-from ascend_dra.journal import JOURNAL_FILE
-from ascend_dra.journal import read as read_journal
+from ascend_dra.durable.journal import JOURNAL_FILE
+from ascend_dra.durable.journal import read as read_journal
 from ascend_dra.profiles.fake import FakeProfile
-from ascend_dra.state import PrepareError
+from ascend_dra.state.devicestate import PrepareError
 from tests.claimfiles import DRIVER, claim_object, write_claim
 from tests.unit.test_state import SideEffectProfile, make_state, on_disk, ref
 
@@ -115,9 +115,9 @@ async def test_in_a_mixed_batch_no_write_carries_a_claim_as_completed_before_its
         uid(plain): "PrepareCompleted", uid(effects): "PrepareCompleted"}
 
 
-async def test_a_failed_spec_whose_deletion_cannot_be_written_yet_goes_out_with_the_next_write(tmp_path):
-    state = await make_state(tmp_path, {"fake": FakeProfile()})
-    bad = write_claim(tmp_path, claim_object("bad", results=[("npu", "npu-0-0")]))
+def fail_the_spec_and_then_the_deletion(state, bad: dict) -> list[bytes]:
+    """Make ``bad``'s spec fail (ENOSPC) after its PrepareCompleted record went out, and the append
+    after that (its deletion) fail too (EIO); return the appends tried (each one's data)."""
     bad_file = naming.claim_spec_file(FAKE_KIND, uid(bad))
     write, append = state.cdi.write, state.store.journal.append
     appends: list[bytes] = []
@@ -133,8 +133,15 @@ async def test_a_failed_spec_whose_deletion_cannot_be_written_yet_goes_out_with_
             raise OSError(errno.EIO, os.strerror(errno.EIO))
         append(data)
 
-    state.cdi.write = full_for_bad  # type: ignore[method-assign]
-    state.store.journal.append = second_append_fails  # type: ignore[method-assign]
+    state.cdi.write = full_for_bad
+    state.store.journal.append = second_append_fails
+    return appends
+
+
+async def test_a_failed_spec_whose_deletion_cannot_be_written_yet_goes_out_with_the_next_write(tmp_path):
+    state = await make_state(tmp_path, {"fake": FakeProfile()})
+    bad = write_claim(tmp_path, claim_object("bad", results=[("npu", "npu-0-0")]))
+    appends = fail_the_spec_and_then_the_deletion(state, bad)
     assert isinstance((await state.prepare([ref(bad)]))[uid(bad)], PrepareError)
     assert len(appends) == 2
     assert uid(bad) not in state.prepared_claims

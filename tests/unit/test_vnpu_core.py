@@ -13,19 +13,19 @@ import attrs
 import pytest
 import yaml
 
-from ascend_dra import checkpoint as ckpt
 from ascend_dra.cdi.spec import DeviceNode, Mount
 from ascend_dra.cdi.store import CdiStore
-from ascend_dra.claims import StandaloneClaimSource
-from ascend_dra.commands.discover import run as discover_run
+from ascend_dra.cli.discover import run as discover_run
+from ascend_dra.durable import checkpoint as ckpt
 from ascend_dra.model import AllocatedDevice
 from ascend_dra.profiles import registry
-from ascend_dra.profiles.ascend import labnode
-from ascend_dra.profiles.ascend.versioninfo import DriverRelease, VersionInfoError, parse_version_info
-from ascend_dra.profiles.ascend.vnpu_core import VnpuCoreProfile
+from ascend_dra.profiles.ascend.sim import labnode
+from ascend_dra.profiles.ascend.vnpucore.profile import VnpuCoreProfile
+from ascend_dra.profiles.ascend.vnpucore.versioninfo import DriverRelease, VersionInfoError, parse_version_info
 from ascend_dra.profiles.base import ApplyContext, ConfigError, ProfileContext, decode_config
 from ascend_dra.profiles.checks import inventory_problems
-from ascend_dra.state import ClaimRef, DeviceState
+from ascend_dra.state.claims import StandaloneClaimSource
+from ascend_dra.state.devicestate import ClaimRef, DeviceState
 from tests.claimfiles import claim_object, write_claim
 
 DRIVER = "ascend.project-hami.io"
@@ -119,7 +119,7 @@ async def test_chip_without_device_share_is_not_offered_and_the_reason_is_logged
     lab.set_device_share(5, 0, False)
     profile = loaded()
     ctx = context(lab, tmp_path)
-    with caplog.at_level(logging.INFO, logger="ascend_dra.profiles.ascend.vnpu_core"):
+    with caplog.at_level(logging.INFO, logger="ascend_dra.profiles.ascend.vnpucore.profile"):
         inventory = await profile.discover(ctx)
         await profile.discover(ctx)
     assert [d.name for d in inventory.devices] == ["npu-0-0"]
@@ -128,7 +128,7 @@ async def test_chip_without_device_share_is_not_offered_and_the_reason_is_logged
     refusals = [r for r in caplog.records if r.getMessage() == "chip not offered by HAMivNPUCore"]
     assert [(r.device_name, r.npu_id, r.chip_id, r.reason) for r in refusals] == [("npu-1-0", 5, 0, reason)]
     lab.set_device_share(5, 0, True)
-    with caplog.at_level(logging.INFO, logger="ascend_dra.profiles.ascend.vnpu_core"):
+    with caplog.at_level(logging.INFO, logger="ascend_dra.profiles.ascend.vnpucore.profile"):
         again = await profile.discover(ctx)
     assert [d.name for d in again.devices] == ["npu-0-0", "npu-1-0"]
     assert any(r.getMessage() == "chip offered by HAMivNPUCore again" for r in caplog.records)
@@ -253,7 +253,7 @@ async def test_lab_share_gets_the_labs_env_device_nodes_and_mounts(lab, tmp_path
 
 @pytest.mark.anyio
 async def test_mount_tools_adds_npu_smi_and_dcmi(lab, tmp_path) -> None:
-    from ascend_dra.profiles.ascend.vnpu_core import VnpuCoreConfig
+    from ascend_dra.profiles.ascend.vnpucore.profile import VnpuCoreConfig
 
     edits = (await applied(lab, tmp_path, [share("npu-0-0")], VnpuCoreConfig(mount_tools=True)))["npu-0-0"]
     host = lab.host_root
@@ -267,7 +267,7 @@ async def test_memory_is_floored_to_whole_mib_and_below_one_mib_is_refused(lab, 
     edits = await applied(lab, tmp_path, [share("npu-0-0", memory=str(8 * 2**30 + 2**20 - 1), cores="12500m")])
     assert "NPU_MEM_QUOTA=8192" in edits["npu-0-0"].env
     assert "NPU_PRIORITY=12.5" in edits["npu-0-0"].env
-    with pytest.raises(ValueError, match=r"consumedCapacity memory 512Ki is below 1Mi; NPU_MEM_QUOTA=0 would mean "
+    with pytest.raises(ValueError, match=r"consumedCapacity memory 512Ki is below 1024Ki; NPU_MEM_QUOTA=0 would mean "
                                          r"unlimited to hami-vnpu-core"):
         await applied(lab, tmp_path, [share("npu-0-0", memory="512Ki")])
 

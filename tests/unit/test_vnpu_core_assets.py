@@ -21,9 +21,9 @@ import attrs
 import pytest
 import yaml
 
-from ascend_dra.profiles.ascend import labnode
-from ascend_dra.profiles.ascend.vnpu_core_assets import elf_problem
-from ascend_dra.state import ClaimRef
+from ascend_dra.profiles.ascend.sim import labnode
+from ascend_dra.profiles.ascend.vnpucore.assets import elf_problem
+from ascend_dra.state.devicestate import ClaimRef
 from tests.unit.test_vnpu_core import CLAIM_UID, context, lab_claim, lab_state, loaded
 
 CORE = "usr/local/hami-vnpu-core"

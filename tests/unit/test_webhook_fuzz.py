@@ -8,9 +8,9 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ascend_dra.hami.convert import ConversionError, Mode, convert_pod
 from ascend_dra.profiles import fake, gpu
 from ascend_dra.profiles.ascend import npu310p
-from ascend_dra.webhook.hami import ConversionError, Mode, convert_pod
 from ascend_dra.webhook.review import ReviewError, parse_review
 from ascend_dra.webhook.validate import claim_problems
 

@@ -1,4 +1,4 @@
-"""HAMi syntax -> claim specs and pod patch (ascend_dra/webhook/hami.py), against
+"""HAMi syntax -> claim specs and pod patch (ascend_dra/hami/convert.py), against
 docs/ascend-hardware.md#hami-dra-conversion and the lab."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ascend_dra.webhook.hami import (
+from ascend_dra.hami.convert import (
     COMMON_WORDS,
     ConversionError,
     Mode,
@@ -141,7 +141,7 @@ def test_memory_with_a_unit_under_one_mib_is_refused_as_a_unit_slip(memory):
         convert_pod(pod_with({"huawei.com/Ascend310P": "1", "huawei.com/Ascend310P-memory": memory}), "ns")
     [(field, reason)] = caught.value.problems
     assert field == 'spec.containers[0].resources.limits["huawei.com/Ascend310P-memory"]'
-    assert "less than 1 MiB: a plain number is MiB" in reason
+    assert "the smallest share: a plain number is MiB" in reason
 
 
 def test_memory_and_cores_only_in_requests_are_read_from_there():
@@ -320,7 +320,8 @@ def test_memory_above_hamis_int32_mib_is_refused_as_a_unit_slip(memory):
         convert_pod(pod_with({"huawei.com/Ascend310P": "1", "huawei.com/Ascend310P-memory": memory}), "ns")
     [(field, reason)] = caught.value.problems
     assert field == 'spec.containers[0].resources.limits["huawei.com/Ascend310P-memory"]'
-    assert "more than 2147483647 MiB" in reason and "plain number is MiB" in reason
+    most = "~1.999Pi" if memory == "2Pi" else "2147483647 MiB"  # in the unit the value was written in
+    assert f"more than {most}, the most HAMi accepts" in reason and "plain number is MiB" in reason
     [planned] = convert_pod(pod_with({"huawei.com/Ascend310P": "1", "huawei.com/Ascend310P-memory": "2147483647"}),
                             "ns").claims
     assert planned.spec["devices"]["requests"][0]["exactly"]["capacity"]["requests"]["memory"] == str(

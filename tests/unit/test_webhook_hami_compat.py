@@ -1,5 +1,5 @@
 """What HAMi accepts, the conversion accepts; what nothing could satisfy, it refuses naming the field
-(ascend_dra/webhook/hamirequest.py, hamiannotations.py, hami.py; docs/webhook.md#conversion-of-hami-syntax)."""
+(ascend_dra/hami/request.py, hamiannotations.py, hami.py; docs/webhook.md#conversion-of-hami-syntax)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from ascend_dra.webhook.hami import ConversionError, Mode, convert_pod
-from ascend_dra.webhook.hamiannotations import HAMI_CHIP_NAMES
-from ascend_dra.webhook.hamichips import CHIP_SELECTORS, COMMON_WORDS, DeviceConfigError, load_device_config
+from ascend_dra.hami.annotations import HAMI_CHIP_NAMES
+from ascend_dra.hami.chips import CHIP_SELECTORS, COMMON_WORDS, DeviceConfigError, load_device_config
+from ascend_dra.hami.convert import ConversionError, Mode, convert_pod
 from tests.jsonpatch import apply_patch
 
 DRIVER = "ascend.project-hami.io"

@@ -1,4 +1,4 @@
-"""A HAMi device config as the webhook's chip table (ascend_dra/webhook/hamichips.py, docs/webhook.md),
+"""A HAMi device config as the webhook's chip table (ascend_dra/hami/chips.py, docs/webhook.md),
 and the conversion of the resources it names."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ascend_dra.webhook.hami import convert_pod, unconverted_resources
-from ascend_dra.webhook.hamichips import DEFAULT_CHIPS, DeviceConfigError, HamiChip, load_device_config
+from ascend_dra.hami.chips import DEFAULT_CHIPS, DeviceConfigError, HamiChip, load_device_config
+from ascend_dra.hami.convert import convert_pod, unconverted_resources
 
 #: HAMi's current layout (``vnpus: {hamiVnpuCore, configs}``, Project-HAMi/HAMi ``VNPUs``), with a
 #: chip its defaults lack (910B1), two chip names under one commonWord (as in HAMi's own device

@@ -1,4 +1,4 @@
-"""Recognising the claims HAMi-DRA made before the switch (ascend_dra/webhook/hamidra.py)."""
+"""Recognising the claims HAMi-DRA made before the switch (ascend_dra/hami/hamidra.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from ascend_dra.webhook.hamichips import DEFAULT_CHIPS
-from ascend_dra.webhook.hamidra import follows_hami_dra_rule, made_by_hami_dra, users_of
+from ascend_dra.hami.chips import DEFAULT_CHIPS
+from ascend_dra.hami.hamidra import follows_hami_dra_rule, made_by_hami_dra, users_of
 
 LAB = Path(__file__).resolve().parents[2] / "examples" / "hami-lab" / "ascend-share-a.yaml"
 

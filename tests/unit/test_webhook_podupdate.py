@@ -10,8 +10,8 @@ from typing import Any
 import orjson
 import pytest
 
-from ascend_dra.webhook.hami import Mode, convert_pod
-from ascend_dra.webhook.hamichips import DEFAULT_CHIPS
+from ascend_dra.hami.chips import DEFAULT_CHIPS
+from ascend_dra.hami.convert import Mode, convert_pod
 from ascend_dra.webhook.kubeapi import ApiError
 from ascend_dra.webhook.podupdate import PodUpdates
 from ascend_dra.webhook.review import ReviewRequest

@@ -180,7 +180,7 @@ def test_webhook_process_imports_no_kubelet_grpc_nor_unneeded_profiles():
             "server.load_profiles(('fake',)); "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('grpclib', 'betterproto2', "
             "'kubernetes_asyncio', 'grpc') or m.startswith(('ascend_dra.kubelet', 'ascend_dra.state', "
-            "'ascend_dra.profiles.gpu', 'ascend_dra.profiles.ascend', 'ascend_dra.daemon', 'ascend_dra.cdi.store'))))")
+            "'ascend_dra.profiles.gpu', 'ascend_dra.profiles.ascend', 'ascend_dra.node', 'ascend_dra.cdi.store'))))")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert out.strip() == "[]"
 

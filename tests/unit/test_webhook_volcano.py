@@ -1,4 +1,4 @@
-"""A Volcano Job's task templates converted as pods are (ascend_dra/webhook/volcano.py,
+"""A Volcano Job's task templates converted as pods are (ascend_dra/hami/volcano.py,
 docs/webhook.md#volcano-jobs)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from ascend_dra.webhook.hami import ConversionError, Mode, convert_pod
-from ascend_dra.webhook.volcano import VOLCANO_VERSION_WARNING, conversion_warnings, convert_job
+from ascend_dra.hami.convert import ConversionError, Mode, convert_pod
+from ascend_dra.hami.volcano import VOLCANO_VERSION_WARNING, conversion_warnings, convert_job
 from tests.jsonpatch import apply_patch
 
 

@@ -12,7 +12,16 @@ docs/ascend-hardware.md#peer-attributes), ``chipFamily``, ``memoryType`` (``HBM`
 ``pciAddress``, ``uuid`` (VDie ID), ``driverVersion`` (a version, only when the driver version is
 semver, e.g. ``25.5.1``) and ``driverRelease`` (the driver version as printed, a string, always
 when known, e.g. ``24.1.rc1.b030``, which is not semver). Capacities: ``memory`` (MiB as a
-Quantity, ``65536Mi``) and ``aicore`` (AI cores, a count).
+Quantity, ``65536Mi``), ``aicore`` (AI cores, a count) and ``cores`` (``100``: percent of the chip).
+
+What HAMi's monitoring reads (HAMi-DRA ``pkg/cache/nodedevices.go``, ``ParseNodeDevice``: the
+unqualified keys below, strings read with ``StringValue``, capacities with ``Quantity.Value()``;
+its ``pkg/metrics`` divides ``memory`` by 1024*1024 for MB, so the Quantity must be bytes-valued,
+which ``65536Mi`` is): ``uuid``, ``brand`` (``Huawei``, the value Project-HAMi's Ascend DRA driver
+gives, docs/ascend-hardware.md#the-hami-ascend-dra-driver), ``productName``, ``architecture`` (the
+chip family, ``Ascend310P``: the chip generation, as ``sm_80`` is a GPU's in HAMi-DRA's own
+tests) and capacities ``cores`` (percent,
+HAMi's unit for a device's compute: 100 is the whole chip) and ``memory``.
 
 Standard attributes (domain ``resource.kubernetes.io``, the names Kubernetes defines so that devices
 of different drivers can be aligned with ``matchAttribute``), beside ours and only when known:
@@ -31,14 +40,16 @@ from pathlib import Path
 
 from ascend_dra.model import AttributeValue, Capacity, Version
 from ascend_dra.profiles import checks
-from ascend_dra.profiles.ascend import _text
 from ascend_dra.profiles.ascend.chip import NpuChip
+from ascend_dra.profiles.ascend.npusmi import _text
 
 __all__ = (
+    "BRAND",
     "MAX_ATTRIBUTES_AND_CAPACITIES",
     "MAX_NAME_LENGTH",
     "MAX_VALUE_LENGTH",
     "WHOLE_CHIP",
+    "WHOLE_CHIP_CORES",
     "chip_attributes",
     "chip_capacities",
     "device_name",
@@ -74,6 +85,11 @@ def publishable(name: str, value: object) -> bool:
     return is_attribute_name(name) and checks.attribute_problem(name, value) is None
 
 
+#: ``brand`` of every Ascend chip (what HAMi-DRA's cache and metrics read; see the module docstring).
+BRAND = "Huawei"
+#: ``cores`` of a whole chip: HAMi counts a device's compute in percent.
+WHOLE_CHIP_CORES = 100
+
 #: The partition suffix of a whole chip's device name (``npu-<logicID>-0``).
 WHOLE_CHIP = 0
 
@@ -105,6 +121,8 @@ def chip_attributes(chip: NpuChip, extra: Mapping[str, AttributeValue] | None = 
         "chipName": chip.chip_name,
         "productName": chip.chip_name,
         "chipFamily": chip.family.value if chip.family else None,
+        "architecture": chip.family.value if chip.family else None,
+        "brand": BRAND,
         "memoryType": chip.memory_kind.value if chip.memory_kind else None,
         "numaNode": chip.numa_node,
         "pciAddress": chip.pci_address,
@@ -127,7 +145,8 @@ def chip_attributes(chip: NpuChip, extra: Mapping[str, AttributeValue] | None = 
 
 
 def chip_capacities(chip: NpuChip) -> dict[str, Capacity]:
-    """``memory`` (``<MiB>Mi``) and ``aicore`` (count), each only when known and positive.
+    """``memory`` (``<MiB>Mi``) and ``aicore`` (count), each only when known and positive, and
+    ``cores`` (:data:`WHOLE_CHIP_CORES`, always).
 
     DCMI's "not supported" code 8255 is not an amount (:data:`._text.DCMI_NOT_SUPPORTED`): the
     parsers already read it as unknown; a tier that still hands it over gets it omitted here,
@@ -142,6 +161,7 @@ def chip_capacities(chip: NpuChip) -> dict[str, Capacity]:
                            extra={"device_name": device_name(chip), "capacity": name, "value": amount})
             continue
         out[name] = Capacity(f"{amount}{unit}")
+    out["cores"] = Capacity(str(WHOLE_CHIP_CORES))
     return out
 
 

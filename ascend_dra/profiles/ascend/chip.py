@@ -38,6 +38,8 @@ class NpuChip:
     :ivar hccs: whether the chip has an HCCS link to another chip (``-t topo``).
     :ivar topology_group: the HCCS-connected group it belongs to (``hccs-<n>``).
     :ivar cpu_affinity: ``CPU Affinity`` of ``-t topo`` (``144-167``).
+    :ivar family_said: when ``family`` is None, what each source the tier read said about it, one
+        phrase each (``sysfs /sys/bus/pci/devices/0000:61:00.0/device cannot be read``); empty otherwise.
     """
 
     logic_id: int
@@ -57,6 +59,7 @@ class NpuChip:
     hccs: bool | None = None
     topology_group: str | None = None
     cpu_affinity: str | None = None
+    family_said: tuple[str, ...] = ()
 
 
 @attrs.frozen

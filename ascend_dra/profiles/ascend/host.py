@@ -14,9 +14,9 @@ nodes every supported family needs (:data:`MANDATORY_DEVICE_NODES`; only 310B / 
 node where the driver has not created them yet fails the Prepare with a message naming them (the
 daemon checks every device node of a spec at Prepare time) instead of handing out a spec without
 them. Optional nodes and the driver mounts are probed (:func:`probe`) and injected only when
-present. Paths in CDI
-edits are always host paths (``/dev/...``); the probe reads them under ``dev_root`` /
-``host_root`` so tests (and a daemon with the host mounted elsewhere) can point at another tree.
+present. The paths here are the standard ones (``/dev/...``); the probe reads device nodes under
+``dev_root`` and driver paths under ``host_root``, and the profiles write a device node's host path
+with ``ProfileContext.device_node`` (under ``--dev-root-on-host``, docs/architecture.md "Device nodes").
 """
 
 from __future__ import annotations

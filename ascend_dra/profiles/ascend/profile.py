@@ -9,7 +9,9 @@ published, with the reason, and lists it in :meth:`AscendChipProfile.discovery_n
 Container edits per allocated device (docs/ascend-hardware.md#the-ids, docs/ascend-hardware.md#ascend-docker-runtime):
 
 * device nodes ``/dev/davinci<physicalID>`` and the shared nodes that exist on the node
-  (:mod:`.host`); on the simulated tier the chip's node is backed by ``/dev/null``;
+  (:mod:`.host`), in the container at ``/dev/<name>`` and on the host at ``<--dev-root-on-host>/<name>``
+  (:meth:`ProfileContext.device_node`; the daemon reads them under ``--dev-root``); on the simulated
+  tier the chip's node is backed by the host's ``/dev/null``;
 * read-only mounts of the driver (``lib64``, ``version.info``) and, unless ``mountTools: false``,
   ``/usr/local/dcmi`` and ``/usr/local/bin/npu-smi`` -- each only if it exists on the node;
 * ``ASCEND_VISIBLE_DEVICES`` = the **physical IDs** of every device of the same request, sorted and
@@ -24,7 +26,7 @@ while the vNPUs' containers run on it (:meth:`AscendChipProfile.without_foreign_
 
 Profile options (``ProfileContext.options``, keys ``<profile>.<key>`` or ``<key>``):
 ``simulate`` = ``never`` (default) | ``fallback`` | ``always`` (:class:`SimulateMode`); ``dcmi`` =
-``auto`` (default) | ``never`` (:data:`.dcmi.DCMI_OPTION`).
+``auto`` (default) | ``never`` (:data:`.dcmi.client.DCMI_OPTION`).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from pathlib import Path
 
 import anyio
 
-from ascend_dra.model import AttributeValue
+from ascend_dra.model import AttributeValue, DeviceReading
 from ascend_dra.profiles.ascend import host
 from ascend_dra.profiles.ascend.attributes import (
     MAX_ATTRIBUTES_AND_CAPACITIES,
@@ -54,9 +56,8 @@ from ascend_dra.profiles.ascend.config import (
     log_level_number,
     validate_config,
 )
-from ascend_dra.profiles.ascend.dcmi import DCMI_OPTION, DcmiError, DcmiSource
-from ascend_dra.profiles.ascend.dcmi_tier import dcmi_health
-from ascend_dra.profiles.ascend.discovery import (
+from ascend_dra.profiles.ascend.dcmi.client import DCMI_OPTION, DcmiError, DcmiSource
+from ascend_dra.profiles.ascend.discovery.chain import (
     DRIVER_TIERS,
     TIER_DCMI,
     TIER_DEVFS,
@@ -66,10 +67,12 @@ from ascend_dra.profiles.ascend.discovery import (
     SimulateMode,
     discover_chips,
 )
-from ascend_dra.profiles.ascend.errors import NpuSmiError
-from ascend_dra.profiles.ascend.locate import locate_npu_smi
-from ascend_dra.profiles.ascend.npusmi import DEFAULT_TIMEOUT_S, NpuSmi
-from ascend_dra.profiles.ascend.tables import parse_info
+from ascend_dra.profiles.ascend.discovery.dcmi_tier import dcmi_health
+from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiError
+from ascend_dra.profiles.ascend.npusmi.locate import locate_npu_smi
+from ascend_dra.profiles.ascend.npusmi.runner import DEFAULT_TIMEOUT_S, NpuSmi
+from ascend_dra.profiles.ascend.npusmi.tables import parse_info
+from ascend_dra.profiles.ascend.usage import chip_readings
 from ascend_dra.profiles.base import (
     AllocatedDevice,
     ApplyContext,
@@ -130,6 +133,8 @@ class AscendChipProfile:
         self._known: dict[int, NpuChip] = {}
         #: libdcmi.so under host_root and its worker (docs/ascend-discovery.md#dcmi).
         self.dcmi = DcmiSource(timeout_s=timeout_s)
+        #: Device name -> what it reported at the last health check (:meth:`readings`).
+        self.last_readings: Mapping[str, DeviceReading] = {}
 
     def default_config(self) -> NpuConfig:
         """``NpuConfig()``: image's own log settings, tools mounted."""
@@ -253,13 +258,22 @@ class AscendChipProfile:
 
         ``OK`` and ``Warning`` (DCMI 0, 1) are healthy (the chip works; a warning is e.g. a
         temperature threshold), ``Alarm`` and ``Critical`` (2, 3) unhealthy, anything else unknown; a
-        published chip that the table no longer lists is unknown. Chips found by the devfs or
-        simulated tiers have no health source and count as healthy.
+        published chip that the table no longer lists is unknown. Chips found by the devfs tier because
+        DCMI or npu-smi failed are unknown too: a chip that was unhealthy keeps its mark (poolview.py)
+        instead of counting as healthy the moment the driver stops answering. Chips of a node without
+        either (the devfs tier with no library and npu-smi not found) or of the simulated tier have no
+        health source and count as healthy.
 
         :raises NpuSmiError: npu-smi failed, hung or printed an unknown layout while DCMI answered
             for no chip (the daemon then reports this profile's devices as unknown).
         """
         if inventory.source not in DRIVER_TIERS or not inventory.devices:
+            self.last_readings = {}
+            found = self.last_discovery
+            if inventory.source == TIER_DEVFS and found is not None and (
+                    found.dcmi_failure is not None or (found.npu_smi is not None and found.npu_smi.found)):
+                # DCMI or npu-smi is there and failed: health not known
+                return dict.fromkeys((d.name for d in inventory.devices), None)
             return {}
         result: dict[str, bool | None] = {}
         rest = list(inventory.devices)
@@ -269,18 +283,26 @@ class AscendChipProfile:
             except DcmiError as exc:
                 logger.debug("no health from DCMI; npu-smi is asked", extra={"error": str(exc), "profile": self.name})
         if not rest:
+            self.last_readings = {}
             return result
-        located = await anyio.to_thread.run_sync(
-            lambda: locate_npu_smi(ctx.npu_smi, host_root=self.host_root, search_path=self.search_path))
         try:
-            text = await NpuSmi(located.executable, timeout_s=self.timeout_s).run("info")
+            located = await anyio.to_thread.run_sync(
+                lambda: locate_npu_smi(ctx.npu_smi, host_root=self.host_root, search_path=self.search_path))
+            table = parse_info(await NpuSmi(located.executable, timeout_s=self.timeout_s).run("info"))
         except NpuSmiError as exc:
+            self.last_readings = {}
             if not result:
                 raise
             logger.warning("npu-smi gave no health for the chips DCMI did not answer for; they are unknown",
                            extra={"devices": [d.name for d in rest], "error": str(exc), "profile": self.name})
             return {**result, **dict.fromkeys((d.name for d in rest), None)}
-        status = {(c.npu_id, c.chip_id): c.health for c in parse_info(text).chips}
+        except BaseException:
+            # None rather than the last ones, which would read as current; kept while the call runs,
+            # so a scrape meanwhile does not lose every series.
+            self.last_readings = {}
+            raise
+        self.last_readings = chip_readings(table, inventory.devices)
+        status = {(c.npu_id, c.chip_id): c.health for c in table.chips}
         return {**result, **{
             d.name: CHIP_HEALTH.get(status.get((d.attributes.get("npuID"), d.attributes.get("chipID")), ""))
             for d in rest
@@ -289,6 +311,11 @@ class AscendChipProfile:
     def close(self) -> None:
         """Stop the DCMI worker (it is also stopped when the profile is garbage-collected, or the daemon exits)."""
         self.dcmi.close()
+
+    def readings(self) -> Mapping[str, DeviceReading]:
+        """What the chips reported in the ``npu-smi info`` of the last :meth:`health` (usage.py); none
+        after a failed call or on the devfs and simulated tiers. Holds no I/O (profiles/base.py)."""
+        return self.last_readings
 
     def extra_attributes(self, chip: NpuChip) -> Mapping[str, AttributeValue | None]:
         """Family-specific attributes (None values are omitted). Overridden by each profile."""
@@ -314,11 +341,12 @@ class AscendChipProfile:
             return present
         return (*host.MANDATORY_DEVICE_NODES, *(p for p in present if p not in host.MANDATORY_DEVICE_NODES))
 
-    def shared_edits(self, config: NpuConfig,
-                     simulated: bool) -> tuple[tuple[DeviceNode, ...], tuple[Mount, ...], list[str]]:
-        """What every device of this profile gets whatever the chip: the shared device nodes, the
-        driver mounts (and the tools with ``mountTools``), and the log env of ``config``."""
-        shared = tuple(DeviceNode(path=p) for p in self.shared_node_paths(simulated))
+    def shared_edits(self, config: NpuConfig, simulated: bool,
+                     ctx: ProfileContext) -> tuple[tuple[DeviceNode, ...], tuple[Mount, ...], list[str]]:
+        """What every device of this profile gets whatever the chip: the shared device nodes (host
+        paths under ``ctx``'s host device directory, :meth:`ProfileContext.device_node`), the driver
+        mounts (and the tools with ``mountTools``), and the log env of ``config``."""
+        shared = tuple(ctx.device_node(p) for p in self.shared_node_paths(simulated))
         mounts = tuple(Mount(host_path=p, container_path=p) for p in self.layout.driver_mounts)
         if config.mount_tools:
             mounts += tuple(Mount(host_path=p, container_path=p) for p in self.layout.tool_mounts)
@@ -353,11 +381,11 @@ class AscendChipProfile:
             physical[allocated.device] = value
         visible = visible_per_request(devices, lambda a: physical[a.device])
         simulated = ctx.inventory.source == TIER_SIMULATED
-        shared, mounts, common_env = self.shared_edits(config, simulated)
+        shared, mounts, common_env = self.shared_edits(config, simulated, ctx.profile)
         edits: dict[str, ContainerEdits] = {}
         for allocated in devices:
             number = physical[allocated.device]
-            node = DeviceNode(path=f"/dev/davinci{number}", host_path="/dev/null" if simulated else None)
+            node = simulated_node(number) if simulated else ctx.profile.device_node(f"davinci{number}")
             edits[allocated.device] = ContainerEdits(
                 env=(f"{VISIBLE_DEVICES_ENV}={visible[allocated.base_request]}", *common_env),
                 device_nodes=(node, *shared),
@@ -366,7 +394,16 @@ class AscendChipProfile:
         return edits
 
 
+def simulated_node(number: int) -> DeviceNode:
+    """A simulated chip's ``/dev/davinci<number>``: the host's ``/dev/null`` (always there, whatever
+    ``--dev-root``), so a container can open it."""
+    return DeviceNode(path=f"/dev/davinci{number}", host_path="/dev/null")
+
+
 def unknown_family(chip: NpuChip) -> str:
-    """Why a chip has no family (the sources of :func:`.chips.family_of`, in the words of the operator)."""
+    """Why a chip has no family: what each source its tier read said (``NpuChip.family_said``), so
+    the reason names only what was read."""
+    if chip.family_said:
+        return f"chip family unknown: {'; '.join(chip.family_said)}"
     name = f"chip name {chip.chip_name!r} matches no family" if chip.chip_name else "no chip name"
-    return f"chip family unknown: {name}, and no known PCI device ID (npu-smi -t board, sysfs)"
+    return f"chip family unknown: {name}"
