@@ -1,7 +1,7 @@
 /*
  * A test libdcmi.so: DCMI's calls, answered from the host the npu-smi simulator reads.
  *
- * The host is $ASCEND_NPU_SMI_SIM_DIR/host.json (ascend_dra/profiles/ascend/npusmi_sim.py, write_host),
+ * The host is $ASCEND_NPU_SMI_SIM_DIR/host.json (ascend_dra/profiles/ascend/sim/npusmi_sim.py, write_host),
  * read again whenever the file changes, so one fake host drives both the npu-smi tier (through the
  * simulator) and the DCMI tier (through this library), and a test can change a chip's health
  * between two passes. Signatures, struct layouts and return codes follow DCMI's published header
@@ -84,8 +84,8 @@ int dcmi_init(void);
 #ifndef DCMI_SIM_MINIMAL
 
 struct chip {
-    long long npu_id, chip_id, logic_id, physical_id, health, memory_mib, aicore, util;
-    int has_health, has_memory, has_aicore, has_util, has_die, has_bus, has_pci;
+    long long npu_id, chip_id, logic_id, physical_id, health, memory_mib, aicore, util, used_mib, temp, power_dw;
+    int has_health, has_memory, has_aicore, has_util, has_die, has_bus, has_pci, has_used, has_temp, has_power;
     char model[TEXT], bus_id[TEXT], memory_kind[8], health_name[16];
     unsigned int die[DIE_ID_COUNT], pci_device_id;
 };
@@ -183,6 +183,19 @@ static int chip_field(struct cursor *c, struct chip *chip, const char *key)
     if (!strcmp(key, "memory_mib")) { r = number(c, &chip->memory_mib); chip->has_memory = r == 0; return r < 0; }
     if (!strcmp(key, "aicore")) { r = number(c, &chip->aicore); chip->has_aicore = r == 0; return r < 0; }
     if (!strcmp(key, "aicore_util")) { r = number(c, &chip->util); chip->has_util = r == 0; return r < 0; }
+    if (!strcmp(key, "memory_used_mib")) { r = number(c, &chip->used_mib); chip->has_used = r == 0; return r < 0; }
+    if (!strcmp(key, "temperature_c")) { r = number(c, &chip->temp); chip->has_temp = r == 0; return r < 0; }
+    if (!strcmp(key, "power_w")) {  /* watts, maybe with a fraction; DCMI gives tenths of a watt */
+        char *end;
+        ws(c);
+        if (!strncmp(c->s, "null", 4)) { c->s += 4; return 0; }
+        double watts = strtod(c->s, &end);
+        if (end == c->s) return -1;
+        c->s = end;
+        chip->power_dw = (long long)(watts * 10 + 0.5);
+        chip->has_power = 1;
+        return 0;
+    }
     if (!strcmp(key, "pci_device_id")) {
         r = text(c, buf, sizeof buf);
         if (r == 0) { chip->pci_device_id = (unsigned int)strtoul(buf, NULL, 16); chip->has_pci = 1; }
@@ -506,6 +519,7 @@ int dcmi_get_device_hbm_info(int card_id, int device_id, struct dcmi_hbm_info *h
     if (strcmp(chip->memory_kind, "HBM") || !chip->has_memory) return ERR_NOT_SUPPORT;
     memset(hbm_info, 0, sizeof *hbm_info);
     hbm_info->memory_size = (unsigned long long)chip->memory_mib;
+    hbm_info->memory_usage = chip->has_used ? (unsigned long long)chip->used_mib : 0;
     return DCMI_OK;
 }
 
@@ -515,7 +529,7 @@ int dcmi_get_device_memory_info_v3(int card_id, int device_id, struct dcmi_get_m
     if (strcmp(chip->memory_kind, "DDR") || !chip->has_memory) return ERR_NOT_SUPPORT;
     memset(memory_info, 0, sizeof *memory_info);
     memory_info->memory_size = (unsigned long long)chip->memory_mib;
-    memory_info->memory_available = (unsigned long long)chip->memory_mib;
+    memory_info->memory_available = (unsigned long long)(chip->memory_mib - (chip->has_used ? chip->used_mib : 0));
     return DCMI_OK;
 }
 
@@ -524,6 +538,24 @@ int dcmi_get_device_utilization_rate(int card_id, int device_id, int input_type,
     CHIP(card_id, device_id, utilization_rate);
     (void)input_type;
     *utilization_rate = chip->has_util ? (unsigned int)chip->util : 0;
+    return DCMI_OK;
+}
+
+int dcmi_get_device_temperature(int card_id, int device_id, int *temperature)
+{
+    CHIP(card_id, device_id, temperature);
+    if (!chip->has_temp) return ERR_NOT_SUPPORT;
+    *temperature = (int)chip->temp;
+    return DCMI_OK;
+}
+
+/* Tenths of a watt, as npu-smi divides it by 10 for Power(W); not supported where host.json has none
+ * (the 310P, whose npu-smi prints NA). */
+int dcmi_get_device_power_info(int card_id, int device_id, int *power)
+{
+    CHIP(card_id, device_id, power);
+    if (!chip->has_power) return ERR_NOT_SUPPORT;
+    *power = (int)chip->power_dw;
     return DCMI_OK;
 }
 

@@ -67,7 +67,7 @@ from ascend_dra.profiles.ascend.discovery.chain import (
     SimulateMode,
     discover_chips,
 )
-from ascend_dra.profiles.ascend.discovery.dcmi_tier import dcmi_health
+from ascend_dra.profiles.ascend.discovery.dcmi_health import dcmi_health
 from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiError
 from ascend_dra.profiles.ascend.npusmi.locate import locate_npu_smi
 from ascend_dra.profiles.ascend.npusmi.runner import DEFAULT_TIMEOUT_S, NpuSmi
@@ -254,7 +254,8 @@ class AscendChipProfile:
     async def health(self, ctx: ProfileContext, inventory: Inventory) -> Mapping[str, bool | None]:
         """Chip health from DCMI (``dcmi_get_device_health``, one round trip to the DCMI worker, no
         process) when the library is there, else, and for the chips DCMI gave no answer for, from the
-        ``Health`` column of one ``npu-smi info`` (docs/ascend-hardware.md#npu-smi).
+        ``Health`` column of one ``npu-smi info`` (docs/ascend-hardware.md#npu-smi). The readings of
+        :meth:`readings` come from the same source, chip by chip (:mod:`.discovery.dcmi_health`).
 
         ``OK`` and ``Warning`` (DCMI 0, 1) are healthy (the chip works; a warning is e.g. a
         temperature threshold), ``Alarm`` and ``Critical`` (2, 3) unhealthy, anything else unknown; a
@@ -276,21 +277,23 @@ class AscendChipProfile:
                 return dict.fromkeys((d.name for d in inventory.devices), None)
             return {}
         result: dict[str, bool | None] = {}
+        readings: dict[str, DeviceReading] = {}
         rest = list(inventory.devices)
         if self.dcmi.client is not None:
             try:
-                result, rest = await dcmi_health(self.dcmi.client, inventory.devices)
+                answered = await dcmi_health(self.dcmi.client, inventory.devices)
+                result, readings, rest = answered.health, answered.readings, answered.rest
             except DcmiError as exc:
                 logger.debug("no health from DCMI; npu-smi is asked", extra={"error": str(exc), "profile": self.name})
         if not rest:
-            self.last_readings = {}
+            self.last_readings = readings
             return result
         try:
             located = await anyio.to_thread.run_sync(
                 lambda: locate_npu_smi(ctx.npu_smi, host_root=self.host_root, search_path=self.search_path))
             table = parse_info(await NpuSmi(located.executable, timeout_s=self.timeout_s).run("info"))
         except NpuSmiError as exc:
-            self.last_readings = {}
+            self.last_readings = readings  # DCMI's, current; none of the chips left to npu-smi
             if not result:
                 raise
             logger.warning("npu-smi gave no health for the chips DCMI did not answer for; they are unknown",
@@ -301,7 +304,7 @@ class AscendChipProfile:
             # so a scrape meanwhile does not lose every series.
             self.last_readings = {}
             raise
-        self.last_readings = chip_readings(table, inventory.devices)
+        self.last_readings = {**readings, **chip_readings(table, rest)}
         status = {(c.npu_id, c.chip_id): c.health for c in table.chips}
         return {**result, **{
             d.name: CHIP_HEALTH.get(status.get((d.attributes.get("npuID"), d.attributes.get("chipID")), ""))
@@ -313,8 +316,9 @@ class AscendChipProfile:
         self.dcmi.close()
 
     def readings(self) -> Mapping[str, DeviceReading]:
-        """What the chips reported in the ``npu-smi info`` of the last :meth:`health` (usage.py); none
-        after a failed call or on the devfs and simulated tiers. Holds no I/O (profiles/base.py)."""
+        """What the chips reported at the last :meth:`health` (usage.py): from DCMI for the chips it
+        answered (:mod:`.discovery.dcmi_health`), else from that pass's ``npu-smi info``; none for a chip
+        whose call failed, nor on the devfs and simulated tiers. Holds no I/O (profiles/base.py)."""
         return self.last_readings
 
     def extra_attributes(self, chip: NpuChip) -> Mapping[str, AttributeValue | None]:

@@ -25,6 +25,7 @@ __all__ = (
     "HEALTH_STATES",
     "NOT_SUPPORTED",
     "REQUIRED",
+    "UTILIZATION_AICORE",
     "ChipInfo",
     "DieId",
     "HbmInfo",
@@ -75,6 +76,10 @@ HEALTH_STATES = ("OK", "Warning", "Alarm", "Critical", "UNKNOWN")
 #: DDIE 2 (the 950's).
 DIE_VDIE = 1
 DIE_DDIE = 2
+
+#: ``dcmi_get_device_utilization_rate``'s ``input_type`` for the AI cores (npu-smi's ``AICore(%)``;
+#: 1 is memory, 3 the AI CPUs, 4 the control CPUs, 5 the memory bandwidth, 6 the HBM).
+UTILIZATION_AICORE = 2
 
 _NAME_LEN = 32  # MAX_CHIP_NAME_LEN
 _DIE_ID_COUNT = 5
@@ -140,6 +145,8 @@ CALLS: Mapping[str, tuple[object, ...]] = {
     "dcmi_get_device_hbm_info": (_INT, _INT, _P(HbmInfo)),
     "dcmi_get_device_memory_info_v3": (_INT, _INT, _P(MemoryInfo)),
     "dcmi_get_device_utilization_rate": (_INT, _INT, _INT, _P(_UINT)),
+    "dcmi_get_device_temperature": (_INT, _INT, _P(_INT)),
+    "dcmi_get_device_power_info": (_INT, _INT, _P(_INT)),
 }
 
 #: Without these the tier cannot name a chip: a library that lacks one is refused.

@@ -129,6 +129,16 @@ class Worker:
         code = self.f["dcmi_get_device_utilization_rate"](card, device, kind, ctypes.byref(rate))
         return code, rate.value if code == 0 else None
 
+    def _device_temperature(self, card: int, device: int) -> tuple[int, object]:
+        celsius = ctypes.c_int()
+        code = self.f["dcmi_get_device_temperature"](card, device, ctypes.byref(celsius))
+        return code, celsius.value if code == 0 else None
+
+    def _device_power_info(self, card: int, device: int) -> tuple[int, object]:
+        tenths_of_watt = ctypes.c_int()
+        code = self.f["dcmi_get_device_power_info"](card, device, ctypes.byref(tenths_of_watt))
+        return code, tenths_of_watt.value if code == 0 else None
+
 
 def _watch_parent() -> None:
     """End the process when the daemon is gone, even while the main thread is hung in a DCMI call

@@ -1,4 +1,5 @@
-"""The DCMI discovery tier, and chip health from DCMI: the calls npu-smi itself makes, without npu-smi.
+"""The DCMI discovery tier: the calls npu-smi itself makes, without npu-smi (health at the health
+interval is :mod:`.dcmi_health`).
 
 Discovery asks, in four round trips to the worker (:class:`..dcmi.client.DcmiClient`): the card list and
 the driver version; the chips of each card (``dcmi_get_device_id_in_card``); per chip its logic ID,
@@ -43,17 +44,14 @@ from ascend_dra.profiles.ascend.discovery.npusmi_tier import (
 )
 from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiError
 from ascend_dra.profiles.ascend.npusmi.runner import NpuSmi
-from ascend_dra.profiles.base import Device
 
-__all__ = ("TIER_DCMI", "DcmiAnswer", "dcmi_health", "discover_dcmi")
+__all__ = ("TIER_DCMI", "DcmiAnswer", "discover_dcmi")
 
 logger = logging.getLogger(__name__)
 
 TIER_DCMI = "dcmi"
 #: A count DCMI passes on for "not supported" (docs/ascend-discovery.md#values-npu-smi-cannot-give).
 _NOT_SUPPORTED_VALUE = 8255
-#: DCMI health value -> healthy? (0 OK and 1 Warning work; 2 Alarm, 3 Critical do not; 4 UNKNOWN).
-_HEALTHY = {0: True, 1: True, 2: False, 3: False}
 
 
 @attrs.frozen
@@ -320,32 +318,3 @@ async def _topology(chips: list[NpuChip], npu_smi: NpuSmi | None, known: Mapping
             return chips, ("npu-smi info -t topo gave no answer: hccs, topologyGroup and cpuAffinity omitted",)
         return chips, ()
     return with_topology(chips, topo)
-
-
-async def dcmi_health(client: DcmiClient, devices: Sequence[Device]) -> tuple[dict[str, bool | None], list[Device]]:
-    """Health of ``devices`` from ``dcmi_get_device_health`` (their ``npuID``/``chipID`` attributes), one
-    round trip for all of them: 0 OK and 1 Warning are healthy, 2 Alarm and 3 Critical not, anything
-    else (4 UNKNOWN, "not supported") unknown, as :data:`.profile.CHIP_HEALTH` reads npu-smi's words.
-
-    :return: device name -> health for the devices DCMI answered, and the devices it did not (an error
-        code, no answer, or no IDs): the caller asks npu-smi about those.
-    :raises DcmiError: DCMI cannot be asked (nothing answered).
-    """
-    asked = [d for d in devices
-             if isinstance(d.attributes.get("npuID"), int) and isinstance(d.attributes.get("chipID"), int)]
-    answers = await client.call([("dcmi_get_device_health", d.attributes["npuID"], d.attributes["chipID"])
-                                 for d in asked])
-    health: dict[str, bool | None] = {}
-    rest = [d for d in devices if d not in asked]
-    for device, answer in zip(asked, answers, strict=True):
-        if answer.ok:
-            health[device.name] = _HEALTHY.get(answer.value)
-        elif answer.unsupported:
-            health[device.name] = None
-        else:
-            rest.append(device)
-    if rest:
-        logger.info("DCMI gave no health for some chips; npu-smi is asked", extra={
-            "devices": [d.name for d in rest], "calls": [a.describe() for a in answers if not a.ok][:3],
-            "tier": TIER_DCMI})
-    return health, rest

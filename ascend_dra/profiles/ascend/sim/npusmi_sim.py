@@ -96,7 +96,10 @@ def chip_facts(chip: Mapping[str, Any]) -> dict[str, Any]:
     readers use the same values: ``health`` ``OK`` (or a DCMI health number), ``memory_mib`` (21525
     on 310P as in ``310P3_info.txt``, else the vNPU or chip catalogue's), ``memory_kind`` (``HBM`` or
     ``DDR``, by family), ``aicore`` (catalogue), ``pci_device_id`` (by family) and ``die_id`` (made
-    from the physical ID, so that it is unique on the host). A fact that stays None is unknown to both."""
+    from the physical ID, so that it is unique on the host), and the readings (:mod:`..usage`):
+    ``aicore_util`` 0 (%), ``memory_used_mib`` (1848 of DDR, 3314 of HBM; 0 when the total is
+    unknown), ``temperature_c`` (37 on 310P, else 40) and ``power_w`` (None on 310P, where npu-smi
+    prints ``NA``, else 95.0). A fact that stays None is unknown to both."""
     model = chip["model"]
     family = chips_catalogue.family_of(model)
     resources = catalogue.resources_of(model)
@@ -105,7 +108,11 @@ def chip_facts(chip: Mapping[str, Any]) -> dict[str, Any]:
         resources.memory_mib if resources else known.memory_mib if known else None)
     aicore = resources.aicore if resources else known.aicore if known else None
     pci = next((k for k, v in chips_catalogue.PCI_DEVICE_FAMILY.items() if v is family), None)
-    return {"health": "OK", "memory_mib": memory, "aicore": aicore,
+    p310 = family is chips_catalogue.ChipFamily.ASCEND310P
+    total = chip.get("memory_mib", memory)
+    return {"health": "OK", "memory_mib": memory, "aicore": aicore, "aicore_util": 0,
+            "memory_used_mib": (1848 if p310 else 3314) if total else 0, "temperature_c": 37 if p310 else 40,
+            "power_w": None if p310 else 95.0,
             "memory_kind": chips_catalogue.memory_kind(family).value if family else None,
             "pci_device_id": pci, "die_id": f"5A3C11D4-20B0{chip['physical_id']:04X}-4A10C8D4-14CC040A-D2102003",
             **chip}
@@ -215,21 +222,23 @@ class Sim:
         for c in self.chips:
             bus = f" {c.get('bus_id') or 'NA'}"
             health = _health(c)
+            power = "NA" if c.get("power_w") is None else f"{c['power_w']:.1f}"
+            temp, util = c.get("temperature_c", 40), c.get("aicore_util", 0)
             if p310:
-                power = " NA           37                0     / 0"
                 if health is not None:
-                    lines.append(_row((f" {c['npu_id']:<8}{c['model']}", f" {health}", power), widths))
+                    lines.append(_row((f" {c['npu_id']:<8}{c['model']}", f" {health}",
+                                       f" {power:<13}{temp:<18}0     / 0"), widths))
                 memory = c.get("memory_mib", 21525) or 0  # None: DCMI gave no total, npu-smi prints 0
-                used = 1848 if memory else 0  # never above the total (npusmi/bounds.py refuses that)
-                lines.append(_row((f" {c['chip_id']:<8}{c['logic_id']}", bus, f" 0            {used} / {memory}"),
+                used = c.get("memory_used_mib", 1848) if memory else 0
+                lines.append(_row((f" {c['chip_id']:<8}{c['logic_id']}", bus, f" {util:<13}{used} / {memory}"),
                                   widths))
             else:
                 memory = c["memory_mib"] if "memory_mib" in c else self.resources(c).memory_mib
                 if health is not None:
                     lines.append(_row((f" {c['npu_id']:<6}{c['model']}", f" {health}",
-                                       " 95.0        40                0    / 0"), widths))
-                used = 3314 if memory else 0
-                lines.append(_row((f" {c['chip_id']}", bus, f" 0           0    / 0          {used} / {memory or 0}"),
+                                       f" {power:<12}{temp:<18}0    / 0"), widths))
+                used = c.get("memory_used_mib", 3314) if memory else 0
+                lines.append(_row((f" {c['chip_id']}", bus, f" {util:<12}0    / 0          {used} / {memory or 0}"),
                                   widths))
             lines.append(rule)
         return "\n".join(lines) + "\n"
@@ -274,7 +283,7 @@ class Sim:
             block = [_kv("Chip ID", c["chip_id"]), _kv("Aicore Usage Rate(%)", c.get("aicore_util", 0))]
             if c.get("aicore") is not None and not c["model"].startswith("310P"):
                 block.append(_kv("Aicore Count", c["aicore"]))
-            blocks.append("\n".join((*block, _kv("Temperature(C)", 40))))
+            blocks.append("\n".join((*block, _kv("Temperature(C)", c.get("temperature_c", 40)))))
         return "\n\n".join(blocks) + "\n"
 
     def template_info(self, npu_id: int | None) -> str:
