@@ -207,14 +207,12 @@ READINGS = ({"aicore_util": 42, "memory_used_mib": 9000, "temperature_c": 51, "p
             {"aicore_util": 7, "memory_used_mib": 1200, "temperature_c": 44, "power_w": 70.1})
 
 
-@pytest.mark.parametrize(("rows", "profile_type"), [(LAB18, Npu310PProfile), (B4, Npu910Profile)],
-                         ids=["310P3", "910B4"])
-async def test_readings_come_from_dcmi_as_npu_smi_gives_them_without_a_process(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows, profile_type) -> None:
-    """The usage metrics read AI core use, memory used, temperature and power at the health interval
-    (profiles/ascend/usage.py); when DCMI answers every chip's health, they come from DCMI too (they
-    were empty: npu-smi, which gave them, was no longer asked), the same values npu-smi prints."""
-    p310 = profile_type is Npu310PProfile  # power unknown: npu-smi prints NA, DCMI says not supported
+async def readings_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows: list[dict[str, object]],
+                        profile_type: type):
+    """A host whose first chips report :data:`READINGS` (no power on 310P: npu-smi prints NA, DCMI says
+    not supported), npu-smi's profile after one health pass and its health, a DCMI profile that has
+    discovered the host through a recording npu-smi, and that npu-smi's log."""
+    p310 = profile_type is Npu310PProfile
     readings = [{k: v for k, v in r.items() if not (p310 and k == "power_w")} for r in (*READINGS, {})]
     host = fake_host(tmp_path, [{**c, **r} for c, r in zip(rows, readings, strict=False)])
     monkeypatch.setenv(npusmi_sim.ENV_DIR, str(host.sim_dir))
@@ -223,31 +221,38 @@ async def test_readings_come_from_dcmi_as_npu_smi_gives_them_without_a_process(
     exe, log = recording_npu_smi(host)
     profile = profile_type(host_root=host.dcmi_root)
     inventory = await profile.discover(host.ctx(exe))
+    return host, by_npu_smi, expected, profile, inventory, host.ctx(exe), log
+
+
+@pytest.mark.parametrize(("rows", "profile_type"), [(LAB18, Npu310PProfile), (B4, Npu910Profile)],
+                         ids=["310P3", "910B4"])
+async def test_readings_come_from_dcmi_as_npu_smi_gives_them_without_a_process(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows, profile_type) -> None:
+    """The usage metrics read AI core use, memory used, temperature and power at the health interval
+    (profiles/ascend/usage.py); when DCMI answers every chip's health, they come from DCMI too (they
+    were empty: npu-smi, which gave them, was no longer asked), the same values npu-smi prints."""
+    _, by_npu_smi, expected, profile, inventory, ctx, log = await readings_host(tmp_path, monkeypatch, rows,
+                                                                              profile_type)
     before = log.read_text().splitlines() if log.exists() else []
     try:
-        assert await profile.health(host.ctx(exe), inventory) == expected
+        assert await profile.health(ctx, inventory) == expected
     finally:
         profile.close()
     assert (log.read_text().splitlines() if log.exists() else []) == before  # no npu-smi for health
     assert profile.readings() == by_npu_smi.readings()
     first = profile.readings()["npu-0-0"]
     assert (first.core_percent, first.memory_used_mib, first.temperature_c) == (42.0, 9000, 51.0)
-    assert first.power_w == (None if p310 else 88.5)
+    assert first.power_w == (None if profile_type is Npu310PProfile else 88.5)
     assert len(profile.readings()) == len(rows)
 
 
 async def test_a_reading_dcmi_does_not_give_comes_from_npu_smi_with_the_chips_health(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    host = fake_host(tmp_path, [{**c, **r} for c, r in zip(B4, (*READINGS, {}), strict=False)])
-    monkeypatch.setenv(npusmi_sim.ENV_DIR, str(host.sim_dir))
-    by_npu_smi = Npu910Profile(host_root=host.plain_root)
-    expected = await by_npu_smi.health(host.ctx(), await by_npu_smi.discover(host.ctx()))
-    exe, log = recording_npu_smi(host)
-    profile = Npu910Profile(host_root=host.dcmi_root)
-    inventory = await profile.discover(host.ctx(exe))
+    host, by_npu_smi, expected, profile, inventory, ctx, log = await readings_host(tmp_path, monkeypatch, B4,
+                                                                                 Npu910Profile)
     set_fault(host.sim_dir, "dcmi_get_device_temperature -8005 1 0")
     try:
-        assert await profile.health(host.ctx(exe), inventory) == expected
+        assert await profile.health(ctx, inventory) == expected
     finally:
         profile.close()
     assert log.read_text().splitlines() == ["info -t topo", "info"]

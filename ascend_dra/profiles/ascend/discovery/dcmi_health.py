@@ -101,7 +101,8 @@ async def dcmi_health(client: DcmiClient, devices: Sequence[Device]) -> DcmiHeal
             chips.setdefault((npu, chip), []).append(d)
         else:
             rest.append(d)
-    per_chip = [_calls(npu, chip, members[0].attributes.get("memoryType")) for (npu, chip), members in chips.items()]
+    per_chip = [_calls(npu, chip, next((m.attributes["memoryType"] for m in members if "memoryType" in m.attributes),
+                                       None)) for (npu, chip), members in chips.items()]
     answers = await client.call([call for calls in per_chip for call in calls])
     health: dict[str, bool | None] = {}
     readings: dict[str, DeviceReading] = {}
