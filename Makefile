@@ -160,6 +160,7 @@ bench: venv cluster-bins node-bins container-deps
 	$(PY) bench/bench_matrix.py
 	$(PY) bench/bench_prepare.py
 	$(PY) bench/bench_discovery.py
+	$(PY) bench/bench_dcmi.py
 	$(PY) bench/bench_startup.py
 	$(PY) bench/bench_webhook.py
 	$(PY) bench/bench_kubelet.py

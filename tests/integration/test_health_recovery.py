@@ -1,7 +1,8 @@
 """Health that recovers, through the Ascend profiles' own health source (``npu-smi info``'s Health
 column, here the lab node's stand-in): a chip that turns Critical is tainted and reported Unhealthy;
-while npu-smi does not answer it stays so; once npu-smi answers again with OK it loses its taint, is
-reported Healthy to the kubelet, and a new claim on it is prepared without a word about its health,
+while npu-smi does not answer the chips are unknown to the kubelet, and stay published through the
+rediscoveries meanwhile, the tainted one with its taint; once npu-smi answers again with OK it loses its
+taint, is reported Healthy to the kubelet, and a new claim on it is prepared without a word about its health,
 all without a restart."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import attrs
 from ascend_dra.profiles.ascend.sim import labnode
 from tests.claimfiles import claim_object, write_claim
 from tests.integration.daemon import DRIVER, DaemonProcess, Kubelet
-from tests.integration.test_health import HEALTHY, UNHEALTHY, slice_devices, wait_for
+from tests.integration.test_health import HEALTHY, UNHEALTHY, UNKNOWN, slice_devices, wait_for
 from tests.kubelet_pb.dra_health.v1alpha1 import api_pb2 as health_pb2
 
 NODE = "aio-node74-arm"
@@ -22,7 +23,7 @@ NODE = "aio-node74-arm"
 def test_an_unhealthy_chip_that_answers_again_is_untainted_healthy_and_takes_a_new_claim(short_tmp):
     lab = labnode.build(short_tmp / "lab")
     d = DaemonProcess(short_tmp / "sa", node=NODE, profiles="HAMivNPUCore",
-                      extra_args=[*lab.flags(), "--health-interval", "0.2"]).start()
+                      extra_args=[*lab.flags(), "--health-interval", "0.2", "--rediscover-interval", "0.2"]).start()
     k = Kubelet(d)
     stream = k.health.NodeWatchResources(health_pb2.NodeWatchResourcesRequest(), timeout=60)
 
@@ -43,8 +44,12 @@ def test_an_unhealthy_chip_that_answers_again_is_untainted_healthy_and_takes_a_n
         wait_for(lambda: slice_devices(d).get("npu-0-0"), "npu-0-0 tainted")
         assert [t["key"] for t in slice_devices(d)["npu-0-0"]] == [f"{DRIVER}/unhealthy"]
 
-        lab.set_info(None)  # npu-smi stops answering: the chip keeps its verdict
-        wait_for(lambda: "profile health check failed" in d.log_text(), "a failed health check")
+        lab.set_info(None)  # npu-smi stops answering: the chips keep their verdicts, and stay published
+        assert next_states(UNKNOWN, "unknown") == {"npu-0-0": UNKNOWN, "npu-1-0": UNKNOWN}
+        # The devfs tier answers the rediscovery; the chips stay offered as at npu-smi's last answer
+        # (before, HAMivNPUCore offered none: it cannot read the device-share mode without npu-smi).
+        wait_for(lambda: "driver not answering; chips offered as at its last answer" in d.log_text(),
+                 "a rediscovery while npu-smi does not answer")
         assert [t["key"] for t in slice_devices(d)["npu-0-0"]] == [f"{DRIVER}/unhealthy"]
 
         lab.set_info(lab.chips)  # it answers again, OK

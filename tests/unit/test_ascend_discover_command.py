@@ -16,6 +16,10 @@ from tests.unit.test_ascend_discovery import ANSWERS_910A, tree_910a
 from tests.unit.test_ascend_profiles import context, lab_310p3
 from tests.unit.test_ascend_support import fake_npu_smi
 
+#: The first note of an Ascend profile on a host root without ``libdcmi.so`` (this machine's ``/``).
+NO_DCMI = ("no libdcmi.so in /usr/local/Ascend/driver/lib64/driver, /usr/local/Ascend/driver/lib64/common, "
+           "/usr/local/Ascend/driver/lib64, /usr/local/dcmi, /usr/lib64")
+
 pytestmark = pytest.mark.anyio
 
 
@@ -51,9 +55,11 @@ async def test_table_for_the_lab_host(tmp_path: Path) -> None:
         "npu-310P  npu-0-0  310P3  21525Mi  0     -         npu-smi\n"
         "npu-310P  npu-1-0  310P3  21525Mi  1     -         npu-smi\n"
         "npu-910: no devices (tier npu-smi)\n"
+        f"npu-310P: dcmi: {NO_DCMI}\n"
         f"npu-310P: npu-smi: {ctx.npu_smi} (as given)\n"
         "npu-310P: physical IDs by rank (no Phy-ID column, sysfs link or phyid-remap answer): "
         "NPU 4 chip 0 -> davinci0, NPU 5 chip 0 -> davinci2\n"
+        f"npu-910: dcmi: {NO_DCMI}\n"
         f"npu-910: npu-smi: {ctx.npu_smi} (as given)\n"
         "npu-910: physical IDs by rank (no Phy-ID column, sysfs link or phyid-remap answer): "
         "NPU 4 chip 0 -> davinci0, NPU 5 chip 0 -> davinci2\n"
@@ -67,8 +73,7 @@ async def test_table_with_topology_groups(tmp_path: Path) -> None:
     lines = (await run([Npu910Profile()], ctx, "table")).splitlines()
     assert lines[0] == "PROFILE  DEVICE   CHIP  MEMORY   NUMA  TOPOLOGY  TIER"
     assert lines[1] == "npu-910  npu-0-0  910A  32768Mi  0     hccs-0    npu-smi"
-    assert lines[9] == f"npu-910: npu-smi: {ctx.npu_smi} (as given)"
-    assert len(lines) == 10
+    assert lines[9:] == [f"npu-910: dcmi: {NO_DCMI}", f"npu-910: npu-smi: {ctx.npu_smi} (as given)"]
 
 
 async def test_yaml_is_the_resource_slices(tmp_path: Path) -> None:

@@ -104,8 +104,9 @@ async def test_discover_says_which_binary_was_used(tmp_path: Path) -> None:
     table = (await run([profile], ctx, "table")).splitlines()
     assert table[1].split()[-1] == "npu-smi"
     assert f"npu-310P: npu-smi: {exe} (not on $PATH; found in the driver's install location)" in table
-    text = await run([Npu310PProfile(host_root=host, search_path="")], ctx, "yaml")
-    assert text.startswith(f"# npu-310P: npu-smi: {exe} (not on $PATH; found in the driver's install location)\n")
+    lines = (await run([Npu310PProfile(host_root=host, search_path="")], ctx, "yaml")).splitlines()
+    assert lines[0].startswith(f"# npu-310P: dcmi: no libdcmi.so in {host}/usr/local/Ascend/driver/lib64/driver, ")
+    assert lines[1] == f"# npu-310P: npu-smi: {exe} (not on $PATH; found in the driver's install location)"
 
 
 @pytest.mark.anyio

@@ -199,6 +199,32 @@ async def test_a_failing_device_share_query_is_the_reason(lab, tmp_path) -> None
 
 
 @pytest.mark.anyio
+async def test_when_npu_smi_stops_answering_the_offered_chips_stay_published(lab, tmp_path) -> None:
+    """A rediscovery while npu-smi does not answer falls to the devfs tier, which cannot read the
+    device-share mode (nor, on this node without sysfs, the family): the chips offered at the last
+    npu-smi answer stay as they were published while their device node is there, instead of the pool
+    going empty under the claims prepared on them; a chip whose node is gone is no longer offered."""
+    profile = loaded()
+    ctx = context(lab, tmp_path)
+    before = await profile.discover(ctx)
+    lab.set_device_share(5, 0, False)  # changed while npu-smi is down: not seen until it answers
+    lab.set_info(None)
+    during = await profile.discover(ctx)
+    assert during.source == "devfs"
+    assert during.devices == before.devices
+    assert "devfs tier: 2 chips offered as at the last answer of the driver (device-share mode not readable)" in \
+        profile.discovery_notes()
+    assert await profile.health(ctx, during) == {"npu-0-0": None, "npu-1-0": None}
+    (lab.dev_root / "davinci2").unlink()
+    assert [d.name for d in (await profile.discover(ctx)).devices] == ["npu-0-0"]
+    (lab.dev_root / "davinci2").touch()
+    lab.set_info(lab.chips)
+    after = await profile.discover(ctx)
+    assert (after.source, [d.name for d in after.devices]) == ("npu-smi", ["npu-0-0"])
+    assert "npu-1-0 (NPU 5 chip 0) not offered: device-share is off" in " ".join(profile.discovery_notes())
+
+
+@pytest.mark.anyio
 async def test_unknown_profile_option_is_refused_with_the_allowed_keys(lab, tmp_path) -> None:
     ctx = ProfileContext(node_name=NODE, driver_name=DRIVER, npu_smi=str(lab.npu_smi),
                          options={"HAMivNPUCore.hostroot": "/x", "HAMivNPUCore.driverDir": "rel/path"})

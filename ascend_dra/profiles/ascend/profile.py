@@ -25,7 +25,8 @@ Huawei's device plugin's static vNPUs) is not published: a claim would get its `
 while the vNPUs' containers run on it (:meth:`AscendChipProfile.without_foreign_vnpus`).
 
 Profile options (``ProfileContext.options``, keys ``<profile>.<key>`` or ``<key>``):
-``simulate`` = ``never`` (default) | ``fallback`` | ``always`` (:class:`SimulateMode`).
+``simulate`` = ``never`` (default) | ``fallback`` | ``always`` (:class:`SimulateMode`); ``dcmi`` =
+``auto`` (default) | ``never`` (:data:`.dcmi.client.DCMI_OPTION`).
 """
 
 from __future__ import annotations
@@ -55,7 +56,10 @@ from ascend_dra.profiles.ascend.config import (
     log_level_number,
     validate_config,
 )
+from ascend_dra.profiles.ascend.dcmi.client import DCMI_OPTION, DcmiError, DcmiSource
 from ascend_dra.profiles.ascend.discovery.chain import (
+    DRIVER_TIERS,
+    TIER_DCMI,
     TIER_DEVFS,
     TIER_NPU_SMI,
     TIER_SIMULATED,
@@ -63,6 +67,7 @@ from ascend_dra.profiles.ascend.discovery.chain import (
     SimulateMode,
     discover_chips,
 )
+from ascend_dra.profiles.ascend.discovery.dcmi_health import dcmi_health
 from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiError
 from ascend_dra.profiles.ascend.npusmi.locate import locate_npu_smi
 from ascend_dra.profiles.ascend.npusmi.runner import DEFAULT_TIMEOUT_S, NpuSmi
@@ -111,7 +116,7 @@ class AscendChipProfile:
     cdi_class = "npu"
     config_types: Mapping[str, type] = {"NpuConfig": NpuConfig}
     #: ``--profile-option <name>.simulate=never|fallback|always`` (checked before start-up).
-    profile_options: Mapping[str, ProfileOption] = {"simulate": simulate_option()}
+    profile_options: Mapping[str, ProfileOption] = {"simulate": simulate_option(), "dcmi": DCMI_OPTION}
     families: frozenset[ChipFamily]
     simulated_model: ChipModel
     #: Whole-chip profiles leave out chips that carry vNPUs (:meth:`without_foreign_vnpus`); the
@@ -127,8 +132,11 @@ class AscendChipProfile:
         #: The last discovery's answer (tier, npu-smi used, dropped chips, notes); None before the first.
         self.last_discovery: Discovery | None = None
         self._dropped: tuple[DroppedChip, ...] = ()
-        # Chips of the last npu-smi answer by physical ID: the devfs tier reuses their IDs (names).
+        # Chips of the last answer from the driver (DCMI or npu-smi) by physical ID: the devfs tier
+        # reuses their IDs (names).
         self._known: dict[int, NpuChip] = {}
+        #: libdcmi.so under host_root and its worker (docs/ascend-discovery.md#dcmi).
+        self.dcmi = DcmiSource(timeout_s=timeout_s)
         #: Device name -> what it reported at the last health check (:meth:`readings`).
         self.last_readings: Mapping[str, DeviceReading] = {}
 
@@ -149,6 +157,14 @@ class AscendChipProfile:
             allowed = ", ".join(m.value for m in SimulateMode)
             raise ValueError(f"profile option {key}: {raw!r} is not one of {allowed}") from None
 
+    def dcmi_for(self, ctx: ProfileContext) -> DcmiSource | None:
+        """:attr:`dcmi`, or None when the ``dcmi`` option says ``never`` (checked before start-up)."""
+        mode = ctx.options.get(f"{self.name}.dcmi", ctx.options.get("dcmi", "auto"))
+        if mode == "never":
+            self.dcmi.close()
+            return None
+        return self.dcmi
+
     async def discover(self, ctx: ProfileContext) -> Inventory:
         """Run the discovery chain and publish this profile's chips.
 
@@ -159,10 +175,10 @@ class AscendChipProfile:
             npu_smi=ctx.npu_smi, dev_root=ctx.dev_root, sys_root=ctx.sys_root, node_name=ctx.node_name,
             simulate=self.simulate_mode(ctx), simulated_model=self.simulated_model,
             simulated_count=ctx.fake_devices, timeout_s=self.timeout_s, profile=self.name,
-            host_root=self.host_root, search_path=self.search_path, known=self._known,
+            host_root=self.host_root, search_path=self.search_path, known=self._known, dcmi=self.dcmi_for(ctx),
         )
         self.layout = await anyio.to_thread.run_sync(host.probe, ctx.dev_root, self.host_root)
-        if found.source == TIER_NPU_SMI:
+        if found.source in DRIVER_TIERS:
             self._known = {c.physical_id: c for c in found.chips}
         unknown = tuple(DroppedChip.of(c, unknown_family(c)) for c in found.chips if c.family is None)
         for chip in unknown:
@@ -171,7 +187,7 @@ class AscendChipProfile:
         self.last_discovery = found
         self._dropped = (*found.dropped, *unknown)
         chips = [c for c in found.chips if c.family in self.families]
-        if self.whole_chips and found.source == TIER_NPU_SMI and found.npu_smi is not None:
+        if self.whole_chips and found.source in DRIVER_TIERS and found.npu_smi is not None and found.npu_smi.found:
             chips = await self.without_foreign_vnpus(ctx, chips, found.npu_smi.executable)
         roots = await anyio.to_thread.run_sync(lambda: [pcie_root(ctx.sys_root, c.pci_address) for c in chips])
         return Inventory(devices=tuple(self.device(c, r) for c, r in zip(chips, roots, strict=True)),
@@ -246,6 +262,8 @@ class AscendChipProfile:
         if found is None:
             return ()
         lines = list(found.notes)
+        if found.dcmi_failure is not None:
+            lines.append(f"tier {TIER_DCMI} failed, {found.source} answered: {found.dcmi_failure}")
         # Discovery.failures holds one reason per tier tried before the answering one, in chain order;
         # an npu-smi that was not found is said by the first note already.
         missing = found.npu_smi is not None and not found.npu_smi.found
@@ -258,45 +276,73 @@ class AscendChipProfile:
         return tuple(lines)
 
     async def health(self, ctx: ProfileContext, inventory: Inventory) -> Mapping[str, bool | None]:
-        """Chip health from the ``Health`` column of one ``npu-smi info`` (docs/ascend-hardware.md#npu-smi).
+        """Chip health from DCMI (``dcmi_get_device_health``, one round trip to the DCMI worker, no
+        process) when the library is there, else, and for the chips DCMI gave no answer for, from the
+        ``Health`` column of one ``npu-smi info`` (docs/ascend-hardware.md#npu-smi). The readings of
+        :meth:`readings` come from the same source, chip by chip (:mod:`.discovery.dcmi_health`).
 
-        ``OK`` and ``Warning`` are healthy (the chip works; a warning is e.g. a temperature
-        threshold), ``Alarm`` and ``Critical`` unhealthy, anything else unknown; a published chip
-        that the table no longer lists is unknown. Chips found by the devfs tier because npu-smi
-        failed are unknown too: a chip that was unhealthy keeps its mark (poolview.py) instead of
-        counting as healthy the moment npu-smi stops answering. Chips of a node without npu-smi
-        (the devfs tier with npu-smi not found) or of the simulated tier have no health source and
-        count as healthy.
+        ``OK`` and ``Warning`` (DCMI 0, 1) are healthy (the chip works; a warning is e.g. a
+        temperature threshold), ``Alarm`` and ``Critical`` (2, 3) unhealthy, anything else unknown; a
+        published chip that the table no longer lists is unknown. Chips found by the devfs tier because
+        DCMI or npu-smi failed are unknown too: a chip that was unhealthy keeps its mark (poolview.py)
+        instead of counting as healthy the moment the driver stops answering. Chips of a node without
+        either (the devfs tier with no library and npu-smi not found) or of the simulated tier have no
+        health source and count as healthy.
 
-        :raises NpuSmiError: npu-smi failed, hung or printed an unknown layout (the daemon then
-            reports this profile's devices as unknown).
+        :raises NpuSmiError: npu-smi failed, hung or printed an unknown layout while DCMI answered
+            for no chip (the daemon then reports this profile's devices as unknown).
         """
-        if inventory.source != TIER_NPU_SMI or not inventory.devices:
+        if inventory.source not in DRIVER_TIERS or not inventory.devices:
             self.last_readings = {}
             found = self.last_discovery
-            if inventory.source == TIER_DEVFS and found is not None and found.npu_smi is not None \
-                    and found.npu_smi.found:  # npu-smi is there and failed: health not known
+            if inventory.source == TIER_DEVFS and found is not None and (
+                    found.dcmi_failure is not None or (found.npu_smi is not None and found.npu_smi.found)):
+                # DCMI or npu-smi is there and failed: health not known
                 return dict.fromkeys((d.name for d in inventory.devices), None)
             return {}
+        result: dict[str, bool | None] = {}
+        readings: dict[str, DeviceReading] = {}
+        rest = list(inventory.devices)
+        if self.dcmi.client is not None:
+            try:
+                answered = await dcmi_health(self.dcmi.client, inventory.devices)
+                result, readings, rest = answered.health, answered.readings, answered.rest
+            except DcmiError as exc:
+                logger.debug("no health from DCMI; npu-smi is asked", extra={"error": str(exc), "profile": self.name})
+        if not rest:
+            self.last_readings = readings
+            return result
         try:
             located = await anyio.to_thread.run_sync(
                 lambda: locate_npu_smi(ctx.npu_smi, host_root=self.host_root, search_path=self.search_path))
             table = parse_info(await NpuSmi(located.executable, timeout_s=self.timeout_s).run("info"))
+        except NpuSmiError as exc:
+            self.last_readings = readings  # DCMI's, current; none of the chips left to npu-smi
+            if not result:
+                raise
+            logger.warning("npu-smi gave no health for the chips DCMI did not answer for; they are unknown",
+                           extra={"devices": [d.name for d in rest], "error": str(exc), "profile": self.name})
+            return {**result, **dict.fromkeys((d.name for d in rest), None)}
         except BaseException:
             # None rather than the last ones, which would read as current; kept while the call runs,
             # so a scrape meanwhile does not lose every series.
             self.last_readings = {}
             raise
-        self.last_readings = chip_readings(table, inventory.devices)
+        self.last_readings = {**readings, **chip_readings(table, rest)}
         status = {(c.npu_id, c.chip_id): c.health for c in table.chips}
-        return {
+        return {**result, **{
             d.name: CHIP_HEALTH.get(status.get((d.attributes.get("npuID"), d.attributes.get("chipID")), ""))
-            for d in inventory.devices
-        }
+            for d in rest
+        }}
+
+    def close(self) -> None:
+        """Stop the DCMI worker (it is also stopped when the profile is garbage-collected, or the daemon exits)."""
+        self.dcmi.close()
 
     def readings(self) -> Mapping[str, DeviceReading]:
-        """What the chips reported in the ``npu-smi info`` of the last :meth:`health` (usage.py); none
-        after a failed call or on the devfs and simulated tiers. Holds no I/O (profiles/base.py)."""
+        """What the chips reported at the last :meth:`health` (usage.py): from DCMI for the chips it
+        answered (:mod:`.discovery.dcmi_health`), else from that pass's ``npu-smi info``; none for a chip
+        whose call failed, nor on the devfs and simulated tiers. Holds no I/O (profiles/base.py)."""
         return self.last_readings
 
     def extra_attributes(self, chip: NpuChip) -> Mapping[str, AttributeValue | None]:

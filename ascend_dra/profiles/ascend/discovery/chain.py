@@ -1,11 +1,12 @@
-"""The discovery chain: npu-smi -> ``/dev/davinci*`` + sysfs -> simulated (the order of docs/ascend-discovery.md).
+"""The discovery chain: DCMI -> npu-smi -> ``/dev/davinci*`` + sysfs -> simulated (docs/ascend-discovery.md).
 
-The first tier that answers wins and is returned as ``source`` (``npu-smi``, ``devfs``,
-``simulated``; it becomes ``Inventory.source``) and logged at INFO with the field ``tier``. A
-failing npu-smi tier (missing, non-zero exit, timeout, unknown layout) is logged at WARNING with
-its error and the chain goes on. The simulated tier runs only when the profile option asks for
-it (:class:`SimulateMode`), because a real node with a broken npu-smi must not advertise invented
-NPUs. With nothing found and no simulation, the result is an empty devfs answer.
+The first tier that answers wins and is returned as ``source`` (``dcmi``, ``npu-smi``, ``devfs``,
+``simulated``; it becomes ``Inventory.source``) and logged at INFO with the field ``tier``. The
+DCMI tier runs only when the profile gives a :class:`..dcmi.client.DcmiSource` and ``libdcmi.so`` is found
+(:mod:`.dcmi_tier`). A failing DCMI or npu-smi tier (missing, non-zero exit, timeout, unknown
+layout) is logged at WARNING with its error and the chain goes on. The simulated tier runs only
+when the profile option asks for it (:class:`SimulateMode`), because a real node with a broken
+npu-smi must not advertise invented NPUs. With nothing found and no simulation, the result is an empty devfs answer.
 
 Device names do not depend on the tier (docs/ascend-discovery.md): a chip of the npu-smi tier
 whose ``/dev/davinci<physicalID>`` is absent is not returned but listed as dropped, and the devfs
@@ -24,21 +25,26 @@ import attrs
 
 from ascend_dra.profiles.ascend.chip import DroppedChip, NpuChip
 from ascend_dra.profiles.ascend.chips import ChipModel
+from ascend_dra.profiles.ascend.dcmi.client import DcmiError, DcmiSource
 from ascend_dra.profiles.ascend.discovery import devfs
 from ascend_dra.profiles.ascend.discovery.carryover import FACTS, carry_counted, describe_carried
+from ascend_dra.profiles.ascend.discovery.dcmi_tier import TIER_DCMI, discover_dcmi
 from ascend_dra.profiles.ascend.discovery.npusmi_tier import discover_npu_smi
 from ascend_dra.profiles.ascend.discovery.simulated import simulated_chips
 from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiError, NpuSmiNotFound
 from ascend_dra.profiles.ascend.npusmi.locate import LocatedNpuSmi, locate_npu_smi
 from ascend_dra.profiles.ascend.npusmi.runner import DEFAULT_TIMEOUT_S, NpuSmi
 
-__all__ = ("TIER_DEVFS", "TIER_NPU_SMI", "TIER_SIMULATED", "Discovery", "SimulateMode", "discover_chips")
+__all__ = ("DRIVER_TIERS", "TIER_DCMI", "TIER_DEVFS", "TIER_NPU_SMI", "TIER_SIMULATED", "Discovery", "SimulateMode",
+           "discover_chips")
 
 logger = logging.getLogger(__name__)
 
 TIER_NPU_SMI = "npu-smi"
 TIER_DEVFS = "devfs"
 TIER_SIMULATED = "simulated"
+#: The tiers that ask the driver (NPU and chip IDs known, health readable).
+DRIVER_TIERS = frozenset({TIER_DCMI, TIER_NPU_SMI})
 
 
 class SimulateMode(enum.StrEnum):
@@ -56,6 +62,8 @@ class Discovery:
     :ivar npu_smi: which npu-smi executable was tried and how it was found (None with ``always``).
     :ivar dropped: chips the answering tier found but that are not returned (no device node).
     :ivar notes: what an operator should know about this answer (``ascend-dra discover`` shows them).
+    :ivar failures: why the npu-smi and the devfs tier did not answer, in that order, for those tried.
+    :ivar dcmi_failure: why the DCMI tier did not answer, when it was tried.
     """
 
     source: str
@@ -64,6 +72,7 @@ class Discovery:
     npu_smi: LocatedNpuSmi | None = None
     dropped: tuple[DroppedChip, ...] = ()
     notes: tuple[str, ...] = ()
+    dcmi_failure: str | None = None
 
 
 async def discover_chips(
@@ -80,6 +89,7 @@ async def discover_chips(
     host_root: Path = Path("/"),
     search_path: str | None = None,
     known: Mapping[int, NpuChip] | None = None,
+    dcmi: DcmiSource | None = None,
 ) -> Discovery:
     """Run the chain and return the first tier's answer (all families; the profile filters).
 
@@ -98,6 +108,8 @@ async def discover_chips(
         so a device keeps its name when npu-smi stops answering (docs/ascend-discovery.md). Facts
         of the hardware that a failed npu-smi call or the devfs tier cannot read (uuid, memory,
         AI cores, topology) are kept from there too, per chip in the same slot (:mod:`.carryover`).
+    :param dcmi: the profile's DCMI library and client: ``libdcmi.so`` is looked for under
+        ``host_root`` and, when found, the DCMI tier runs first (None: no DCMI tier).
     :raises ValueError: if simulation is asked for without a model.
     """
     if simulate is not SimulateMode.NEVER and simulated_model is None:
@@ -108,6 +120,13 @@ async def discover_chips(
         located = await anyio.to_thread.run_sync(
             lambda: locate_npu_smi(npu_smi, host_root=host_root, search_path=search_path))
         notes = [f"npu-smi: {located.describe()}"]
+        dcmi_failure = None
+        if dcmi is not None:
+            found = await _dcmi_tier(dcmi, located, notes, dev_root=dev_root, sys_root=sys_root, timeout_s=timeout_s,
+                                     host_root=host_root, known=known, profile=profile)
+            if isinstance(found, Discovery):
+                return found
+            dcmi_failure = found
         try:
             if not located.found:
                 raise NpuSmiNotFound(f"{npu_smi} info", npu_smi, "not on $PATH nor in the driver's install "
@@ -124,18 +143,46 @@ async def discover_chips(
                 logger.warning("chip not published", extra={**chip.log_fields(), "tier": TIER_NPU_SMI,
                                                              "profile": profile})
             return _found(Discovery(TIER_NPU_SMI, answer.chips, npu_smi=located, dropped=answer.dropped,
-                                    notes=(*notes, *answer.notes)), profile)
+                                    notes=(*notes, *answer.notes), dcmi_failure=dcmi_failure), profile)
         chips = await devfs.discover_devfs(dev_root, sys_root)
         if chips or simulate is SimulateMode.NEVER:
             chips, devfs_notes = _devfs_ids(chips, known, profile)
             chips, facts_notes = _devfs_facts(chips, known, profile)
             devfs_notes = (*devfs_notes, *facts_notes)
             return _found(Discovery(TIER_DEVFS, chips, tuple(failures), npu_smi=located,
-                                    notes=(*notes, *devfs_notes)), profile)
+                                    notes=(*notes, *devfs_notes), dcmi_failure=dcmi_failure), profile)
         failures.append(f"no davinci<N> device node under {dev_root}")
     assert simulated_model is not None
     return _found(Discovery(TIER_SIMULATED, simulated_chips(node_name, simulated_model, simulated_count),
-                            tuple(failures), npu_smi=located), profile)
+                            tuple(failures), npu_smi=located,
+                            dcmi_failure=dcmi_failure if simulate is not SimulateMode.ALWAYS else None), profile)
+
+
+async def _dcmi_tier(dcmi: DcmiSource, located: LocatedNpuSmi, notes: list[str], *, dev_root: Path, sys_root: Path,
+                     timeout_s: float, host_root: Path, known: Mapping[int, NpuChip] | None,
+                     profile: str) -> Discovery | str | None:
+    """The DCMI tier: its Discovery, or why it failed (str), or None when no library is installed.
+    Adds the ``dcmi: ...`` note in front of ``notes``. A failure is logged at WARNING when it differs
+    from the last one (a broken library would otherwise add the same line to every rediscovery)."""
+    where = await dcmi.refresh(host_root)
+    if dcmi.client is None:
+        notes.insert(0, f"dcmi: {where.describe()}")
+        return None
+    npu_smi = NpuSmi(located.executable, timeout_s=timeout_s) if located.found else None
+    try:
+        answer = await discover_dcmi(dcmi.client, dev_root=dev_root, sys_root=sys_root, npu_smi=npu_smi, known=known)
+    except DcmiError as exc:
+        level = logging.WARNING if str(exc) != dcmi.last_failure else logging.DEBUG
+        dcmi.last_failure = str(exc)
+        logger.log(level, "discovery tier failed; trying the next",
+                   extra={"tier": TIER_DCMI, "error": str(exc), "profile": profile, "library": str(where.path)})
+        notes.insert(0, f"dcmi: {where.describe()}")
+        return str(exc)
+    dcmi.last_failure = None
+    version = dcmi.client.dcmi_version
+    notes.insert(0, f"dcmi: {where.describe()}" + (f" ({version})" if version else ""))
+    return _found(Discovery(TIER_DCMI, answer.chips, npu_smi=located, dropped=answer.dropped,
+                            notes=(*notes, *answer.notes)), profile)
 
 
 def _devfs_ids(chips: tuple[NpuChip, ...], known: Mapping[int, NpuChip] | None,

@@ -57,7 +57,8 @@ from ascend_dra.profiles.ascend.npusmi.runner import DEFAULT_CONCURRENCY, NpuSmi
 from ascend_dra.profiles.ascend.npusmi.tables import InfoChip, InfoTable, MappingRow
 from ascend_dra.profiles.ascend.npusmi.topo import LABEL_NPU, Topology
 
-__all__ = ("HCCS_LINKS", "TOPOLOGY_FAMILIES", "NpuSmiAnswer", "discover_npu_smi", "topology_groups", "with_topology")
+__all__ = ("HCCS_LINKS", "TOPOLOGY_FAMILIES", "NpuSmiAnswer", "discover_npu_smi", "topology_groups", "with_topology",
+           "without_shared_uuids")
 
 logger = logging.getLogger(__name__)
 
@@ -200,7 +201,7 @@ async def discover_npu_smi(npu_smi: NpuSmi, *, dev_root: Path, sys_root: Path,
                      "the other fields come from npu-smi info and -t board/common")
     carried: dict[str, int] = {}
     chips = [carry_counted(c, known, _unread(c, boards, commons, chip_boards), carried) for c in chips]
-    chips = _without_shared_uuids(chips)
+    chips = without_shared_uuids(chips)
     if any(c.family in TOPOLOGY_FAMILIES for c in chips):
         topo = await _optional(npu_smi.topo, "npu-smi info -t topo", budget)
         if topo is None:
@@ -385,7 +386,7 @@ def _chips(resolved: ResolvedIds, sys_root: Path) -> list[NpuChip]:
     return chips
 
 
-def _without_shared_uuids(chips: list[NpuChip]) -> list[NpuChip]:
+def without_shared_uuids(chips: list[NpuChip]) -> list[NpuChip]:
     """Drop a VDie ID that more than one chip reports: a uuid must name one chip (HAMi selects by it)."""
     counts: dict[str, int] = {}
     for c in chips:

@@ -56,7 +56,8 @@ from ascend_dra.profiles.ascend.attributes import WHOLE_CHIP_CORES, chip_attribu
 from ascend_dra.profiles.ascend.chip import DroppedChip, NpuChip
 from ascend_dra.profiles.ascend.chips import MODELS, ChipFamily
 from ascend_dra.profiles.ascend.config import NpuConfig
-from ascend_dra.profiles.ascend.discovery.chain import TIER_NPU_SMI, TIER_SIMULATED, discover_chips
+from ascend_dra.profiles.ascend.dcmi.client import DCMI_OPTION
+from ascend_dra.profiles.ascend.discovery.chain import DRIVER_TIERS, TIER_SIMULATED, discover_chips
 from ascend_dra.profiles.ascend.hardvnpu import templates
 from ascend_dra.profiles.ascend.hardvnpu.ops import VnpuOps
 from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiError
@@ -115,6 +116,7 @@ class HardVnpuProfile(AscendChipProfile):
     simulated_model = MODELS["910B4"]
     profile_options: Mapping[str, ProfileOption] = {
         "simulate": simulate_option(),
+        "dcmi": DCMI_OPTION,
         "vnpu-dev-dir": path_option("where the driver creates vdavinci<id> nodes on the host (default the host's "
                                     "device directory: --dev-root-on-host, else --dev-root)", "directory"),
         "boot-id-file": path_option("the boot id the vNPU ledger compares (default --boot-id-file)", "file"),
@@ -145,10 +147,10 @@ class HardVnpuProfile(AscendChipProfile):
             npu_smi=ctx.npu_smi, dev_root=ctx.dev_root, sys_root=ctx.sys_root, node_name=ctx.node_name,
             simulate=self.simulate_mode(ctx), simulated_model=self.simulated_model,
             simulated_count=ctx.fake_devices, timeout_s=self.timeout_s, profile=self.name,
-            host_root=self.host_root, search_path=self.search_path, known=self._known,
+            host_root=self.host_root, search_path=self.search_path, known=self._known, dcmi=self.dcmi_for(ctx),
         )
         self.layout = await anyio.to_thread.run_sync(host.probe, ctx.dev_root, self.host_root)
-        if found.source == TIER_NPU_SMI:
+        if found.source in DRIVER_TIERS:
             self._known = {c.physical_id: c for c in found.chips}
         # What `ascend-dra discover` says under the table (AscendChipProfile.discovery_notes).
         self.last_discovery = found

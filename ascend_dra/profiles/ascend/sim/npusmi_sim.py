@@ -18,7 +18,9 @@ Disabled, a reboot forgets every vNPU.
 
 It answers, in the formats of the captures in ``tests/fixtures/npu-smi/``:
 ``info`` (the 910 layout of ``910B3_info.txt``, the 310P layout of ``310P3_info.txt``), ``info -m``
-(``910B4_info_-m_with_Mcu.txt``), ``info -t template-info [-i N]`` (``+===+`` rule on 310P as in
+(``910B4_info_-m_with_Mcu.txt``), ``info -t board -i N [-c C]`` and ``info -t common -i N`` (driver
+version, PCI device ID, die ID, AI cores: :meth:`Sim.board`, :meth:`Sim.common`),
+``info -t template-info [-i N]`` (``+===+`` rule on 310P as in
 ``310P3_info_-t_template-info_drv22.0.4.txt``, ``|===|`` on 910B as in
 ``910B4_A2-inference_info_-t_template-info.txt``; only for models whose templates the reference
 gives in full, so other models exercise the profile's table fallback), ``info -t info-vnpu -i N -c C``
@@ -48,6 +50,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ascend_dra.profiles.ascend import chips as chips_catalogue
+from ascend_dra.profiles.ascend.dcmi.api import HEALTH_STATES
 from ascend_dra.profiles.ascend.hardvnpu import templates as catalogue
 from ascend_dra.system.atomicfile import write_atomic
 
@@ -71,7 +75,9 @@ class SimError(Exception):
 def write_host(directory: Path, chips: Sequence[Mapping[str, Any]], *, boot_id_file: Path | None = None,
                dev_dir: Path | None = None, vnpu_cfg_recover: bool = True) -> None:
     """Write ``host.json``. Each chip: ``npu_id``, ``chip_id``, ``logic_id``, ``physical_id``,
-    ``model`` (a key of :data:`.templates.MODELS`), optional ``bus_id``.
+    ``model`` (a key of :data:`.templates.MODELS` for vNPUs), optional ``bus_id``, and optional
+    facts that default as :func:`chip_facts` says. The test ``libdcmi.so`` reads the same file
+    (tests/dcmisim/libdcmi.c), so the simulator and DCMI describe one host.
 
     :param vnpu_cfg_recover: the vnpu-cfg-recover mode until ``set -t vnpu-cfg-recover`` changes it;
         enabled by default, as on a real device (vNPUs outlive a reboot).
@@ -79,9 +85,46 @@ def write_host(directory: Path, chips: Sequence[Mapping[str, Any]], *, boot_id_f
     directory.mkdir(parents=True, exist_ok=True)
     if dev_dir is not None:  # the host's device directory exists before any vNPU, as /dev does
         dev_dir.mkdir(parents=True, exist_ok=True)
-    host = {"chips": [dict(c) for c in chips], "boot_id_file": str(boot_id_file) if boot_id_file else None,
+    host = {"chips": [chip_facts(c) for c in chips], "driver_version": DRIVER_VERSION,
+            "boot_id_file": str(boot_id_file) if boot_id_file else None,
             "dev_dir": str(dev_dir) if dev_dir else None, "vnpu_cfg_recover": vnpu_cfg_recover}
     write_atomic(directory / "host.json", json.dumps(host, indent=1).encode())
+
+
+def chip_facts(chip: Mapping[str, Any]) -> dict[str, Any]:
+    """``chip`` with the facts it leaves out filled in, written into ``host.json`` so that both
+    readers use the same values: ``health`` ``OK`` (or a DCMI health number), ``memory_mib`` (21525
+    on 310P as in ``310P3_info.txt``, else the vNPU or chip catalogue's), ``memory_kind`` (``HBM`` or
+    ``DDR``, by family), ``aicore`` (catalogue), ``pci_device_id`` (by family) and ``die_id`` (made
+    from the physical ID, so that it is unique on the host), and the readings (:mod:`..usage`):
+    ``aicore_util`` 0 (%), ``memory_used_mib`` (1848 of DDR, 3314 of HBM; 0 when the total is
+    unknown), ``temperature_c`` (37 on 310P, else 40) and ``power_w`` (None on 310P, where npu-smi
+    prints ``NA``, else 95.0). A fact that stays None is unknown to both."""
+    model = chip["model"]
+    family = chips_catalogue.family_of(model)
+    resources = catalogue.resources_of(model)
+    known = chips_catalogue.model_of(model)
+    memory = 21525 if family is chips_catalogue.ChipFamily.ASCEND310P else (
+        resources.memory_mib if resources else known.memory_mib if known else None)
+    aicore = resources.aicore if resources else known.aicore if known else None
+    pci = next((k for k, v in chips_catalogue.PCI_DEVICE_FAMILY.items() if v is family), None)
+    p310 = family is chips_catalogue.ChipFamily.ASCEND310P
+    total = chip.get("memory_mib", memory)
+    return {"health": "OK", "memory_mib": memory, "aicore": aicore, "aicore_util": 0,
+            "memory_used_mib": (1848 if p310 else 3314) if total else 0, "temperature_c": 37 if p310 else 40,
+            "power_w": None if p310 else 95.0,
+            "memory_kind": chips_catalogue.memory_kind(family).value if family else None,
+            "pci_device_id": pci, "die_id": f"5A3C11D4-20B0{chip['physical_id']:04X}-4A10C8D4-14CC040A-D2102003",
+            **chip}
+
+
+def _health(chip: Mapping[str, Any]) -> str | None:
+    """The chip's health as npu-smi prints it; None for a DCMI number npu-smi cannot name (it then
+    prints no first row, docs/ascend-hardware.md#npu-smi-commands)."""
+    value = chip.get("health", "OK")
+    if isinstance(value, int):
+        return HEALTH_STATES[value] if 0 <= value < len(HEALTH_STATES) else None
+    return str(value)
 
 
 def _rule(char: str, widths: Sequence[int]) -> str:
@@ -173,19 +216,30 @@ class Sim:
                ((" NPU   Name", " Health", " Power(W)    Temp(C)           Hugepages-Usage(page)"),
                 (" Chip", " Bus-Id", " AICore(%)   Memory-Usage(MB)  HBM-Usage(MB)"))
         rule = _rule("=", widths)
-        lines = ["+" + "-" * total + "+", "|" + f" npu-smi {DRIVER_VERSION}{gap}Version: {DRIVER_VERSION}".ljust(total)
+        version = self.host.get("driver_version", DRIVER_VERSION)
+        lines = ["+" + "-" * total + "+", "|" + f" npu-smi {version}{gap}Version: {version}".ljust(total)
                  + "|", _rule("-", widths), _row(head[0], widths), _row(head[1], widths), rule]
         for c in self.chips:
-            bus = f" {c.get('bus_id', 'NA')}"
+            bus = f" {c.get('bus_id') or 'NA'}"
+            health = _health(c)
+            power = "NA" if c.get("power_w") is None else f"{c['power_w']:.1f}"
+            temp, util = c.get("temperature_c", 40), c.get("aicore_util", 0)
             if p310:
-                power = " NA           37                0     / 0"
-                lines.append(_row((f" {c['npu_id']:<8}{c['model']}", " OK", power), widths))
-                lines.append(_row((f" {c['chip_id']:<8}{c['logic_id']}", bus, " 0            1848 / 21525"), widths))
-            else:
-                memory = self.resources(c).memory_mib
-                lines.append(_row((f" {c['npu_id']:<6}{c['model']}", " OK", " 95.0        40                0    / 0"),
+                if health is not None:
+                    lines.append(_row((f" {c['npu_id']:<8}{c['model']}", f" {health}",
+                                       f" {power:<13}{temp:<18}0     / 0"), widths))
+                memory = c.get("memory_mib", 21525) or 0  # None: DCMI gave no total, npu-smi prints 0
+                used = c.get("memory_used_mib", 1848) if memory else 0
+                lines.append(_row((f" {c['chip_id']:<8}{c['logic_id']}", bus, f" {util:<13}{used} / {memory}"),
                                   widths))
-                lines.append(_row((f" {c['chip_id']}", bus, f" 0           0    / 0          3314 / {memory}"), widths))
+            else:
+                memory = c["memory_mib"] if "memory_mib" in c else self.resources(c).memory_mib
+                if health is not None:
+                    lines.append(_row((f" {c['npu_id']:<6}{c['model']}", f" {health}",
+                                       f" {power:<12}{temp:<18}0    / 0"), widths))
+                used = c.get("memory_used_mib", 3314) if memory else 0
+                lines.append(_row((f" {c['chip_id']}", bus, f" {util:<12}0    / 0          {used} / {memory or 0}"),
+                                  widths))
             lines.append(rule)
         return "\n".join(lines) + "\n"
 
@@ -194,6 +248,43 @@ class Sim:
         for c in self.chips:
             lines.append(f"\t{c['npu_id']:<30} {c['chip_id']:<30} {c['logic_id']:<30} Ascend {c['model']}")
         return "\n".join(lines) + "\n"
+
+    def _card(self, npu_id: int) -> list[dict[str, Any]]:
+        found = sorted((c for c in self.chips if c["npu_id"] == npu_id), key=lambda c: c["chip_id"])
+        if not found:
+            raise SimError(f"The device does not exist: NPU {npu_id}")
+        return found
+
+    def board(self, npu_id: int, chip_id: int | None) -> str:
+        """``info -t board -i N`` (``910A_info_-t_board_-i.txt``) or, with ``-c``, the chip's board
+        (``910A_info_-t_board_-i_-c_VDieID.txt``; ``Die ID`` on 310P, ``310P_info_-t_board_-i_-c_DieID.txt``)."""
+        card = self._card(npu_id)
+        if chip_id is None:
+            pci = card[0].get("pci_device_id")
+            return "\n".join((_kv("NPU ID", npu_id), _kv("Software Version", self.host.get("driver_version", "NA")),
+                              _kv("PCIe Bus Info", card[0].get("bus_id") or "NA"), _kv("PCI Vendor ID", "0x19e5"),
+                              _kv("PCI Device ID", f"0x{int(pci, 16):04X}" if pci else "NA"),
+                              _kv("Chip Count", len(card)))) + "\n"
+        c = self.chip(npu_id, chip_id)
+        lines = [_kv("NPU ID", npu_id), _kv("Chip ID", chip_id), _kv("Chip Type", "Ascend"),
+                 _kv("Chip Name", c["model"]), _kv("Chip Version", "V1")]
+        if c.get("die_id"):
+            key = "Die ID" if c["model"].startswith("310P") else "VDie ID"
+            lines.append(_kv(key, c["die_id"].replace("-", " ")))
+        lines.append(_kv("PCIe Bus Info", c.get("bus_id") or "NA"))
+        return "\n".join(lines) + "\n"
+
+    def common(self, npu_id: int) -> str:
+        """``info -t common -i N`` (``910B1_info_-t_common_-i_1.txt``); no ``Aicore Count`` on 310P
+        (``310P-duo_info_-t_common_-i_1_2chips.txt``) nor where the host does not know it."""
+        card = self._card(npu_id)
+        blocks = ["\n".join((_kv("NPU ID", npu_id), _kv("Chip Count", len(card))))]
+        for c in card:
+            block = [_kv("Chip ID", c["chip_id"]), _kv("Aicore Usage Rate(%)", c.get("aicore_util", 0))]
+            if c.get("aicore") is not None and not c["model"].startswith("310P"):
+                block.append(_kv("Aicore Count", c["aicore"]))
+            blocks.append("\n".join((*block, _kv("Temperature(C)", c.get("temperature_c", 40)))))
+        return "\n\n".join(blocks) + "\n"
 
     def template_info(self, npu_id: int | None) -> str:
         chips = [c for c in self.chips if npu_id is None or c["npu_id"] == npu_id]
@@ -339,6 +430,10 @@ def run(argv: Sequence[str], directory: Path) -> str:
     kind = options.get("-t")
     if verb == "info" and kind == "template-info":
         return sim.template_info(_int(options, "-i") if "-i" in options else None)
+    if verb == "info" and kind == "board":
+        return sim.board(_int(options, "-i"), _int(options, "-c") if "-c" in options else None)
+    if verb == "info" and kind == "common":
+        return sim.common(_int(options, "-i"))
     if verb == "info" and kind == "vnpu-cfg-recover":
         return f"VNPU config recover mode : {'Enable' if sim.recovers() else 'Disable'}\n"
     if verb == "set" and kind == "vnpu-cfg-recover":

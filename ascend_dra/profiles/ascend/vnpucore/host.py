@@ -31,6 +31,7 @@ from pathlib import PurePosixPath
 
 import attrs
 
+from ascend_dra.profiles.ascend.dcmi.client import DCMI_OPTION
 from ascend_dra.profiles.options import ProfileOption, path_option, simulate_option
 
 __all__ = (
@@ -84,6 +85,7 @@ OPTIONS: Mapping[str, ProfileOption] = {
     **{key: path_option(f"host path, default /{default} under hostRoot",
                         "file" if key == "installInfo" else "directory") for key, default in _DEFAULTS.items()},
     "simulate": simulate_option(),
+    "dcmi": DCMI_OPTION,
     "maxShares": ProfileOption(f"claims one chip may take at once, 1..{MAX_CONTAINERS} (default {MAX_CONTAINERS}, the "
                                "limiter's most; HAMi's device plugin allows 7 per 310P3)", check=_shares),
 }

@@ -143,8 +143,8 @@ def judge(
     refused: list[tuple[NpuChip, str]] = []
     for chip in chips:
         problems = list(node_problems)
-        if tier != "npu-smi" or chip.npu_id is None:
-            problems.append(f"device-share mode unknown: chip found by the {tier} tier, not by npu-smi")
+        if tier not in ("npu-smi", "dcmi") or chip.npu_id is None:
+            problems.append(f"device-share mode unknown: chip found by the {tier} tier, not by the driver")
         elif device_share is None:
             problems.append(f"device-share mode unknown: {device_share_problem}")
         elif (chip.npu_id, chip.chip_id) not in shared:

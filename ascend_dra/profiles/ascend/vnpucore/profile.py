@@ -63,7 +63,7 @@ from ascend_dra.profiles.ascend import host as ascend_host
 from ascend_dra.profiles.ascend.attributes import chip_attributes, device_name
 from ascend_dra.profiles.ascend.chip import DroppedChip, NpuChip
 from ascend_dra.profiles.ascend.chips import MODELS, ChipFamily
-from ascend_dra.profiles.ascend.discovery.chain import TIER_NPU_SMI, discover_chips
+from ascend_dra.profiles.ascend.discovery.chain import DRIVER_TIERS, TIER_DEVFS, TIER_SIMULATED, discover_chips
 from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiError
 from ascend_dra.profiles.ascend.npusmi.keyvalue import DeviceShare
 from ascend_dra.profiles.ascend.npusmi.runner import NpuSmi
@@ -151,6 +151,10 @@ class VnpuCoreProfile(AscendChipProfile):
         self.node_notes: tuple[str, ...] = ()
         self.install_info_exists = False  # found at discovery; the mount is added only then
         self.max_shares = MAX_CONTAINERS  # option maxShares, read at discovery
+        # Physical ID -> the device published for each chip offered at the last answer of the driver
+        # (DCMI or npu-smi): what a devfs answer keeps offering while the driver does not answer.
+        self._offered: dict[int, Device] = {}
+        self._carried_note: str | None = None
 
     def default_config(self) -> VnpuCoreConfig:
         """``VnpuCoreConfig()``: no tools mounted."""
@@ -178,13 +182,13 @@ class VnpuCoreProfile(AscendChipProfile):
             npu_smi=ctx.npu_smi, dev_root=ctx.dev_root, sys_root=ctx.sys_root, node_name=ctx.node_name,
             simulate=self.simulate_mode(ctx), simulated_model=self.simulated_model,
             simulated_count=ctx.fake_devices, timeout_s=self.timeout_s, profile=self.name,
-            host_root=self.host_root, search_path=self.search_path, known=self._known,
+            host_root=self.host_root, search_path=self.search_path, known=self._known, dcmi=self.dcmi_for(ctx),
         )
-        if found.source == TIER_NPU_SMI:
+        if found.source in DRIVER_TIERS:
             self._known = {c.physical_id: c for c in found.chips}
         share: tuple[DeviceShare, ...] | None = None
         share_problem: str | None = None
-        if found.source == TIER_NPU_SMI and found.chips:
+        if found.source in DRIVER_TIERS and found.chips:
             executable = found.npu_smi.executable if found.npu_smi is not None else ctx.npu_smi
             try:
                 share = await NpuSmi(executable, timeout_s=self.timeout_s).device_share()
@@ -195,22 +199,49 @@ class VnpuCoreProfile(AscendChipProfile):
         self.layout = await anyio.to_thread.run_sync(ascend_host.probe, ctx.dev_root, self.host_root,
                                                      abandon_on_cancel=True)
         self.install_info_exists = await anyio.to_thread.run_sync(os.path.isfile, host.install_info)
-        unknown = tuple(DroppedChip.of(c, unknown_family(c)) for c in found.chips if c.family is None)
+        carried = self._carried(found.source, found.chips)
+        judged = [c for c in found.chips if c.physical_id not in carried]
+        unknown = tuple(DroppedChip.of(c, unknown_family(c)) for c in judged if c.family is None)
         self.last_discovery = found
         self._dropped = (*found.dropped, *unknown)
-        verdict = judge([c for c in found.chips if c.family is not None], tier=found.source, device_share=share,
+        verdict = judge([c for c in judged if c.family is not None], tier=found.source, device_share=share,
                         device_share_problem=share_problem, facts=facts, machine=machine)
         self._log_refusals(verdict.refused)
         for note in set(verdict.notes) - set(self.node_notes):
             logger.info("HAMivNPUCore note", extra={"profile": self.name, "note": note})
         self.node_notes = verdict.notes
-        return Inventory(devices=tuple(self.device(c) for c in verdict.offered), source=found.source)
+        offered = {c.physical_id: self.device(c) for c in verdict.offered}
+        if found.source in DRIVER_TIERS or found.source == TIER_SIMULATED:
+            self._offered = offered
+        devices = {**carried, **offered}
+        return Inventory(devices=tuple(devices[c.physical_id] for c in found.chips if c.physical_id in devices),
+                         source=found.source)
+
+    def _carried(self, source: str, chips: Sequence[NpuChip]) -> dict[int, Device]:
+        """The devices of :attr:`_offered` that a devfs answer still shows a device node for, published
+        as they were: when the driver stops answering, the devfs tier cannot read the device-share
+        mode (nor memory, nor on some nodes the family), and offering nothing would withdraw the
+        chips from the scheduler and from the claims prepared on them (the daemon keeps a profile's
+        inventory when its discovery fails, daemon.py, for the same reason). Their health is unknown
+        meanwhile (:meth:`AscendChipProfile.health`), so a chip marked unhealthy stays marked."""
+        carried = {c.physical_id: self._offered[c.physical_id] for c in chips
+                   if source == TIER_DEVFS and c.physical_id in self._offered}
+        note = None
+        if carried:
+            note = (f"{source} tier: {len(carried)} chip{'s' if len(carried) != 1 else ''} offered as at the last "
+                    "answer of the driver (device-share mode not readable)")
+            if note != self._carried_note:
+                logger.warning("driver not answering; chips offered as at its last answer",
+                               extra={"profile": self.name, "devices": sorted(d.name for d in carried.values())})
+        self._carried_note = note
+        return carried
 
     def discovery_notes(self) -> tuple[str, ...]:
         """The Ascend chain's notes (:meth:`AscendChipProfile.discovery_notes`), then the node's
         notes (the aarch64 one) and one line per chip not offered: ``npu-1-0 (NPU 5 chip 0) not
         offered: <reason>`` (``ascend-dra discover`` prints them)."""
-        return (*super().discovery_notes(), *self.node_notes,
+        carried = (self._carried_note,) if self._carried_note else ()
+        return (*super().discovery_notes(), *carried, *self.node_notes,
                 *(f"{name} ({where}) not offered: {reason}" for name, (where, reason) in self.refused.items()))
 
     def _log_refusals(self, refused: Sequence[tuple[NpuChip, str]]) -> None:
