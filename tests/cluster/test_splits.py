@@ -148,8 +148,8 @@ async def test_the_1_35_scheduler_gives_a_soft_shared_chip_a_vnpu(cp, short_tmp,
     from ascend_dra.cli.discover import discover_profiles
     from ascend_dra.cluster.poolview import merged
     from ascend_dra.cluster.slices import build_slices
-    from ascend_dra.profiles.ascend.sim import npusmi_sim
     from ascend_dra.profiles.ascend.hardvnpu.profile import HardVnpuProfile
+    from ascend_dra.profiles.ascend.sim import npusmi_sim
     from ascend_dra.profiles.ascend.vnpucore.profile import VnpuCoreProfile
 
     host = BothSplitsHost(short_tmp / "host")

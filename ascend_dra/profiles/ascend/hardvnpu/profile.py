@@ -156,7 +156,7 @@ class HardVnpuProfile(AscendChipProfile):
         self.last_discovery = found
         self._dropped = tuple(found.dropped)
         chips = list(found.chips)
-        if found.source == TIER_NPU_SMI and found.npu_smi is not None:
+        if found.source in DRIVER_TIERS and found.npu_smi is not None and found.npu_smi.found:
             chips = await self.without_foreign_vnpus(
                 ctx, chips, found.npu_smi.executable, dev_dir=self.vnpu_dev_dir(ctx), ours=self._ledger_names(ctx),
                 advice=FOREIGN_VNPU_ADVICE)
