@@ -21,7 +21,10 @@ async def run_until_signal(main: Callable[[], Awaitable[object]], log: logging.L
     The handlers are installed before ``main()`` starts and stay until it has returned, cleanup
     included: a signal during the (bounded, docs/architecture.md#conventions) shutdown is logged and
     changes nothing, where its default action would kill the process half-way, leaving its sockets
-    behind. A process that must die at once gets SIGKILL.
+    behind. Once a signal has stopped it, the stop signals stay ignored until the process exits: the
+    default action of a second one would otherwise turn a clean stop into death by that signal
+    (exit status 128 + its number) in the milliseconds of the interpreter's own exit. A process that
+    must die at once gets SIGKILL.
     """
     stopping = anyio.CancelScope()
     async with anyio.create_task_group() as tg:
@@ -39,3 +42,6 @@ async def run_until_signal(main: Callable[[], Awaitable[object]], log: logging.L
             with stopping:
                 await main()
             tg.cancel_scope.cancel()
+    if stopping.cancel_called:  # the receiver gave the default actions back: stopped by a signal, exit quietly
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, signal.SIG_IGN)
