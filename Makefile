@@ -36,7 +36,7 @@ $(FLOORS_VENV)/.installed: pyproject.toml hack/floors.txt plugins/example-profil
 # 1.37 nodes, whatever the version: its control plane is 1.37).
 test: venv proto-check lint chart-check cluster-bins node-bins e2e-bins container-deps observe-deps test-floors
 	ASCEND_DRA_K8S=$(firstword $(K8S_VERSIONS)) $(PY) -m pytest tests -q
-	for v in $(wordlist 2,9,$(K8S_VERSIONS)); do ASCEND_DRA_K8S=$$v $(PY) -m pytest tests/cluster -q || exit 1; done
+	hack/test-versions.sh $(PY) $(wordlist 2,9,$(K8S_VERSIONS))   # side by side: each its own control plane
 	$(PY) -m pytest plugins/example-profile/tests -q
 
 test-unit: venv
