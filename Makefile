@@ -31,12 +31,14 @@ $(FLOORS_VENV)/.installed: pyproject.toml hack/floors.txt plugins/example-profil
 	$(FLOORS_VENV)/bin/python -m pip install --quiet -c hack/floors.txt -e '.[test]' -e plugins/example-profile
 	touch $@
 
-# `pytest tests` on the first version includes tests/kubelet (the real kubelet and containerd; 1.35 only,
-# it skips itself with the reason on another version) and tests/e2e (our image and chart on two kubelet
-# 1.37 nodes, whatever the version: its control plane is 1.37).
+# `pytest tests` (all but tests/cluster) on the first version includes tests/kubelet (the real kubelet and
+# containerd; 1.35 only, it skips itself with the reason on another version) and tests/e2e (our image and
+# chart on two kubelet 1.37 nodes, whatever the version: its control plane is 1.37); its 20 slowest tests
+# are listed at the end. Then tests/cluster on every version side by side: each run starts its own control
+# plane and mostly waits on it.
 test: venv proto-check lint chart-check cluster-bins node-bins e2e-bins container-deps observe-deps test-floors
-	ASCEND_DRA_K8S=$(firstword $(K8S_VERSIONS)) $(PY) -m pytest tests -q
-	hack/test-versions.sh $(PY) $(wordlist 2,9,$(K8S_VERSIONS))   # side by side: each its own control plane
+	ASCEND_DRA_K8S=$(firstword $(K8S_VERSIONS)) $(PY) -m pytest tests -q --ignore=tests/cluster --durations=20
+	hack/test-versions.sh $(PY) $(K8S_VERSIONS)
 	$(PY) -m pytest plugins/example-profile/tests -q
 
 test-unit: venv

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make test`'s runs of tests/cluster on the Kubernetes versions after the first, all at once: each run
+# `make test`'s runs of tests/cluster on every Kubernetes version, all at once: each run
 # starts its own control plane on ports of its own, and the runs mostly wait on their API servers, so
 # side by side they take about as long as one. Each run's output is printed when it ends, in the order
 # given; the exit code is 1 when any run failed.
