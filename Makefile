@@ -131,9 +131,11 @@ image: container-deps
 
 # Control-plane binaries (kube-apiserver, kube-scheduler, kube-controller-manager, etcd) are
 # built from their Go modules into ~/.cache/ascend-dra/controlplane-<version>, only when missing
-# (cold: ~7 min for the first version; the next one shares the Go caches, see tests/cluster/README.md).
+# (cold: ~7 min for the first version; the next one shares the Go caches, see tests/cluster/README.md),
+# and cert-manager's CRDs (hack/fetch-cert-manager-crds.sh; 4 MB from the Go module proxy).
 cluster-bins:
 	for v in $(K8S_VERSIONS); do tests/cluster/build.sh --k8s $$v || exit 1; done
+	hack/fetch-cert-manager-crds.sh >/dev/null   # cert-manager's CRDs from its Go module, for the chart tests
 
 # The kubelet 1.35 (same k8s.io/kubernetes modules as its control plane) for tests/kubelet and containerd
 # 2.x + ctr, into ~/.cache/ascend-dra/{kubelet,containerd}-<version>, only when missing (tests/e2e's

@@ -5,6 +5,8 @@
 * :func:`collection_path` finds an object's REST collection through the API server's discovery, so
   no kind-to-path table is kept here.
 * :func:`api_as` makes one request with another bearer token (a service account's).
+* :func:`install_cert_manager_crds` gives the API server cert-manager's kinds (Issuer, Certificate)
+  under cert-manager's own schemas, so the chart's certManager objects are sent, not only rendered.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 import os
 import ssl
 import subprocess
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -24,10 +27,11 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deployments" / "helm" / "ascend-dra"
 BUILD_HELM = ROOT / "hack" / "build-helm.sh"
+FETCH_CERT_MANAGER_CRDS = ROOT / "hack" / "fetch-cert-manager-crds.sh"
 RELEASE = "ascend-dra"
 
-#: Kinds whose API is not in the test cluster (cert-manager's CRDs): rendered, never sent.
-THIRD_PARTY_KINDS = {("cert-manager.io/v1", "Issuer"), ("cert-manager.io/v1", "Certificate")}
+#: cert-manager's kinds the chart and deployments/webhook create (webhook.certificate.mode certManager).
+CERT_MANAGER_KINDS = {("cert-manager.io/v1", "Issuer"), ("cert-manager.io/v1", "Certificate")}
 
 
 def helm_binary() -> Path:
@@ -100,3 +104,42 @@ def token_kubeconfig(cp: Any, token: str, path: Path) -> Path:
     path.write_text(yaml.safe_dump(cfg))
     path.chmod(0o600)
     return path
+
+
+def install_cert_manager_crds(cp: Any) -> None:
+    """Create cert-manager's CRDs in ``cp`` (server-side apply: idempotent) and wait until the API
+    server serves ``cert-manager.io/v1`` with them; fail with what to run when they were not fetched.
+
+    The CRDs are cert-manager's own, from its Go module (hack/fetch-cert-manager-crds.sh, which
+    ``make cluster-bins`` runs): their schemas judge our Issuers and Certificates. Nothing issues
+    the certificates (cert-manager's controller cannot be built here; the script says why).
+    """
+    crd_dir = Path(subprocess.run(["bash", str(FETCH_CERT_MANAGER_CRDS), "--print"], check=True,
+                                  capture_output=True, text=True).stdout.strip())
+    files = sorted(crd_dir.glob("cert-manager.io_*.yaml"))
+    if not (crd_dir / ".complete").is_file() or not files:
+        pytest.fail(f"cert-manager's CRDs missing in {crd_dir}: run `make cluster-bins` "
+                    f"({FETCH_CERT_MANAGER_CRDS.relative_to(ROOT)} fetches them from the Go module proxy)",
+                    pytrace=False)
+    names = []
+    for file in files:
+        crd = yaml.safe_load(file.read_text())
+        names.append(crd["metadata"]["name"])
+        status, reply = cp.api(
+            "PATCH", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{names[-1]}"
+            "?fieldManager=ascend-dra-tests&force=true", crd, content_type="application/apply-patch+yaml")
+        assert status in (200, 201), f"CRD {names[-1]}: {status} {reply}"
+
+    def served() -> bool:
+        for name in names:
+            status, crd = cp.api("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+            conditions = crd.get("status", {}).get("conditions", []) if status == 200 else []
+            if not any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+                return False
+        status, listing = cp.api("GET", "/apis/cert-manager.io/v1")
+        return status == 200 and {"Issuer", "Certificate"} <= {r["kind"] for r in listing["resources"]}
+
+    deadline = time.monotonic() + 60
+    while not served():
+        assert time.monotonic() < deadline, "cert-manager's CRDs not served within 60 s"
+        time.sleep(0.2)
