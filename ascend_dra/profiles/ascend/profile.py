@@ -68,6 +68,7 @@ from ascend_dra.profiles.ascend.discovery.chain import (
     discover_chips,
 )
 from ascend_dra.profiles.ascend.discovery.dcmi_health import dcmi_health
+from ascend_dra.profiles.ascend.discovery.stable import StableAnswers
 from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiError
 from ascend_dra.profiles.ascend.npusmi.locate import locate_npu_smi
 from ascend_dra.profiles.ascend.npusmi.runner import DEFAULT_TIMEOUT_S, NpuSmi
@@ -135,6 +136,9 @@ class AscendChipProfile:
         # Chips of the last answer from the driver (DCMI or npu-smi) by physical ID: the devfs tier
         # reuses their IDs (names).
         self._known: dict[int, NpuChip] = {}
+        # npu-smi's answers about the hardware in its slot, asked again only when `info` shows a
+        # change or after ten minutes (discovery/stable.py).
+        self._stable = StableAnswers()
         #: libdcmi.so under host_root and its worker (docs/ascend-discovery.md#dcmi).
         self.dcmi = DcmiSource(timeout_s=timeout_s)
         #: Device name -> what it reported at the last health check (:meth:`readings`).
@@ -176,6 +180,7 @@ class AscendChipProfile:
             simulate=self.simulate_mode(ctx), simulated_model=self.simulated_model,
             simulated_count=ctx.fake_devices, timeout_s=self.timeout_s, profile=self.name,
             host_root=self.host_root, search_path=self.search_path, known=self._known, dcmi=self.dcmi_for(ctx),
+            stable=self._stable,
         )
         self.layout = await anyio.to_thread.run_sync(host.probe, ctx.dev_root, self.host_root)
         if found.source in DRIVER_TIERS:

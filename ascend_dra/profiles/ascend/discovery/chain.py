@@ -31,6 +31,7 @@ from ascend_dra.profiles.ascend.discovery.carryover import FACTS, carry_counted,
 from ascend_dra.profiles.ascend.discovery.dcmi_tier import TIER_DCMI, discover_dcmi
 from ascend_dra.profiles.ascend.discovery.npusmi_tier import discover_npu_smi
 from ascend_dra.profiles.ascend.discovery.simulated import simulated_chips
+from ascend_dra.profiles.ascend.discovery.stable import StableAnswers
 from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiError, NpuSmiNotFound
 from ascend_dra.profiles.ascend.npusmi.locate import LocatedNpuSmi, locate_npu_smi
 from ascend_dra.profiles.ascend.npusmi.runner import DEFAULT_TIMEOUT_S, NpuSmi
@@ -90,6 +91,7 @@ async def discover_chips(
     search_path: str | None = None,
     known: Mapping[int, NpuChip] | None = None,
     dcmi: DcmiSource | None = None,
+    stable: StableAnswers | None = None,
 ) -> Discovery:
     """Run the chain and return the first tier's answer (all families; the profile filters).
 
@@ -110,6 +112,8 @@ async def discover_chips(
         AI cores, topology) are kept from there too, per chip in the same slot (:mod:`.carryover`).
     :param dcmi: the profile's DCMI library and client: ``libdcmi.so`` is looked for under
         ``host_root`` and, when found, the DCMI tier runs first (None: no DCMI tier).
+    :param stable: the profile's npu-smi answers kept across rediscoveries (:mod:`.stable`), used by
+        the npu-smi tier (None: every call is made).
     :raises ValueError: if simulation is asked for without a model.
     """
     if simulate is not SimulateMode.NEVER and simulated_model is None:
@@ -132,7 +136,7 @@ async def discover_chips(
                 raise NpuSmiNotFound(f"{npu_smi} info", npu_smi, "not on $PATH nor in the driver's install "
                                      f"locations ({', '.join(located.searched[1:])})")
             answer = await discover_npu_smi(NpuSmi(located.executable, timeout_s=timeout_s), dev_root=dev_root,
-                                            sys_root=sys_root, known=known)
+                                            sys_root=sys_root, known=known, stable=stable)
         except NpuSmiError as exc:
             failures.append(str(exc))
             logger.warning("discovery tier failed; trying the next",

@@ -49,6 +49,7 @@ from ascend_dra.profiles.ascend.discovery.carryover import (
     kept_logic_ids,
 )
 from ascend_dra.profiles.ascend.discovery.ids import PartialChip, ResolvedIds, remap_reason, resolve_ids
+from ascend_dra.profiles.ascend.discovery.stable import StableAnswers, info_fingerprint
 from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiError, NpuSmiTimeout
 from ascend_dra.profiles.ascend.npusmi.keyvalue import BoardInfo, ChipBoardInfo
 from ascend_dra.profiles.ascend.npusmi.readings import CommonInfo
@@ -120,13 +121,17 @@ class NpuSmiAnswer:
 
 
 async def discover_npu_smi(npu_smi: NpuSmi, *, dev_root: Path, sys_root: Path,
-                           known: Mapping[int, NpuChip] | None = None) -> NpuSmiAnswer:
+                           known: Mapping[int, NpuChip] | None = None,
+                           stable: StableAnswers | None = None) -> NpuSmiAnswer:
     """Discover every chip of the node through npu-smi (all families; profiles filter).
 
     Only ``npu-smi info`` is required; each other call fills its own fields and, when it fails,
     those fields alone are missing (a WARNING names the call and what was lost), unless ``known``
     (the chips of this daemon's last npu-smi answer, by physical ID) has them for the same chip:
-    the uuid, the AI core count and the topology are then kept (:mod:`.carryover`).
+    the uuid, the AI core count and the topology are then kept (:mod:`.carryover`). With
+    ``stable`` (the profile's, kept across rediscoveries), the ``-t board``, ``-t common`` and
+    ``-t topo`` answers of an earlier discovery are used again while ``info`` shows the same chips
+    (:mod:`.stable`): a rediscovery of an unchanged node makes two calls, ``info`` and ``info -m``.
 
     :return: the chips ordered by logic ID, the chips without a device node, and notes.
     :raises NpuSmiError: when ``npu-smi info`` fails or cannot be parsed, or when a chip has no
@@ -137,6 +142,9 @@ async def discover_npu_smi(npu_smi: NpuSmi, *, dev_root: Path, sys_root: Path,
         logger.debug("npu-smi info: lines outside the table ignored", extra={"lines": info.skipped})
     budget = _Budget()
     notes: list[str] = []
+    if stable is None:
+        stable = StableAnswers(max_age_s=0.0)  # keeps nothing: every call is made
+    stable.begin(info_fingerprint(npu_smi.command_line(), info))
     mapping = await _optional(npu_smi.mapping, "npu-smi info -m", budget)
     npu_ids = sorted({c.npu_id for c in info.chips})
     boards: dict[int, BoardInfo | None] = {}
@@ -144,12 +152,14 @@ async def discover_npu_smi(npu_smi: NpuSmi, *, dev_root: Path, sys_root: Path,
     chip_boards: dict[tuple[int, int], ChipBoardInfo | None] = {}
 
     async def card(npu_id: int) -> None:
-        boards[npu_id] = await _optional(lambda: npu_smi.board(npu_id), f"board -i {npu_id}", budget)
-        commons[npu_id] = await _optional(lambda: npu_smi.common(npu_id), f"common -i {npu_id}", budget)
+        boards[npu_id] = await stable.get(("board", npu_id), lambda: _optional(
+            lambda: npu_smi.board(npu_id), f"board -i {npu_id}", budget))
+        commons[npu_id] = await stable.get(("common", npu_id), lambda: _optional(
+            lambda: npu_smi.common(npu_id), f"common -i {npu_id}", budget))
 
     async def chip(npu_id: int, chip_id: int) -> None:
-        chip_boards[(npu_id, chip_id)] = await _optional(
-            lambda: npu_smi.chip_board(npu_id, chip_id), f"board -i {npu_id} -c {chip_id}", budget)
+        chip_boards[(npu_id, chip_id)] = await stable.get(("chip_board", npu_id, chip_id), lambda: _optional(
+            lambda: npu_smi.chip_board(npu_id, chip_id), f"board -i {npu_id} -c {chip_id}", budget))
 
     async with anyio.create_task_group() as tg:
         for npu_id in npu_ids:
@@ -203,7 +213,7 @@ async def discover_npu_smi(npu_smi: NpuSmi, *, dev_root: Path, sys_root: Path,
     chips = [carry_counted(c, known, _unread(c, boards, commons, chip_boards), carried) for c in chips]
     chips = without_shared_uuids(chips)
     if any(c.family in TOPOLOGY_FAMILIES for c in chips):
-        topo = await _optional(npu_smi.topo, "npu-smi info -t topo", budget)
+        topo = await stable.get("topo", lambda: _optional(npu_smi.topo, "npu-smi info -t topo", budget))
         if topo is None:
             chips = [carry_counted(c, known, TOPOLOGY_FACTS, carried) for c in chips]
             if any(c.family in TOPOLOGY_FAMILIES and c.hccs is None for c in chips):

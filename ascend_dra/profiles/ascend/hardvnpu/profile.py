@@ -148,6 +148,7 @@ class HardVnpuProfile(AscendChipProfile):
             simulate=self.simulate_mode(ctx), simulated_model=self.simulated_model,
             simulated_count=ctx.fake_devices, timeout_s=self.timeout_s, profile=self.name,
             host_root=self.host_root, search_path=self.search_path, known=self._known, dcmi=self.dcmi_for(ctx),
+            stable=self._stable,
         )
         self.layout = await anyio.to_thread.run_sync(host.probe, ctx.dev_root, self.host_root)
         if found.source in DRIVER_TIERS:

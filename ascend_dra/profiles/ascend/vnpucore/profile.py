@@ -183,6 +183,7 @@ class VnpuCoreProfile(AscendChipProfile):
             simulate=self.simulate_mode(ctx), simulated_model=self.simulated_model,
             simulated_count=ctx.fake_devices, timeout_s=self.timeout_s, profile=self.name,
             host_root=self.host_root, search_path=self.search_path, known=self._known, dcmi=self.dcmi_for(ctx),
+            stable=self._stable,
         )
         if found.source in DRIVER_TIERS:
             self._known = {c.physical_id: c for c in found.chips}
