@@ -109,10 +109,18 @@ class VnpuCalls:
         if cannot_ask and self.record.dcmi_down is not None:
             logger.debug("DCMI vNPU call not made; npu-smi answers", extra={"call": what, "error": str(exc)})
             return
-        if cannot_ask or (isinstance(exc, DcmiCallFailed) and not exc.answered):  # DCMI rests after a hang
+        if cannot_ask:
             self.record.dcmi_down = str(exc)
+        elif isinstance(exc, DcmiCallFailed):
+            self._hung(exc)
         logger.warning("DCMI vNPU call failed; npu-smi answers",
                        extra={"call": what, "error": str(exc), "tier": TIER_NPU_SMI, **fields})
+
+    def _hung(self, exc: DcmiCallFailed) -> None:
+        """A call without an answer: DCMI rests now (:mod:`...dcmi.client`); the calls not made
+        meanwhile are logged at DEBUG."""
+        if not exc.answered and self.record.dcmi_down is None:
+            self.record.dcmi_down = str(exc)
 
     def _dcmi_answered(self, kind: str) -> None:
         self.record.note(kind, TIER_DCMI)
@@ -156,6 +164,7 @@ class VnpuCalls:
                 dcmi_failure = f"; DCMI before it: {exc}"
             except DcmiCallFailed as exc:
                 dcmi_failure = f"; DCMI before it: {exc}"
+                self._hung(exc)
                 try:
                     present = _find(await self.info(npu_id, chip_id, quiet=True), vnpu_id)
                 except NpuSmiError as read_exc:
@@ -165,7 +174,7 @@ class VnpuCalls:
                     logger.warning("DCMI reported a vNPU create as failed, but the vNPU is there",
                                    extra={"call": "create", "error": str(exc), "template": present,
                                           "vnpu_id": vnpu_id, "tier": TIER_DCMI})
-                    self._dcmi_answered("create")
+                    self.record.note("create", TIER_DCMI)
                     return TIER_DCMI
                 self._fell_back("create", exc, npu_id=npu_id, chip_id=chip_id, vnpu_id=vnpu_id)
                 dcmi_unknown = not exc.answered
@@ -203,13 +212,14 @@ class VnpuCalls:
                 dcmi_failure = f"; DCMI before it: {exc}"
             except DcmiCallFailed as exc:
                 dcmi_failure = f"; DCMI before it: {exc}"
+                self._hung(exc)
                 try:
                     present = _find(await self.info(npu_id, chip_id, quiet=True), vnpu_id)
                 except NpuSmiError as read_exc:
                     raise VnpuCallError(f"DCMI: {exc}; reading the chip's vNPUs back failed ({read_exc})",
                                         unknown=not exc.answered) from exc
                 if present is None:
-                    self._dcmi_answered("destroy")
+                    self.record.note("destroy", TIER_DCMI)
                     return TIER_DCMI
                 self._fell_back("destroy", exc, npu_id=npu_id, chip_id=chip_id, vnpu_id=vnpu_id)
             else:
