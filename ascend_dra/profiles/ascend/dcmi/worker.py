@@ -154,7 +154,8 @@ class Worker:
 
     def _device_info(self, card: int, device: int, main_cmd: int, sub_cmd: int, *args: int) -> tuple[int, object]:
         """The VDEV_MNG queries: the chip's vNPU IDs, or one vNPU (``args``: its ID)."""
-        if main_cmd != api.MAIN_CMD_VDEV_MNG or sub_cmd not in (api.VMNG_GET_TOTAL_RESOURCE, api.VMNG_GET_VDEV_RESOURCE):
+        queries = (api.VMNG_GET_TOTAL_RESOURCE, api.VMNG_GET_VDEV_RESOURCE)
+        if main_cmd != api.MAIN_CMD_VDEV_MNG or sub_cmd not in queries:
             raise ValueError(f"dcmi_get_device_info({main_cmd}, {sub_cmd}) is not a query the worker decodes")
         if sub_cmd == api.VMNG_GET_TOTAL_RESOURCE:
             total = api.SocTotalResource()
