@@ -47,6 +47,9 @@ def hard_vnpu(short_tmp, request):
     d = DaemonProcess(root, profiles="hard-vNPU", env=host.env, extra_args=daemon_args(host))
     yield d, host
     d.stop()
+    made = [line for line in d.log_text().splitlines() if "created a vNPU" in line]
+    assert made and all(f"tier={request.param}" in line for line in made), made  # the tier asked, alone
+    assert "DCMI vNPU call failed" not in d.log_text()
 
 
 def assert_no_orphan(d: DaemonProcess, host: SimHost) -> None:

@@ -160,3 +160,29 @@ async def test_discovery_lists_vnpus_through_npu_smi_when_the_dcmi_listing_hangs
     assert not any(d.name.startswith("vnpu-0-") for d in inventory.devices)
     assert "list by npu-smi" in bed.profile.discovery_notes()[-2]
     assert len([r for r in caplog.records if r.message == FALLBACK]) == 1
+
+
+async def test_a_library_without_the_vnpu_calls_leaves_them_to_npu_smi_with_one_log_line(
+        bed: Bed, caplog: pytest.LogCaptureFixture) -> None:
+    """-99998: the library does not export the call (what the worker answers for a missing symbol)."""
+    set_fault(bed.host.sim_dir, *(f"{call} -99998" for call in (
+        "dcmi_create_vdevice", "dcmi_set_destroy_vdevice", "dcmi_get_device_info")))
+    with caplog.at_level(logging.DEBUG):
+        for uid in ("uid-1", "uid-2"):
+            c, ctx = bed.apply(uid)
+            effects = await bed.profile.prepare_side_effects(c, c.results, ctx)
+            await bed.profile.unprepare_side_effects(effects, ctx)
+    assert vnpus(bed) == [] and bed.host.ledger() == []
+    assert len(bed.npu_smi_calls("create-vnpu")) == 2 and len(bed.npu_smi_calls("destroy-vnpu")) == 2
+    assert [r.levelname for r in caplog.records if r.message == FALLBACK] == ["WARNING"]
+    assert "vNPU calls: list by npu-smi, create by npu-smi, destroy by npu-smi" in bed.profile.discovery_notes()
+
+
+async def test_the_dcmi_option_never_makes_vnpus_through_npu_smi(bed: Bed) -> None:
+    c, ctx = bed.apply()
+    never = {**ctx.profile.options, "hard-vNPU.dcmi": "never"}
+    ctx = attrs.evolve(ctx, profile=attrs.evolve(ctx.profile, options=never))
+    effects = await bed.profile.prepare_side_effects(c, c.results, ctx)
+    await bed.profile.unprepare_side_effects(effects, ctx)
+    assert len(bed.npu_smi_calls("create-vnpu")) == 1 and len(bed.npu_smi_calls("destroy-vnpu")) == 1
+    assert bed.profile.dcmi.client is None
