@@ -143,6 +143,21 @@ _Static_assert(sizeof(struct dcmi_soc_total_resource) == 360, "dcmi_soc_total_re
 
 /* ---- host.json's "vnpu": {"slots": n, "max": n|null, "total": [9], "templates": [[name, 9 x n|null]]} ---- */
 
+/* The next key of an object whose '{' is read: 0 and the key (its ':' read), 1 at the closing '}', -1 on
+ * anything else. A ',' before the key is skipped. */
+static int next_key(struct cursor *c, char *key, size_t n)
+{
+    ws(c);
+    if (*c->s == ',') c->s++;
+    ws(c);
+    if (*c->s == '}') { c->s++; return 1; }
+    if (string(c, key, n)) return -1;
+    ws(c);
+    if (*c->s++ != ':') return -1;
+    ws(c);
+    return 0;
+}
+
 /* NRES numbers (null: unknown), comma-separated, then the closing ']'. */
 static int numbers(struct cursor *c, long long *out, long long unknown)
 {
@@ -165,13 +180,8 @@ HIDDEN int vnpu_facts(struct cursor *c, struct chip *chip)
     if (*c->s++ != '{') return -1;
     chip->has_vnpu = 1;
     chip->max_vnpus = -1;
-    for (;;) {
-        ws(c);
-        if (*c->s == '}') { c->s++; return 0; }
-        if (string(c, key, sizeof key)) return -1;
-        ws(c);
-        if (*c->s++ != ':') return -1;
-        ws(c);
+    for (int r; (r = next_key(c, key, sizeof key)) != 1;) {
+        if (r) return -1;
         if (!strcmp(key, "slots")) {
             if (number(c, &chip->id_slots)) return -1;
         } else if (!strcmp(key, "max")) {
@@ -191,9 +201,8 @@ HIDDEN int vnpu_facts(struct cursor *c, struct chip *chip)
         } else if (skip(c)) {
             return -1;
         }
-        ws(c);
-        if (*c->s == ',') c->s++;
     }
+    return 0;
 }
 
 /* ---- vnpus.json, as the simulator reads and writes it ------------------------------------------ */
@@ -260,12 +269,8 @@ static int vnpu_entry(struct cursor *c, struct vnpu *v)
     char key[TEXT];
     memset(v, 0, sizeof *v);
     if (*c->s++ != '{') return -1;
-    for (;;) {
-        ws(c);
-        if (*c->s == '}') { c->s++; return 0; }
-        if (string(c, key, sizeof key)) return -1;
-        ws(c);
-        if (*c->s++ != ':') return -1;
+    for (int k; (k = next_key(c, key, sizeof key)) != 1;) {
+        if (k) return -1;
         int r = !strcmp(key, "npu_id") ? number(c, &v->npu_id)
               : !strcmp(key, "chip_id") ? number(c, &v->chip_id)
               : !strcmp(key, "vnpu_id") ? number(c, &v->vnpu_id)
@@ -273,9 +278,8 @@ static int vnpu_entry(struct cursor *c, struct vnpu *v)
               : !strcmp(key, "template") ? text(c, v->template_name, sizeof v->template_name)
               : skip(c);
         if (r) return -1;
-        ws(c);
-        if (*c->s == ',') c->s++;
     }
+    return 0;
 }
 
 /* The vNPUs that exist now (the simulator's Sim.load): after a reboot, those of the last boot
@@ -297,13 +301,8 @@ static int load_vnpus(void)
     int bad = 0;
     ws(&c);
     if (*c.s++ != '{') bad = 1;
-    while (!bad) {
-        ws(&c);
-        if (*c.s == '}') break;
-        if (string(&c, key, sizeof key)) { bad = 1; break; }
-        ws(&c);
-        if (*c.s++ != ':') { bad = 1; break; }
-        ws(&c);
+    for (int k; !bad && (k = next_key(&c, key, sizeof key)) != 1;) {
+        if (k) { bad = 1; break; }
         if (!strcmp(key, "boot_id")) {
             bad = text(&c, written, sizeof written) < 0;
         } else if (!strcmp(key, "vnpus")) {
@@ -317,8 +316,6 @@ static int load_vnpus(void)
         } else {
             bad = skip(&c);
         }
-        ws(&c);
-        if (*c.s == ',') c.s++;
     }
     free(buf);
     if (bad) { nvnpus = 0; return ERR_FILE_OPERATE; }

@@ -148,6 +148,18 @@ class VnpuCalls:
         self.record.note("list", TIER_NPU_SMI)
         return info
 
+    async def _read_back(self, exc: DcmiCallFailed, npu_id: int, chip_id: int, vnpu_id: int) -> str | None:
+        """After a DCMI create or destroy that failed: the template at ``vnpu_id`` now, or None.
+
+        :raises VnpuCallError: no tier could list the chip, so nobody tries again.
+        """
+        self._hung(exc)
+        try:
+            return _find(await self.info(npu_id, chip_id, quiet=True), vnpu_id)
+        except NpuSmiError as read_exc:
+            raise VnpuCallError(f"DCMI: {exc}; reading the chip's vNPUs back failed ({read_exc}), so it is not "
+                                "asked again through npu-smi", unknown=not exc.answered) from exc
+
     async def create(self, npu_id: int, chip_id: int, vnpu_id: int, template: str) -> str:
         """Make vNPU ``vnpu_id`` of ``template`` (see the module docstring for the read-back).
 
@@ -164,12 +176,7 @@ class VnpuCalls:
                 dcmi_failure = f"; DCMI before it: {exc}"
             except DcmiCallFailed as exc:
                 dcmi_failure = f"; DCMI before it: {exc}"
-                self._hung(exc)
-                try:
-                    present = _find(await self.info(npu_id, chip_id, quiet=True), vnpu_id)
-                except NpuSmiError as read_exc:
-                    raise VnpuCallError(f"DCMI: {exc}; reading the chip's vNPUs back failed ({read_exc}), so it is "
-                                        "not asked again through npu-smi", unknown=not exc.answered) from exc
+                present = await self._read_back(exc, npu_id, chip_id, vnpu_id)
                 if present is not None:  # made, or someone's at our ID: the caller's read-back tells
                     logger.warning("DCMI reported a vNPU create as failed, but the vNPU is there",
                                    extra={"call": "create", "error": str(exc), "template": present,
@@ -212,12 +219,7 @@ class VnpuCalls:
                 dcmi_failure = f"; DCMI before it: {exc}"
             except DcmiCallFailed as exc:
                 dcmi_failure = f"; DCMI before it: {exc}"
-                self._hung(exc)
-                try:
-                    present = _find(await self.info(npu_id, chip_id, quiet=True), vnpu_id)
-                except NpuSmiError as read_exc:
-                    raise VnpuCallError(f"DCMI: {exc}; reading the chip's vNPUs back failed ({read_exc})",
-                                        unknown=not exc.answered) from exc
+                present = await self._read_back(exc, npu_id, chip_id, vnpu_id)
                 if present is None:
                     self.record.note("destroy", TIER_DCMI)
                     return TIER_DCMI
