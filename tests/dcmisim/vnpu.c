@@ -1,6 +1,6 @@
 /*
- * The test libdcmi.so's vNPU calls, on the state the npu-smi simulator keeps
- * (ascend_dra/profiles/ascend/sim/npusmi_sim.py): $ASCEND_NPU_SMI_SIM_DIR/vnpus.json, read and replaced
+ * The test libdcmi.so's vNPU calls (and dcmi_get_vnpu_config_recover_mode), on the state the npu-smi
+ * simulator keeps (ascend_dra/profiles/ascend/sim/npusmi_sim.py): $ASCEND_NPU_SMI_SIM_DIR/vnpus.json, read and replaced
  * under an flock of $ASCEND_NPU_SMI_SIM_DIR/lock (the simulator's lock), with the simulator's rules, so
  * a vNPU made here is listed by `npu-smi info -t info-vnpu` and the reverse:
  *
@@ -539,6 +539,15 @@ int dcmi_get_device_info(int card_id, int device_id, int main_cmd, unsigned int 
     if (rc == DCMI_OK) *size = (unsigned int)need;
     close(fd);
     return late(rc);
+}
+
+/* `npu-smi info -t vnpu-cfg-recover`: 1 enabled (the vNPUs outlive a restart), 0 disabled. */
+int dcmi_get_vnpu_config_recover_mode(unsigned int *mode)
+{
+    ENTER(-1, -1);
+    if (!mode) return ERR_INVALID_PARAMETER;
+    *mode = (unsigned int)recovers();
+    return late(DCMI_OK);
 }
 
 #endif /* DCMI_SIM_MINIMAL */

@@ -13,7 +13,14 @@ import pytest
 
 from ascend_dra.profiles.ascend.dcmi import api
 from ascend_dra.profiles.ascend.dcmi.client import DcmiClient
-from ascend_dra.profiles.ascend.dcmi.vnpu import DcmiCallFailed, Vdevice, create_vdevice, destroy_vdevice, list_vdevices
+from ascend_dra.profiles.ascend.dcmi.vnpu import (
+    DcmiCallFailed,
+    Vdevice,
+    create_vdevice,
+    destroy_vdevice,
+    list_vdevices,
+    recover_mode,
+)
 from ascend_dra.profiles.ascend.npusmi import tables
 from ascend_dra.profiles.ascend.sim import npusmi_sim
 from tests.dcmisim import SOURCE, build, set_fault
@@ -125,7 +132,9 @@ async def test_a_reboot_keeps_the_vnpus_only_while_vnpu_cfg_recover_is_enabled(h
     await create_vdevice(client, 4, 0, 100, "vir10_3c_16g")
     host.reboot("boot-2")
     assert [v.vdev_id for v in await list_vdevices(client, 4, 0)] == [100]  # enabled: npu-smi's default
+    assert await recover_mode(client) is True
     npusmi_sim.run(["set", "-t", "vnpu-cfg-recover", "-d", "0"], host.sim_dir)
+    assert await recover_mode(client) is False
     host.reboot("boot-3")
     assert await list_vdevices(client, 4, 0) == [] == info_vnpu(host, 4)
     assert not (host.vdev / "vdavinci100").exists()

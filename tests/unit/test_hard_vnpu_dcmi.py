@@ -186,3 +186,16 @@ async def test_the_dcmi_option_never_makes_vnpus_through_npu_smi(bed: Bed) -> No
     await bed.profile.unprepare_side_effects(effects, ctx)
     assert len(bed.npu_smi_calls("create-vnpu")) == 1 and len(bed.npu_smi_calls("destroy-vnpu")) == 1
     assert bed.profile.dcmi.client is None
+
+
+@pytest.mark.parametrize("recover", [True, False], ids=["vnpu-cfg-recover enabled", "disabled"])
+async def test_after_a_reboot_dcmi_tells_whether_the_vnpus_came_back(bed: Bed, recover: bool) -> None:
+    c, ctx = bed.apply()
+    effects = await bed.profile.prepare_side_effects(c, c.results, ctx)
+    if not recover:
+        npusmi_sim.run(["set", "-t", "vnpu-cfg-recover", "-d", "0"], bed.host.sim_dir)
+    bed.host.reboot("boot-2")
+    await bed.profile.unprepare_side_effects(effects, ctx)  # a record of the earlier boot
+    assert vnpus(bed) == [] and bed.host.ledger() == []
+    assert bed.npu_smi_calls("vnpu-cfg-recover") == [] and bed.npu_smi_calls("destroy-vnpu") == []
+    assert "vnpu-cfg-recover by dcmi" in bed.profile.discovery_notes()[-1]

@@ -264,6 +264,8 @@ CALLS: Mapping[str, tuple[object, ...]] = {
     "dcmi_set_destroy_vdevice": (_INT, _INT, _UINT),
     # (card, device, enum dcmi_main_cmd, sub_cmd, buf, size in/out)
     "dcmi_get_device_info": (_INT, _INT, _INT, _UINT, ctypes.c_void_p, _P(_UINT)),
+    # the node's vnpu-cfg-recover mode: 0 disabled, 1 enabled (vNPUs outlive a restart)
+    "dcmi_get_vnpu_config_recover_mode": (_P(_UINT),),
 }
 
 #: Without these the tier cannot name a chip: a library that lacks one is refused.

@@ -10,7 +10,9 @@ info-vnpu`` (the driver's npu-smi source, ``npu_chip_set``; facts of ``dcmi_inte
 * ``dcmi_set_destroy_vdevice(card, device, vdev_id)``;
 * ``dcmi_get_device_info(card, device, DCMI_MAIN_CMD_VDEV_MNG, DCMI_VMNG_SUB_CMD_GET_TOTAL_RESOURCE)``
   for the chip's vNPU IDs, then ``..._GET_VDEV_RESOURCE`` per ID for its template name and group: two
-  round trips to the worker per listing.
+  round trips to the worker per listing;
+* ``dcmi_get_vnpu_config_recover_mode(&mode)`` for ``info -t vnpu-cfg-recover`` (1: the vNPUs outlive
+  a restart).
 
 ``card`` is npu-smi's NPU ID (``-i``), ``device`` the chip ID (``-c``). Knows DCMI, not the ledger
 nor npu-smi: :mod:`...hardvnpu.calls` chooses the tier and falls back.
@@ -23,7 +25,7 @@ import attrs
 from ascend_dra.profiles.ascend.dcmi.api import MAIN_CMD_VDEV_MNG, VMNG_GET_TOTAL_RESOURCE, VMNG_GET_VDEV_RESOURCE
 from ascend_dra.profiles.ascend.dcmi.client import Answer, DcmiClient
 
-__all__ = ("DcmiCallFailed", "Vdevice", "create_vdevice", "destroy_vdevice", "list_vdevices")
+__all__ = ("DcmiCallFailed", "Vdevice", "create_vdevice", "destroy_vdevice", "list_vdevices", "recover_mode")
 
 
 class DcmiCallFailed(Exception):
@@ -105,3 +107,13 @@ async def list_vdevices(client: DcmiClient, card: int, device: int) -> list[Vdev
         found.append(Vdevice(int(info["vdev_id"]), str(info["name"]), int(info["vfg_id"]), int(info["status"]),
                              int(info["container_id"])))
     return found
+
+
+async def recover_mode(client: DcmiClient) -> bool:
+    """Whether the node restores its vNPUs after a restart (``dcmi_get_vnpu_config_recover_mode``: 1).
+
+    :raises DcmiCallFailed: an error code (``-8255``: not on this chip or in SMP mode) or no answer.
+    :raises DcmiError: DCMI cannot be asked.
+    """
+    (answer,) = await client.call([("dcmi_get_vnpu_config_recover_mode",)])
+    return _checked(answer) == 1

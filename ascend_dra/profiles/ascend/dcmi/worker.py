@@ -152,6 +152,11 @@ class Worker:
     def _dcmi_set_destroy_vdevice(self, card: int, device: int, vdev_id: int) -> tuple[int, object]:
         return self.f["dcmi_set_destroy_vdevice"](card, device, vdev_id), None
 
+    def _vnpu_config_recover_mode(self) -> tuple[int, object]:
+        mode = ctypes.c_uint()
+        code = self.f["dcmi_get_vnpu_config_recover_mode"](ctypes.byref(mode))
+        return code, mode.value if code == 0 else None
+
     def _device_info(self, card: int, device: int, main_cmd: int, sub_cmd: int, *args: int) -> tuple[int, object]:
         """The VDEV_MNG queries: the chip's vNPU IDs, or one vNPU (``args``: its ID)."""
         queries = (api.VMNG_GET_TOTAL_RESOURCE, api.VMNG_GET_VDEV_RESOURCE)

@@ -18,7 +18,7 @@ npu-smi before the chip's vNPUs are read back (docs/hard-vnpu.md#through-dcmi):
 * destroy: the vNPU is gone -> it was destroyed; still there -> npu-smi destroys it.
 
 npu-smi commands: docs/ascend-hardware.md#npu-smi-commands (``set -t create-vnpu -i -c -f -v``,
-``set -t destroy-vnpu -i -c -v``, ``info -t info-vnpu -i -c``).
+``set -t destroy-vnpu -i -c -v``, ``info -t info-vnpu -i -c``, ``info -t vnpu-cfg-recover``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,13 @@ import attrs
 
 from ascend_dra.profiles.ascend.dcmi.api import FUNCTION_NOT_FOUND
 from ascend_dra.profiles.ascend.dcmi.client import DcmiClient, DcmiError
-from ascend_dra.profiles.ascend.dcmi.vnpu import DcmiCallFailed, create_vdevice, destroy_vdevice, list_vdevices
+from ascend_dra.profiles.ascend.dcmi.vnpu import (
+    DcmiCallFailed,
+    create_vdevice,
+    destroy_vdevice,
+    list_vdevices,
+    recover_mode,
+)
 from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiError, NpuSmiTimeout
 from ascend_dra.profiles.ascend.npusmi.runner import NpuSmi
 from ascend_dra.profiles.ascend.npusmi.tables import VnpuInfo
@@ -42,7 +48,7 @@ logger = logging.getLogger(__name__)
 TIER_DCMI = "dcmi"
 TIER_NPU_SMI = "npu-smi"
 #: The kinds of call, in the order :meth:`TierRecord.notes` names them.
-KINDS = ("list", "create", "destroy")
+KINDS = ("list", "create", "destroy", "vnpu-cfg-recover")
 
 
 class VnpuCallError(Exception):
@@ -147,6 +153,23 @@ class VnpuCalls:
         info = await self.npu_smi.vnpu_info(npu_id, chip_id)
         self.record.note("list", TIER_NPU_SMI)
         return info
+
+    async def recovers(self) -> bool:
+        """The vnpu-cfg-recover mode (DCMI, else ``npu-smi info -t vnpu-cfg-recover``).
+
+        :raises NpuSmiError: DCMI did not answer and npu-smi failed.
+        """
+        if self.dcmi is not None:
+            try:
+                mode = await recover_mode(self.dcmi)
+            except (DcmiCallFailed, DcmiError) as exc:
+                self._fell_back("vnpu-cfg-recover", exc)
+            else:
+                self._dcmi_answered("vnpu-cfg-recover")
+                return mode
+        mode = await self.npu_smi.vnpu_cfg_recover()
+        self.record.note("vnpu-cfg-recover", TIER_NPU_SMI)
+        return mode
 
     async def _read_back(self, exc: DcmiCallFailed, npu_id: int, chip_id: int, vnpu_id: int) -> str | None:
         """After a DCMI create or destroy that failed: the template at ``vnpu_id`` now, or None.

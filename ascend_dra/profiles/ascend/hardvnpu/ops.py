@@ -78,15 +78,16 @@ class VnpuOps:
         return text.strip()
 
     async def recovers(self) -> bool:
-        """Whether the vNPUs of an earlier boot exist again: ``npu-smi info -t vnpu-cfg-recover``
-        says ``Enable``. Asked once, and only when a ledger entry of an earlier boot is met.
+        """Whether the vNPUs of an earlier boot exist again: the vnpu-cfg-recover mode is enabled
+        (``dcmi_get_vnpu_config_recover_mode``, else ``npu-smi info -t vnpu-cfg-recover`` says
+        ``Enable``). Asked once, and only when a ledger entry of an earlier boot is met.
 
-        When npu-smi does not answer, its documented default (``Enable``) is assumed and logged:
+        When neither answers, npu-smi's documented default (``Enable``) is assumed and logged:
         assuming the opposite would refuse every restored vNPU's claim and leave the vNPU behind.
         """
         if self._recovers is None:
             try:
-                self._recovers = await self.npu_smi.vnpu_cfg_recover()
+                self._recovers = await self.calls.recovers()
             except NpuSmiError as exc:
                 logger.warning("npu-smi info -t vnpu-cfg-recover did not answer; assuming its default, Enable "
                                "(vNPUs outlive a reboot)", extra={"error": str(exc)})
