@@ -1,5 +1,5 @@
 """The DCMI tier against the npu-smi tier on one simulated 16-chip 910B3 node: CPU and wall time of a
-discovery and of a health pass, printed as ratios.
+discovery, of a health pass and of a hard vNPU's create + destroy, printed as ratios.
 
 Run: ``.venv/bin/python bench/bench_dcmi.py [--rounds N]`` (needs gcc: the test ``libdcmi.so`` is built
 from ``tests/dcmisim/libdcmi.c`` on first use).
@@ -13,6 +13,12 @@ the ``npu-910`` profile three ways, each the median of ``--rounds`` (after one u
   one process per call and our parsing, a floor under any real npu-smi (which also opens DCMI at
   every start);
 * ``npu-smi (sim)``, with ``--sim``: the Python simulator itself (a Python start per call; slow).
+
+The vNPU figure is one ``vir05_1c_16g`` vNPU created and destroyed on chip 0 by the hard-vNPU
+profile's calls (:class:`ascend_dra.profiles.ascend.hardvnpu.calls.VnpuCalls`, without the ledger and
+read-backs around them): through DCMI (the test library writes the simulator's state file, fsync
+included), through a script that only prints npu-smi's ``Status : OK`` (the floor: one process per
+call, no state), and with ``--sim`` through the simulator.
 
 CPU is the daemon's own (``time.process_time``) plus its children's: the npu-smi processes
 (``RUSAGE_CHILDREN``) and the DCMI worker (``/proc/<pid>/stat``). The test library answers from a
@@ -39,9 +45,12 @@ import anyio
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from ascend_dra.profiles.ascend.dcmi.client import DcmiClient  # noqa: E402
+from ascend_dra.profiles.ascend.hardvnpu.calls import VnpuCalls  # noqa: E402
 from ascend_dra.profiles.ascend.npu910 import Npu910Profile  # noqa: E402
+from ascend_dra.profiles.ascend.npusmi.runner import NpuSmi  # noqa: E402
 from ascend_dra.profiles.ascend.sim import npusmi_sim  # noqa: E402
-from tests.dcmisim import SIM, FakeHost, fake_host  # noqa: E402
+from tests.dcmisim import SIM, FakeHost, build, fake_host  # noqa: E402
 
 CHIPS = 16
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -64,11 +73,21 @@ def cat_npu_smi(host: FakeHost) -> str:
     return str(exe)
 
 
-def worker_pid(profile: Npu910Profile) -> int | None:
+def ok_npu_smi(host: FakeHost) -> str:
+    """A script that answers ``set -t create-vnpu`` / ``destroy-vnpu`` with npu-smi's success lines."""
+    exe = host.sim_dir.parent / "answers" / "npu-smi-ok"
+    exe.write_text("#!/bin/sh\nprintf '\\tStatus : OK\\n\\tMessage : done\\n'\n")
+    exe.chmod(0o755)
+    return str(exe)
+
+
+def worker_pid(profile: Npu910Profile | DcmiClient) -> int | None:
+    if isinstance(profile, DcmiClient):
+        return profile.pid
     return profile.dcmi.client.pid if profile.dcmi.client is not None else None
 
 
-def worker_cpu(profile: Npu910Profile) -> float:
+def worker_cpu(profile: Npu910Profile | DcmiClient) -> float:
     """CPU seconds the DCMI worker has used so far (0 without one)."""
     pid = worker_pid(profile)
     if pid is None:
@@ -87,12 +106,13 @@ def worker_rss_mib(profile: Npu910Profile) -> float:
     return 0.0
 
 
-def cpu_now(profile: Npu910Profile) -> float:
+def cpu_now(profile: Npu910Profile | DcmiClient) -> float:
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     return time.process_time() + children.ru_utime + children.ru_stime + worker_cpu(profile)
 
 
-async def measure(step: Callable[[], Awaitable[object]], profile: Npu910Profile, rounds: int) -> tuple[float, float]:
+async def measure(step: Callable[[], Awaitable[object]], profile: Npu910Profile | DcmiClient,
+                  rounds: int) -> tuple[float, float]:
     """Median (wall, CPU) seconds of ``step`` over ``rounds``."""
     walls, cpus = [], []
     for _ in range(rounds):
@@ -130,16 +150,41 @@ async def run(rounds: int, with_sim: bool) -> None:
             if name == "dcmi":
                 rss = worker_rss_mib(profile)
             profile.close()
-    print(f"{CHIPS}-chip 910B3 node; median of {rounds} discoveries and {rounds * 3} health passes")
+        vnpu = await vnpu_figures(host, rounds * 3, with_sim)
+    print(f"{CHIPS}-chip 910B3 node; median of {rounds} discoveries, {rounds * 3} health passes and {rounds * 3} "
+          "vNPU create+destroy cycles")
     print(f"  DCMI worker: first discovery (worker start included) {results['dcmi']['first'][0] * 1e3:.1f} ms, "
           f"RSS {rss:.1f} MiB")
-    print(f"  {'':28}{'wall ms':>10}{'CPU ms':>10}{'wall / dcmi':>13}{'CPU / dcmi':>12}")
+    print(f"  {'':36}{'wall ms':>10}{'CPU ms':>10}{'wall / dcmi':>13}{'CPU / dcmi':>12}")
     for what in ("discover", "health"):
         base_wall, base_cpu = results["dcmi"][what]
         for name in ways:
             wall, cpu = results[name][what]
-            print(f"  {what + ', ' + name:28}{wall * 1e3:10.2f}{cpu * 1e3:10.2f}{wall / base_wall:13.1f}"
+            print(f"  {what + ', ' + name:36}{wall * 1e3:10.2f}{cpu * 1e3:10.2f}{wall / base_wall:13.1f}"
                   f"{cpu / base_cpu:12.1f}")
+    base_wall, base_cpu = vnpu["dcmi"]
+    for name, (wall, cpu) in vnpu.items():
+        print(f"  {'vNPU create+destroy, ' + name:36}{wall * 1e3:10.2f}{cpu * 1e3:10.2f}{wall / base_wall:13.1f}"
+              f"{cpu / base_cpu:12.1f}")
+
+
+async def vnpu_figures(host: FakeHost, rounds: int, with_sim: bool) -> dict[str, tuple[float, float]]:
+    """Median (wall, CPU) seconds of one vNPU's create + destroy, per way (see the module docstring)."""
+    client = DcmiClient(build(), timeout_s=10.0)
+    ways = {"dcmi": (VnpuCalls(NpuSmi(SIM, timeout_s=10.0), client), client),
+            "npu-smi (ok)": (VnpuCalls(NpuSmi(ok_npu_smi(host), timeout_s=10.0), None), None)}
+    if with_sim:
+        ways["npu-smi (sim)"] = (VnpuCalls(NpuSmi(SIM, timeout_s=10.0), None), None)
+    figures = {}
+    for name, (calls, measured) in ways.items():
+        async def cycle(c: VnpuCalls = calls, expect: str = name.split()[0]) -> None:
+            assert await c.create(0, 0, 100, "vir05_1c_16g") == expect
+            assert await c.destroy(0, 0, 100) == expect
+        await cycle()  # warm-up; starts the DCMI worker
+        figures[name] = await measure(cycle, measured if measured is not None else client, rounds)
+    client.close()
+    assert npusmi_sim.Sim(host.sim_dir).load() == []
+    return figures
 
 
 def main() -> None:

@@ -3,6 +3,10 @@
 Chips are given as ``(npu ID, chip ID, logic ID, physical ID, model)``; the default is the Lab 18
 shape (docs/ascend-hardware.md#the-ids: NPU IDs 4/5, physical IDs 0/2, logic IDs 0/1), so a test that
 sees ``-i 4`` in the simulator's state proves the NPU ID, not the logic ID, reached npu-smi.
+
+With ``dcmi=True`` the host root the profile is given (option ``hard-vNPU.host-root``) carries the
+test ``libdcmi.so`` (tests/dcmisim), which makes and lists vNPUs on the simulator's own state: the
+DCMI tier then answers discovery and the vNPU calls, npu-smi what DCMI does not.
 """
 
 from __future__ import annotations
@@ -13,16 +17,25 @@ from pathlib import Path
 
 from ascend_dra.profiles.ascend.sim import npusmi_sim
 from ascend_dra.profiles.base import ProfileContext
+from tests.dcmisim import build, install
 
 SIM = str(Path(sys.executable).with_name("ascend-dra-npu-smi-sim"))
 LAB18 = ((4, 0, 0, 0, "910B4"), (5, 0, 1, 2, "910B4"))
+#: The two ways a hard-vNPU host is driven, for tests parametrized over them.
+TIERS = ("npu-smi", "dcmi")
 
 
 class SimHost:
     """Directories of one simulated node under ``root``."""
 
-    def __init__(self, root: Path, chips: Sequence[tuple[int, int, int, int, str]] = LAB18) -> None:
+    def __init__(self, root: Path, chips: Sequence[tuple[int, int, int, int, str]] = LAB18, *,
+                 dcmi: bool = False) -> None:
         self.root = root
+        self.dcmi = dcmi
+        self.host_root = root / "host"
+        (self.host_root / "usr/local/Ascend/driver/lib64").mkdir(parents=True, exist_ok=True)
+        if dcmi:
+            install(self.host_root, build())
         self.dev = root / "dev"
         self.vdev = root / "vdev"
         self.sim_dir = root / "npu-smi-sim"
@@ -44,7 +57,8 @@ class SimHost:
 
     @property
     def options(self) -> dict[str, str]:
-        return {"hard-vNPU.boot-id-file": str(self.boot_id_file), "hard-vNPU.vnpu-dev-dir": str(self.vdev)}
+        return {"hard-vNPU.boot-id-file": str(self.boot_id_file), "hard-vNPU.vnpu-dev-dir": str(self.vdev),
+                "hard-vNPU.host-root": str(self.host_root)}
 
     def option_args(self) -> list[str]:
         return [arg for k, v in self.options.items() for arg in ("--profile-option", f"{k}={v}")]

@@ -28,12 +28,14 @@ from ascend_dra.profiles.ascend.sim import npusmi_sim
 from ascend_dra.profiles.base import ProfileContext
 from tests.unit.test_ascend_support import dev_tree, sys_tree
 
-__all__ = ("FAULTS", "SIM", "SOURCE", "FakeHost", "build", "fake_host", "install", "set_fault")
+__all__ = ("FAULTS", "SIM", "SOURCE", "SOURCES", "FakeHost", "build", "fake_host", "install", "set_fault")
 
 #: The npu-smi simulator's console script.
 SIM = str(Path(sys.executable).with_name("ascend-dra-npu-smi-sim"))
 
 SOURCE = Path(__file__).resolve().parent / "libdcmi.c"
+#: Every file of the library: the chip calls, the vNPU calls, what they share.
+SOURCES = (SOURCE, SOURCE.with_name("vnpu.c"), SOURCE.with_name("dcmisim.h"))
 #: The fault file's name inside the simulator's directory.
 FAULTS = "dcmi-faults"
 _FLAGS = ("-shared", "-fPIC", "-O1", "-std=gnu11", "-Wall", "-Wextra", "-Werror")
@@ -50,14 +52,15 @@ def build(*, minimal: bool = False) -> Path:
     :raises RuntimeError: gcc failed (with its output).
     """
     flags = (*_FLAGS, "-DDCMI_SIM_MINIMAL") if minimal else _FLAGS
-    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(flags).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in SOURCES) + " ".join(flags).encode()).hexdigest()[:16]
     target = _cache() / f"libdcmi-sim-{digest}" / "libdcmi.so"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         out = Path(tmp) / "libdcmi.so"
-        done = subprocess.run(["gcc", *flags, "-o", str(out), str(SOURCE)], capture_output=True, text=True)
+        done = subprocess.run(["gcc", *flags, "-o", str(out), *(str(p) for p in SOURCES if p.suffix == ".c")],
+                              capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"gcc failed on {SOURCE}:\n{done.stderr}")
         os.replace(out, target)

@@ -10,9 +10,15 @@
  * dcmi_init return -8012 ("not ready"): our choice, the header does not say.
  *
  * Faults, for tests: each line of $ASCEND_NPU_SMI_SIM_DIR/dcmi-faults is
- *     <function name> <hang | crash | print | error code> [card device]
+ *     <function name> <hang | crash | print | error code>[-after] [card device]
  * and makes that call (for that card and device only, when given) sleep forever, abort the
  * process, print a line on stdout and go on, or return the code. The file is read at every call.
+ * With -after (the vNPU calls of vnpu.c only) the call first does its work (the vNPU is made or
+ * destroyed, the state file written, its lock released), then hangs, aborts or returns the code:
+ * a call whose effect happened although its caller saw no answer or an error.
+ *
+ * The vNPU calls (dcmi_create_vdevice, dcmi_set_destroy_vdevice, the VDEV_MNG queries of
+ * dcmi_get_device_info) are in vnpu.c; what both files share in dcmisim.h.
  *
  * Built by tests/dcmisim/__init__.py with gcc; -DDCMI_SIM_MINIMAL builds a library that exports
  * dcmi_init alone (a library too old or too broken to be used).
@@ -24,16 +30,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define DCMI_OK 0
-#define ERR_INVALID_PARAMETER (-8001)
-#define ERR_INVALID_DEVICE_ID (-8007)
-#define ERR_NOT_READY (-8012)
-#define ERR_FILE_OPERATE (-8014)
-#define ERR_NOT_SUPPORT (-8255)
-#define MAX_CHIP_NAME_LEN 32
-#define DIE_ID_COUNT 5
-#define MAX_CHIPS 128
-#define TEXT 64
+#include "dcmisim.h"
 
 struct dcmi_chip_info {
     unsigned char chip_type[MAX_CHIP_NAME_LEN];
@@ -83,26 +80,18 @@ int dcmi_init(void);
 
 #ifndef DCMI_SIM_MINIMAL
 
-struct chip {
-    long long npu_id, chip_id, logic_id, physical_id, health, memory_mib, aicore, util, used_mib, temp, power_dw;
-    int has_health, has_memory, has_aicore, has_util, has_die, has_bus, has_pci, has_used, has_temp, has_power;
-    char model[TEXT], bus_id[TEXT], memory_kind[8], health_name[16];
-    unsigned int die[DIE_ID_COUNT], pci_device_id;
-};
-
-static struct chip chips[MAX_CHIPS];
-static int nchips;
+HIDDEN struct chip chips[MAX_CHIPS];
+HIDDEN int nchips;
+HIDDEN struct host_state host;
 static char driver_version[TEXT];
-static int initialised;
+HIDDEN int initialised;
 static struct stat loaded;
 
 /* ---- host.json: the subset of JSON write_host produces ---------------------------------------- */
 
-struct cursor { const char *s; };
+HIDDEN void ws(struct cursor *c) { while (isspace((unsigned char)*c->s)) c->s++; }
 
-static void ws(struct cursor *c) { while (isspace((unsigned char)*c->s)) c->s++; }
-
-static int string(struct cursor *c, char *out, size_t n)
+HIDDEN int string(struct cursor *c, char *out, size_t n)
 {
     size_t len = 0;
     ws(c);
@@ -118,7 +107,7 @@ static int string(struct cursor *c, char *out, size_t n)
     return 0;
 }
 
-static int skip(struct cursor *c)
+HIDDEN int skip(struct cursor *c)
 {
     ws(c);
     if (*c->s == '"') return string(c, NULL, 0);
@@ -144,7 +133,7 @@ static int skip(struct cursor *c)
 }
 
 /* A number, or null (returns 1: absent). */
-static int number(struct cursor *c, long long *out)
+HIDDEN int number(struct cursor *c, long long *out)
 {
     char *end;
     ws(c);
@@ -156,7 +145,7 @@ static int number(struct cursor *c, long long *out)
 }
 
 /* A string, or null (returns 1). */
-static int text(struct cursor *c, char *out, size_t n)
+HIDDEN int text(struct cursor *c, char *out, size_t n)
 {
     ws(c);
     if (!strncmp(c->s, "null", 4)) { c->s += 4; return 1; }
@@ -209,6 +198,7 @@ static int chip_field(struct cursor *c, struct chip *chip, const char *key)
             if (!strcmp(chip->health_name, HEALTH[i])) { chip->health = (long long)i; chip->has_health = 1; }
         return 0;
     }
+    if (!strcmp(key, "vnpu")) return vnpu_facts(c, chip);
     if (!strcmp(key, "die_id")) {  /* five 8-hex groups separated by '-' or ' ' */
         r = text(c, buf, sizeof buf);
         if (r) return r < 0 ? -1 : 0;
@@ -231,6 +221,8 @@ static int parse_host(const char *s)
     char key[TEXT];
     nchips = 0;
     driver_version[0] = '\0';
+    memset(&host, 0, sizeof host);
+    host.recover = 1;
     ws(&c);
     if (*c.s++ != '{') return -1;
     for (;;) {
@@ -241,6 +233,14 @@ static int parse_host(const char *s)
         if (*c.s++ != ':') return -1;
         if (!strcmp(key, "driver_version")) {
             if (text(&c, driver_version, sizeof driver_version) < 0) return -1;
+        } else if (!strcmp(key, "boot_id_file")) {
+            if (text(&c, host.boot_id_file, sizeof host.boot_id_file) < 0) return -1;
+        } else if (!strcmp(key, "dev_dir")) {
+            if (text(&c, host.dev_dir, sizeof host.dev_dir) < 0) return -1;
+        } else if (!strcmp(key, "vnpu_cfg_recover")) {
+            ws(&c);
+            host.recover = strncmp(c.s, "false", 5) != 0;
+            if (skip(&c)) return -1;
         } else if (!strcmp(key, "chips")) {
             ws(&c);
             if (*c.s++ != '[') return -1;
@@ -271,7 +271,7 @@ static int parse_host(const char *s)
 }
 
 /* (Re)read host.json when it changed since the last call. */
-static int load_host(void)
+HIDDEN int load_host(void)
 {
     const char *dir = getenv("ASCEND_NPU_SMI_SIM_DIR");
     char path[4096];
@@ -296,11 +296,14 @@ static int load_host(void)
 
 /* ---- faults ------------------------------------------------------------------------------------- */
 
-static int fault(const char *function, int card, int device)
+static char late_action[64];
+
+HIDDEN int fault(const char *function, int card, int device)
 {
     const char *dir = getenv("ASCEND_NPU_SMI_SIM_DIR");
     char path[4096], line[256], name[128], action[64];
     int code = DCMI_OK;
+    late_action[0] = '\0';
     if (!dir) return DCMI_OK;
     snprintf(path, sizeof path, "%s/dcmi-faults", dir);
     FILE *f = fopen(path, "r");
@@ -310,6 +313,12 @@ static int fault(const char *function, int card, int device)
         int n = sscanf(line, "%127s %63s %d %d", name, action, &fcard, &fdevice);
         if (n < 2 || strcmp(name, function)) continue;
         if (n == 4 && (fcard != card || fdevice != device)) continue;
+        size_t len = strlen(action);
+        if (len > 6 && !strcmp(action + len - 6, "-after")) {  /* applied by late(), once the call's work is done */
+            action[len - 6] = '\0';
+            snprintf(late_action, sizeof late_action, "%s", action);
+            break;
+        }
         if (!strcmp(action, "hang")) for (;;) pause();
         if (!strcmp(action, "crash")) abort();
         if (!strcmp(action, "print")) { printf("dcmi: %s called\n", function); fflush(stdout); continue; }
@@ -320,15 +329,18 @@ static int fault(const char *function, int card, int device)
     return code;
 }
 
-#define ENTER(card, device)                                   \
-    do {                                                      \
-        int rc_ = fault(__func__, (card), (device));          \
-        if (rc_) return rc_;                                  \
-        if (!initialised) return ERR_NOT_READY;               \
-        if ((rc_ = load_host())) return rc_;                  \
-    } while (0)
+HIDDEN int late(int rc)
+{
+    char action[64];
+    if (!late_action[0]) return rc;
+    snprintf(action, sizeof action, "%s", late_action);
+    late_action[0] = '\0';
+    if (!strcmp(action, "hang")) for (;;) pause();
+    if (!strcmp(action, "crash")) abort();
+    return atoi(action);
+}
 
-static struct chip *find(int card, int device)
+HIDDEN struct chip *find(int card, int device)
 {
     for (int i = 0; i < nchips; i++)
         if (chips[i].npu_id == card && chips[i].chip_id == device) return &chips[i];

@@ -17,7 +17,7 @@ from ascend_dra.observe.faults import POINTS
 from ascend_dra.profiles.ascend.hardvnpu.ops import CRASH_POINTS
 from ascend_dra.profiles.ascend.sim import npusmi_sim
 from tests.claimfiles import claim_object, write_claim
-from tests.hardvnpu import SimHost, daemon_args, vnpu_keys, vnpus_of_records
+from tests.hardvnpu import TIERS, SimHost, daemon_args, vnpu_keys, vnpus_of_records
 from tests.integration.daemon import DRIVER, DaemonProcess, Kubelet
 
 PREPARE_POINTS = [p for p in POINTS if p.startswith("prepare:")] + list(CRASH_POINTS[:2])
@@ -37,15 +37,19 @@ def specs(d: DaemonProcess) -> set[str]:
     return {p.name for p in d.cdi_dir.glob(f"k8s.{DRIVER}-vnpu_*.yaml") if not p.name.endswith("_common.yaml")}
 
 
-@pytest.fixture
-def hard_vnpu(short_tmp):
-    """A daemon serving only ``hard-vNPU`` over a simulated Lab 18 host; stopped at teardown."""
+@pytest.fixture(params=TIERS)
+def hard_vnpu(short_tmp, request):
+    """A daemon serving only ``hard-vNPU`` over a simulated Lab 18 host, its vNPUs made through
+    npu-smi or through DCMI (the test libdcmi.so under the profile's host root); stopped at teardown."""
     root = short_tmp / "sa"
-    host = SimHost(root)
+    host = SimHost(root, dcmi=request.param == "dcmi")
     host.state_dir = root / "plugins" / DRIVER / "profiles"  # the daemon's ProfileContext.state_dir
     d = DaemonProcess(root, profiles="hard-vNPU", env=host.env, extra_args=daemon_args(host))
     yield d, host
     d.stop()
+    made = [line for line in d.log_text().splitlines() if "created a vNPU" in line]
+    assert all(f"tier={request.param}" in line for line in made), made  # the tier asked, alone
+    assert "DCMI vNPU call failed" not in d.log_text()
 
 
 def assert_no_orphan(d: DaemonProcess, host: SimHost) -> None:

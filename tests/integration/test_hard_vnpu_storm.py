@@ -17,9 +17,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests import storm
 from tests.claimfiles import claim_object, write_claim
-from tests.hardvnpu import SimHost, daemon_args, vnpu_keys, vnpus_of_records
+from tests.hardvnpu import TIERS, SimHost, daemon_args, vnpu_keys, vnpus_of_records
 from tests.integration.daemon import DRIVER, DaemonProcess
 
 #: Claims go in pairs on the same vNPU device (contention, as the storm's fake claims do); the four
@@ -28,7 +30,8 @@ DEVICES = [f"vnpu-0-0-vir05-1c-8g-{k}" for k in range(4)]
 
 
 class HardVnpuStorm(storm.Storm):
-    def __init__(self, root: Path, *, claims: int = 8, seed: int = 0, disk_faults: bool = False) -> None:
+    def __init__(self, root: Path, *, claims: int = 8, seed: int = 0, disk_faults: bool = False,
+                 dcmi: bool = False) -> None:
         self.root = root
         self.faults = root / "disk-faults" if disk_faults else None
         env = {"ASCEND_DRA_DISK_FAULTS": str(self.faults)} if self.faults else {}
@@ -38,7 +41,7 @@ class HardVnpuStorm(storm.Storm):
         self.details: list[str] = []
         self.lab = None
         node = root / "node"
-        self.host = SimHost(node)
+        self.host = SimHost(node, dcmi=dcmi)
         self.host.state_dir = node / "plugins" / DRIVER / "profiles"
         self.daemon = DaemonProcess(node, node=storm.LAB_NODE, profiles="hard-vNPU", env={**self.host.env, **env},
                                     extra_args=daemon_args(self.host))
@@ -63,8 +66,10 @@ class HardVnpuStorm(storm.Storm):
             self._fail("orphan_side_effects", f"vNPU {key} is recorded as prepared and does not exist")
 
 
-def test_a_kill9_storm_over_hard_vnpus_loses_nothing_and_leaves_no_orphan_vnpu(short_tmp):
-    s = HardVnpuStorm(short_tmp, seed=11)
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_kill9_storm_over_hard_vnpus_loses_nothing_and_leaves_no_orphan_vnpu(short_tmp, tier):
+    """Over npu-smi, and over DCMI (a kill -9 then also ends the DCMI worker, mid-call or not)."""
+    s = HardVnpuStorm(short_tmp, seed=11, dcmi=tier == "dcmi")
     for _ in range(8):
         s.trial()
     assert dict(s.tallies) == dict.fromkeys(storm.TALLIES, 0), "\n".join(s.details)

@@ -123,7 +123,7 @@ PATH_OPTIONS = _path_options()
 def test_the_path_options_are_the_ones_the_profiles_read() -> None:
     assert PATH_OPTIONS == [
         ("hard-vNPU", "vnpu-dev-dir", "directory"), ("hard-vNPU", "boot-id-file", "file"),
-        ("HAMivNPUCore", "hostRoot", "directory"), ("HAMivNPUCore", "vnpuCoreDir", "directory"),
+        ("hard-vNPU", "host-root", "directory"), ("HAMivNPUCore", "hostRoot", "directory"), ("HAMivNPUCore", "vnpuCoreDir", "directory"),
         ("HAMivNPUCore", "sharedRegionDir", "directory"), ("HAMivNPUCore", "driverDir", "directory"),
         ("HAMivNPUCore", "installInfo", "file")]
 

@@ -21,15 +21,16 @@ from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiFailed
 from ascend_dra.profiles.ascend.npusmi.runner import NpuSmi
 from ascend_dra.profiles.ascend.sim import npusmi_sim
 from ascend_dra.profiles.base import ApplyContext
-from tests.hardvnpu import SimHost
+from tests.hardvnpu import TIERS, SimHost
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "npu-smi"
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def sim(tmp_path, monkeypatch):
-    host = SimHost(tmp_path)
+@pytest.fixture(params=TIERS)
+def sim(tmp_path, monkeypatch, request):
+    """The Lab 18 host, its vNPUs made and listed through npu-smi, or through DCMI (the test libdcmi.so)."""
+    host = SimHost(tmp_path, dcmi=request.param == "dcmi")
     monkeypatch.setenv(npusmi_sim.ENV_DIR, str(host.sim_dir))
     return host
 

@@ -32,7 +32,7 @@ Profile options (``ProfileContext.options``, keys ``<profile>.<key>`` or ``<key>
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
 import anyio
@@ -73,7 +73,7 @@ from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiError
 from ascend_dra.profiles.ascend.npusmi.locate import locate_npu_smi
 from ascend_dra.profiles.ascend.npusmi.runner import DEFAULT_TIMEOUT_S, NpuSmi
 from ascend_dra.profiles.ascend.npusmi.tables import parse_info
-from ascend_dra.profiles.ascend.npusmi.vnpu_tables import Vnpu
+from ascend_dra.profiles.ascend.npusmi.vnpu_tables import Vnpu, VnpuInfo
 from ascend_dra.profiles.ascend.usage import chip_readings
 from ascend_dra.profiles.base import (
     AllocatedDevice,
@@ -200,7 +200,8 @@ class AscendChipProfile:
 
     async def without_foreign_vnpus(self, ctx: ProfileContext, chips: list[NpuChip], npu_smi: str, *,
                                     dev_dir: Path | None = None, ours: Callable[[NpuChip, Vnpu], bool] | None = None,
-                                    advice: str = FOREIGN_VNPU_ADVICE) -> list[NpuChip]:
+                                    advice: str = FOREIGN_VNPU_ADVICE,
+                                    lister: Callable[[int, int], Awaitable[VnpuInfo]] | None = None) -> list[NpuChip]:
         """``chips`` without those that carry vNPUs (``npu-smi info -t info-vnpu -i N -c C``) other than
         ``ours``, each left out logged and listed in :meth:`discovery_notes` with ``advice``. Nothing
         is destroyed.
@@ -210,11 +211,14 @@ class AscendChipProfile:
         chip without NPU and chip IDs cannot be asked and is kept. The first call that fails (npu-smi
         refused or hung) keeps that chip and every one not yet asked, with one warning: one hung call
         per discovery at most, so a discovery never runs past ``--discovery-timeout`` for this.
+
+        :param lister: ``(NPU ID, chip ID) -> VnpuInfo`` (the hard-vNPU profile's DCMI-first calls);
+            default ``npu-smi info -t info-vnpu``.
         """
         where = ctx.dev_root if dev_dir is None else dev_dir
         if not await anyio.to_thread.run_sync(lambda: any(where.glob("vdavinci*"))):
             return chips
-        tool = NpuSmi(npu_smi, timeout_s=self.timeout_s)
+        tool = lister if lister is not None else NpuSmi(npu_smi, timeout_s=self.timeout_s).vnpu_info
         kept: list[NpuChip] = []
         dropped: list[DroppedChip] = []
         for i, chip in enumerate(chips):
@@ -246,13 +250,14 @@ class AscendChipProfile:
         return kept
 
     @staticmethod
-    async def _foreign_vnpus(tool: NpuSmi, chip: NpuChip, ours: Callable[[NpuChip, Vnpu], bool] | None) -> list[Vnpu]:
-        """The chip's vNPUs (``info -t info-vnpu``) that ``ours`` does not claim (all without it).
+    async def _foreign_vnpus(tool: Callable[[int, int], Awaitable[VnpuInfo]], chip: NpuChip,
+                             ours: Callable[[NpuChip, Vnpu], bool] | None) -> list[Vnpu]:
+        """The chip's vNPUs (``tool``: ``info -t info-vnpu`` or DCMI) that ``ours`` does not claim (all without it).
 
         :raises NpuSmiError: npu-smi failed or its answer did not parse.
         """
         assert chip.npu_id is not None and chip.chip_id is not None
-        vnpus = list((await tool.vnpu_info(chip.npu_id, chip.chip_id)).vnpus)
+        vnpus = list((await tool(chip.npu_id, chip.chip_id)).vnpus)
         if ours is None:
             return vnpus
         return await anyio.to_thread.run_sync(lambda: [v for v in vnpus if not ours(chip, v)])

@@ -23,14 +23,24 @@ __all__ = (
     "ERRORS",
     "FUNCTION_NOT_FOUND",
     "HEALTH_STATES",
+    "MAIN_CMD_VDEV_MNG",
     "NOT_SUPPORTED",
     "REQUIRED",
+    "SIZES",
+    "TEMPLATE_NAME_MAX",
     "UTILIZATION_AICORE",
+    "VDEV_ID_ANY",
+    "VMNG_GET_TOTAL_RESOURCE",
+    "VMNG_GET_VDEV_RESOURCE",
     "ChipInfo",
+    "CreateVdevOut",
+    "CreateVdevRes",
     "DieId",
     "HbmInfo",
     "MemoryInfo",
     "PcieInfoAll",
+    "SocTotalResource",
+    "VdevQuery",
     "bind",
     "describe_code",
 )
@@ -125,6 +135,109 @@ class MemoryInfo(ctypes.Structure):
 
 assert ctypes.sizeof(PcieInfoAll) == 64, "the header: the size of dcmi_pcie_info_all is 64"
 
+# -- vNPUs (the hard split): dcmi_create_vdevice, dcmi_set_destroy_vdevice, and the VDEV_MNG queries
+# of dcmi_get_device_info. Field order and array sizes as the header gives them; the sizes asserted
+# below are what a C compiler makes of the header's structs on x86-64 and aarch64 (LP64), and
+# tests/unit/test_dcmi_vnpu.py compares every offset with gcc's.
+
+#: ``enum dcmi_main_cmd``: ``DCMI_MAIN_CMD_VDEV_MNG`` (``DCMI_MAIN_CMD_SVM`` 51, plus one).
+MAIN_CMD_VDEV_MNG = 52
+#: ``DCMI_VDEV_MNG_SUB_CMD``: one vNPU's resources (``struct dcmi_vdev_query_stru``, ``vdev_id`` in).
+VMNG_GET_VDEV_RESOURCE = 0
+#: ``DCMI_VDEV_MNG_SUB_CMD``: the chip's totals and its vNPU IDs (``struct dcmi_soc_total_resource``).
+VMNG_GET_TOTAL_RESOURCE = 1
+#: ``vdev_id`` of ``dcmi_create_vdevice`` for "any free ID" (the header's call example passes ``0xFFFFFFFF``);
+#: ascend-dra always names the ID (docs/hard-vnpu.md).
+VDEV_ID_ANY = 0xFFFFFFFF
+
+_VDEV_RES_NAME_LEN = 16  # DCMI_VDEV_RES_NAME_LEN
+_VDEV_FOR_RESERVE = 32  # DCMI_VDEV_FOR_RESERVE
+_VDEV_SIZE = 20  # DCMI_VDEV_SIZE: 2 x unsigned long long + unsigned int
+_SOC_SPLIT_MAX = 32  # DCMI_SOC_SPLIT_MAX
+_TEMPLATE_NAME_LEN = 32  # TEMPLATE_NAME_LEN
+#: The longest template name ``dcmi_create_vdevice`` takes (its ``char template_name[32]`` holds the NUL).
+TEMPLATE_NAME_MAX = _TEMPLATE_NAME_LEN - 1
+
+
+class CreateVdevRes(ctypes.Structure):
+    """``struct dcmi_create_vdev_res_stru`` (104 bytes): ``vdev_id`` (the vNPU ID asked for, or
+    :data:`VDEV_ID_ANY`), ``vfg_id`` (the vNPU group; 0 as npu-smi passes it without ``-g``),
+    ``template_name`` (``vir10_3c_16g``, NUL-terminated)."""
+
+    _fields_ = (("vdev_id", ctypes.c_uint), ("vfg_id", ctypes.c_uint),
+                ("template_name", ctypes.c_char * _TEMPLATE_NAME_LEN), ("reserved", ctypes.c_ubyte * 64))
+
+
+class CreateVdevOut(ctypes.Structure):
+    """``struct dcmi_create_vdev_out`` (52 bytes): the vNPU made: its ID, PCIe bus/device/function and group."""
+
+    _fields_ = (("vdev_id", ctypes.c_uint), ("pcie_bus", ctypes.c_uint), ("pcie_device", ctypes.c_uint),
+                ("pcie_func", ctypes.c_uint), ("vfg_id", ctypes.c_uint),
+                ("reserved", ctypes.c_ubyte * _VDEV_FOR_RESERVE))
+
+
+class BaseResource(ctypes.Structure):
+    """``struct dcmi_base_resource`` (64 bytes)."""
+
+    _fields_ = (("token", ctypes.c_ulonglong), ("token_max", ctypes.c_ulonglong), ("task_timeout", ctypes.c_ulonglong),
+                ("vfg_id", ctypes.c_uint), ("vip_mode", ctypes.c_ubyte),
+                ("reserved", ctypes.c_ubyte * (_VDEV_FOR_RESERVE - 1)))
+
+
+class ComputingResource(ctypes.Structure):
+    """``struct dcmi_computing_resource`` (96 bytes): AI cores (``aic``, a float), memory in MB, AICPUs, ..."""
+
+    _fields_ = (("aic", ctypes.c_float), ("aiv", ctypes.c_float),
+                *((name, ctypes.c_ushort) for name in ("dsa", "rtsq", "acsq", "cdqm", "c_core", "ffts", "sdma",
+                                                       "pcie_dma")),
+                ("memory_size", ctypes.c_ulonglong),
+                *((name, ctypes.c_uint) for name in ("event_id", "notify_id", "stream_id", "model_id")),
+                *((name, ctypes.c_ushort) for name in ("topic_schedule_aicpu", "host_ctrl_cpu", "host_aicpu",
+                                                       "device_aicpu", "topic_ctrl_cpu_slot")),
+                ("vdev_aicore_utilization", ctypes.c_uint), ("vdev_memory_total", ctypes.c_ulonglong),
+                ("vdev_memory_free", ctypes.c_ulonglong),
+                ("reserved", ctypes.c_ubyte * (_VDEV_FOR_RESERVE - _VDEV_SIZE)))
+
+
+class MediaResource(ctypes.Structure):
+    """``struct dcmi_media_resource`` (56 bytes): DVPP engines, floats."""
+
+    _fields_ = (*((name, ctypes.c_float) for name in ("jpegd", "jpege", "vpc", "vdec", "pngd", "venc")),
+                ("reserved", ctypes.c_ubyte * _VDEV_FOR_RESERVE))
+
+
+class VdevQueryInfo(ctypes.Structure):
+    """``struct dcmi_vdev_query_info`` (256 bytes): ``name`` is the vNPU's template name."""
+
+    _fields_ = (("name", ctypes.c_char * _VDEV_RES_NAME_LEN), ("status", ctypes.c_uint),
+                ("is_container_used", ctypes.c_uint), ("vfid", ctypes.c_uint), ("vfg_id", ctypes.c_uint),
+                ("container_id", ctypes.c_ulonglong), ("base", BaseResource), ("computing", ComputingResource),
+                ("media", MediaResource))
+
+
+class VdevQuery(ctypes.Structure):
+    """``struct dcmi_vdev_query_stru`` (264 bytes), the buffer of :data:`VMNG_GET_VDEV_RESOURCE`:
+    ``vdev_id`` in, ``query_info`` out."""
+
+    _fields_ = (("vdev_id", ctypes.c_uint), ("query_info", VdevQueryInfo))
+
+
+class SocTotalResource(ctypes.Structure):
+    """``struct dcmi_soc_total_resource`` (360 bytes), the buffer of :data:`VMNG_GET_TOTAL_RESOURCE`:
+    ``vdev_num`` vNPU IDs in ``vdev_id`` (at most 32), the vNPU groups, the chip's resources."""
+
+    _fields_ = (("vdev_num", ctypes.c_uint), ("vdev_id", ctypes.c_uint * _SOC_SPLIT_MAX), ("vfg_num", ctypes.c_uint),
+                ("vfg_bitmap", ctypes.c_uint), ("base", BaseResource), ("computing", ComputingResource),
+                ("media", MediaResource))
+
+
+#: Struct -> its size in bytes under the header (LP64).
+SIZES: Mapping[type[ctypes.Structure], int] = {
+    CreateVdevRes: 104, CreateVdevOut: 52, BaseResource: 64, ComputingResource: 96, MediaResource: 56,
+    VdevQueryInfo: 256, VdevQuery: 264, SocTotalResource: 360}
+for _struct, _size in SIZES.items():
+    assert ctypes.sizeof(_struct) == _size, f"{_struct.__name__}: {ctypes.sizeof(_struct)} bytes, the header {_size}"
+
 _INT, _UINT = ctypes.c_int, ctypes.c_uint
 _P = ctypes.POINTER
 
@@ -147,6 +260,12 @@ CALLS: Mapping[str, tuple[object, ...]] = {
     "dcmi_get_device_utilization_rate": (_INT, _INT, _INT, _P(_UINT)),
     "dcmi_get_device_temperature": (_INT, _INT, _P(_INT)),
     "dcmi_get_device_power_info": (_INT, _INT, _P(_INT)),
+    "dcmi_create_vdevice": (_INT, _INT, _P(CreateVdevRes), _P(CreateVdevOut)),
+    "dcmi_set_destroy_vdevice": (_INT, _INT, _UINT),
+    # (card, device, enum dcmi_main_cmd, sub_cmd, buf, size in/out)
+    "dcmi_get_device_info": (_INT, _INT, _INT, _UINT, ctypes.c_void_p, _P(_UINT)),
+    # the node's vnpu-cfg-recover mode: 0 disabled, 1 enabled (vNPUs outlive a restart)
+    "dcmi_get_vnpu_config_recover_mode": (_P(_UINT),),
 }
 
 #: Without these the tier cannot name a chip: a library that lacks one is refused.

@@ -139,6 +139,45 @@ class Worker:
         code = self.f["dcmi_get_device_power_info"](card, device, ctypes.byref(tenths_of_watt))
         return code, tenths_of_watt.value if code == 0 else None
 
+    # -- vNPUs: template in, the vNPU's ID and group out; its template name and group read back.
+
+    def _dcmi_create_vdevice(self, card: int, device: int, vdev_id: int, template: str) -> tuple[int, object]:
+        name = template.encode()
+        if not isinstance(vdev_id, int) or not 0 < len(name) <= api.TEMPLATE_NAME_MAX or b"\0" in name:
+            raise ValueError(f"template name {template!r} or vNPU ID {vdev_id!r} does not fit the header's struct")
+        request, out = api.CreateVdevRes(vdev_id=vdev_id, vfg_id=0, template_name=name), api.CreateVdevOut()
+        code = self.f["dcmi_create_vdevice"](card, device, ctypes.byref(request), ctypes.byref(out))
+        return code, {"vdev_id": out.vdev_id, "vfg_id": out.vfg_id} if code == 0 else None
+
+    def _dcmi_set_destroy_vdevice(self, card: int, device: int, vdev_id: int) -> tuple[int, object]:
+        return self.f["dcmi_set_destroy_vdevice"](card, device, vdev_id), None
+
+    def _vnpu_config_recover_mode(self) -> tuple[int, object]:
+        mode = ctypes.c_uint()
+        code = self.f["dcmi_get_vnpu_config_recover_mode"](ctypes.byref(mode))
+        return code, mode.value if code == 0 else None
+
+    def _device_info(self, card: int, device: int, main_cmd: int, sub_cmd: int, *args: int) -> tuple[int, object]:
+        """The VDEV_MNG queries: the chip's vNPU IDs, or one vNPU (``args``: its ID)."""
+        queries = (api.VMNG_GET_TOTAL_RESOURCE, api.VMNG_GET_VDEV_RESOURCE)
+        if main_cmd != api.MAIN_CMD_VDEV_MNG or sub_cmd not in queries:
+            raise ValueError(f"dcmi_get_device_info({main_cmd}, {sub_cmd}) is not a query the worker decodes")
+        if sub_cmd == api.VMNG_GET_TOTAL_RESOURCE:
+            total = api.SocTotalResource()
+            size = ctypes.c_uint(ctypes.sizeof(total))
+            code = self.f["dcmi_get_device_info"](card, device, main_cmd, sub_cmd, ctypes.byref(total),
+                                                  ctypes.byref(size))
+            return code, {"vdev_id": list(total.vdev_id[:max(0, min(total.vdev_num, len(total.vdev_id)))]),
+                          "vfg_num": total.vfg_num} if code == 0 else None
+        (vdev_id,) = args
+        query = api.VdevQuery(vdev_id=vdev_id)
+        size = ctypes.c_uint(ctypes.sizeof(query))
+        code = self.f["dcmi_get_device_info"](card, device, main_cmd, sub_cmd, ctypes.byref(query), ctypes.byref(size))
+        info = query.query_info
+        return code, {"vdev_id": query.vdev_id, "name": _text(info.name), "status": info.status,
+                      "vfg_id": info.vfg_id, "container_id": info.container_id,
+                      "aicore": info.computing.aic, "memory_mb": info.computing.memory_size} if code == 0 else None
+
 
 def _watch_parent() -> None:
     """End the process when the daemon is gone, even while the main thread is hung in a DCMI call
@@ -203,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, *call_args in request["calls"]:
             try:
                 code, value = worker.call(name, call_args)
-            except (ctypes.ArgumentError, TypeError, KeyError, AttributeError) as exc:
+            except (ctypes.ArgumentError, TypeError, ValueError, KeyError, AttributeError) as exc:
                 _say({"seq": request["seq"], "code": -8001, "error": f"{name}{tuple(call_args)}: {exc}"})
                 continue
             _say({"seq": request["seq"], "code": code, "value": value} if code == 0

@@ -2,7 +2,9 @@
 
 One JSON file per vNPU under ``<ProfileContext.state_dir>/hard-vNPU/``, written durably
 (:func:`ascend_dra.system.atomicfile.write_atomic`: fsync of the file and of its directory) **before**
-``npu-smi set -t create-vnpu`` runs and removed only after the vNPU is destroyed. It is the proof
+the create is asked of either tier (``dcmi_create_vdevice`` or ``npu-smi set -t create-vnpu``,
+:mod:`.calls`) and removed only after the vNPU is destroyed, or is known never to have been made (a
+create whose outcome is unknown keeps it, docs/hard-vnpu.md#through-dcmi). It is the proof
 of ownership the crash repair needs: the checkpoint learns of a vNPU only after
 ``prepare_side_effects`` returns, so a kill -9 between the create and that record leaves a vNPU
 that only the ledger knows. A vNPU that no ledger entry names was not made by us and is never

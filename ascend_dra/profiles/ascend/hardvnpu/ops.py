@@ -1,6 +1,8 @@
-"""Creating, destroying and repairing hard vNPUs through npu-smi, with the ledger as proof of ownership.
+"""Creating, destroying and repairing hard vNPUs, with the ledger as proof of ownership.
 
-Commands (docs/ascend-hardware.md#npu-smi-commands; NPU ID and chip ID, never the logic ID,
+The calls go through DCMI when the DCMI tier is loaded and through npu-smi for any answer DCMI does
+not give (:mod:`.calls`); the rules below are the same whichever tier answers. npu-smi commands
+(docs/ascend-hardware.md#npu-smi-commands; NPU ID and chip ID, never the logic ID,
 docs/ascend-hardware.md#the-ids):
 
 * ``npu-smi set -t create-vnpu -i <NPU ID> -c <chip ID> -f <template> -v <vNPU ID>``
@@ -30,6 +32,7 @@ from typing import Any
 import anyio
 
 from ascend_dra.observe.faults import crash_point
+from ascend_dra.profiles.ascend.hardvnpu.calls import VnpuCallError, VnpuCalls
 from ascend_dra.profiles.ascend.hardvnpu.ledger import LEDGER_DIR, Ledger, LedgerEntry
 from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiError
 from ascend_dra.profiles.ascend.npusmi.runner import NpuSmi
@@ -54,14 +57,16 @@ class VnpuError(Exception):
 
 
 class VnpuOps:
-    """npu-smi vNPU operations for one daemon.
+    """vNPU operations for one daemon.
 
     :param state_dir: ``ProfileContext.state_dir``; the ledger lives in ``<state_dir>/hard-vNPU``.
     :param boot_id_file: the node's boot id (the daemon's ``--boot-id-file``).
+    :param calls: the tiers that make the calls (default: npu-smi alone).
     """
 
-    def __init__(self, npu_smi: NpuSmi, state_dir: Path, boot_id_file: Path) -> None:
+    def __init__(self, npu_smi: NpuSmi, state_dir: Path, boot_id_file: Path, calls: VnpuCalls | None = None) -> None:
         self.npu_smi = npu_smi
+        self.calls = calls if calls is not None else VnpuCalls(npu_smi, None)
         self.ledger = Ledger(state_dir / LEDGER_DIR)
         self.boot_id_file = boot_id_file
         self._recovers: bool | None = None
@@ -73,15 +78,16 @@ class VnpuOps:
         return text.strip()
 
     async def recovers(self) -> bool:
-        """Whether the vNPUs of an earlier boot exist again: ``npu-smi info -t vnpu-cfg-recover``
-        says ``Enable``. Asked once, and only when a ledger entry of an earlier boot is met.
+        """Whether the vNPUs of an earlier boot exist again: the vnpu-cfg-recover mode is enabled
+        (``dcmi_get_vnpu_config_recover_mode``, else ``npu-smi info -t vnpu-cfg-recover`` says
+        ``Enable``). Asked once, and only when a ledger entry of an earlier boot is met.
 
-        When npu-smi does not answer, its documented default (``Enable``) is assumed and logged:
+        When neither answers, npu-smi's documented default (``Enable``) is assumed and logged:
         assuming the opposite would refuse every restored vNPU's claim and leave the vNPU behind.
         """
         if self._recovers is None:
             try:
-                self._recovers = await self.npu_smi.vnpu_cfg_recover()
+                self._recovers = await self.calls.recovers()
             except NpuSmiError as exc:
                 logger.warning("npu-smi info -t vnpu-cfg-recover did not answer; assuming its default, Enable "
                                "(vNPUs outlive a reboot)", extra={"error": str(exc)})
@@ -94,9 +100,9 @@ class VnpuOps:
         return entry.boot_id == boot or await self.recovers()
 
     async def info(self, npu_id: int, chip_id: int) -> VnpuInfo:
-        """``info -t info-vnpu`` of one chip. :raises VnpuError: npu-smi failed."""
+        """The vNPUs of one chip (DCMI, else ``info -t info-vnpu``). :raises VnpuError: no tier answered."""
         try:
-            return await self.npu_smi.vnpu_info(npu_id, chip_id)
+            return await self.calls.info(npu_id, chip_id)
         except NpuSmiError as exc:
             raise VnpuError(f"reading the vNPUs of NPU {npu_id} chip {chip_id}: {exc}") from exc
 
@@ -159,18 +165,21 @@ class VnpuOps:
         await anyio.to_thread.run_sync(self.ledger.write, entry)
         crash_point("hard-vnpu:after-ledger-write")
         try:
-            await self.npu_smi.run("set", "-t", "create-vnpu", "-i", str(entry.npu_id), "-c", str(entry.chip_id),
-                                   "-f", entry.template, "-v", str(entry.vnpu_id))
-        except NpuSmiError as exc:
-            await anyio.to_thread.run_sync(self.ledger.remove, entry)
-            raise VnpuError(f"{where}: npu-smi could not create it: {exc}") from exc
+            tier = await self.calls.create(entry.npu_id, entry.chip_id, entry.vnpu_id, entry.template)
+        except VnpuCallError as exc:
+            if exc.unknown:  # it may exist: the entry stays, and the claim's rollback reads the chip back
+                logger.warning("a vNPU create may have taken effect; its ledger entry is kept",
+                               extra={"claim_uid": entry.claim_uid, "vnpu_id": entry.vnpu_id, "error": str(exc)})
+            else:
+                await anyio.to_thread.run_sync(self.ledger.remove, entry)
+            raise VnpuError(f"{where}: {exc}") from exc
         crash_point("hard-vnpu:after-create")
         found = self._find(await self.info(entry.npu_id, entry.chip_id), entry.vnpu_id)
         if found != entry.template:
-            raise VnpuError(f"{where}: npu-smi said it was created, but info-vnpu lists "
+            raise VnpuError(f"{where}: {tier} said it was created, but the chip lists "
                             f"{'no such vNPU' if found is None else f'template {found}'}")
         logger.info("created a vNPU", extra={"claim_uid": entry.claim_uid, "vnpu_id": entry.vnpu_id,
-                                             "template": entry.template, "npu_id": entry.npu_id})
+                                             "template": entry.template, "npu_id": entry.npu_id, "tier": tier})
         return entry
 
     @staticmethod
@@ -195,13 +204,13 @@ class VnpuOps:
             if found == entry.template:
                 crash_point("hard-vnpu:before-destroy")
                 try:
-                    await self.npu_smi.run("set", "-t", "destroy-vnpu", "-i", str(entry.npu_id),
-                                           "-c", str(entry.chip_id), "-v", str(entry.vnpu_id))
-                except NpuSmiError as exc:
+                    tier = await self.calls.destroy(entry.npu_id, entry.chip_id, entry.vnpu_id)
+                except VnpuCallError as exc:
                     raise VnpuError(f"destroying vNPU {entry.vnpu_id} on NPU {entry.npu_id} chip {entry.chip_id}: "
                                     f"{exc}") from exc
                 crash_point("hard-vnpu:after-destroy")
-                logger.info("destroyed a vNPU", extra={"claim_uid": entry.claim_uid, "vnpu_id": entry.vnpu_id})
+                logger.info("destroyed a vNPU", extra={"claim_uid": entry.claim_uid, "vnpu_id": entry.vnpu_id,
+                                                       "tier": tier})
             elif found is not None:
                 logger.warning("a vNPU with our ID but another template exists; left alone",
                                extra={"vnpu_id": entry.vnpu_id, "template": found, "claim_uid": entry.claim_uid})

@@ -36,8 +36,14 @@ profiles, ``ASCEND_VISIBLE_DEVICES=<vnpuIDs of the request>`` and ``ASCEND_RUNTI
 (docs/ascend-hardware.md#ascend-docker-runtime), and ours exists already. An admin-access claim on a vNPU device creates
 nothing and gets the chip's ``/dev/davinci<physicalID>`` (to watch the chip).
 
-Profile options: ``hard-vNPU.simulate`` (as the whole-chip profiles), ``hard-vNPU.vnpu-dev-dir``,
-``hard-vNPU.boot-id-file`` (default: the daemon's ``--boot-id-file``).
+vNPUs are made, destroyed and listed through DCMI when the DCMI tier is loaded, through npu-smi
+for any answer DCMI does not give (:mod:`.calls`, docs/hard-vnpu.md#through-dcmi); ``ascend-dra
+discover`` says which tier answered each kind of call.
+
+Profile options: ``hard-vNPU.simulate`` and ``hard-vNPU.dcmi`` (as the whole-chip profiles),
+``hard-vNPU.vnpu-dev-dir``, ``hard-vNPU.boot-id-file`` (default: the daemon's ``--boot-id-file``),
+``hard-vNPU.host-root`` (where the host's ``/`` is seen: npu-smi's install locations and
+``libdcmi.so`` are looked for under it; default ``/``).
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ from ascend_dra.profiles.ascend.config import NpuConfig
 from ascend_dra.profiles.ascend.dcmi.client import DCMI_OPTION
 from ascend_dra.profiles.ascend.discovery.chain import DRIVER_TIERS, TIER_SIMULATED, discover_chips
 from ascend_dra.profiles.ascend.hardvnpu import templates
+from ascend_dra.profiles.ascend.hardvnpu.calls import TierRecord, VnpuCalls
 from ascend_dra.profiles.ascend.hardvnpu.ops import VnpuOps
 from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiError
 from ascend_dra.profiles.ascend.npusmi.runner import NpuSmi
@@ -120,19 +127,48 @@ class HardVnpuProfile(AscendChipProfile):
         "vnpu-dev-dir": path_option("where the driver creates vdavinci<id> nodes on the host (default the host's "
                                     "device directory: --dev-root-on-host, else --dev-root)", "directory"),
         "boot-id-file": path_option("the boot id the vNPU ledger compares (default --boot-id-file)", "file"),
+        "host-root": path_option("where the host's / is seen: npu-smi's install locations and libdcmi.so are looked "
+                                 "for under it (default /)", "directory"),
         "templates": ProfileOption(help="the templates whose vNPUs are published, separated by commas or spaces "
                                         "(default: every template of the chip's model)",
                                    check=templates.check_template_names),
     }
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        #: Which tier answered each kind of vNPU call (``ascend-dra discover`` shows it).
+        self.vnpu_tiers = TierRecord()
+
     def option(self, ctx: ProfileContext, key: str, default: str) -> str:
         """Profile option ``hard-vNPU.<key>`` (or ``<key>``)."""
         return ctx.options.get(f"{self.name}.{key}", ctx.options.get(key, default))
 
+    def _use_host_root(self, ctx: ProfileContext) -> None:
+        """The option ``host-root``, when given, replaces the constructor's ``host_root``."""
+        if (given := self.option(ctx, "host-root", "")) != "":
+            self.host_root = Path(given)
+
     def ops(self, ctx: ProfileContext) -> VnpuOps:
-        """The npu-smi operations and the ledger, for ``ctx``."""
-        return VnpuOps(NpuSmi(ctx.npu_smi, timeout_s=self.timeout_s), ctx.state_dir,
-                       Path(self.option(ctx, "boot-id-file", str(ctx.boot_id_file))))
+        """The vNPU operations and the ledger, for ``ctx``: DCMI first when its client runs
+        (:meth:`vnpu_ops` starts it), npu-smi for the rest."""
+        npu_smi = NpuSmi(ctx.npu_smi, timeout_s=self.timeout_s)
+        source = self.dcmi_for(ctx)
+        calls = VnpuCalls(npu_smi, source.client if source is not None else None, self.vnpu_tiers)
+        return VnpuOps(npu_smi, ctx.state_dir, Path(self.option(ctx, "boot-id-file", str(ctx.boot_id_file))), calls)
+
+    async def vnpu_ops(self, ctx: ProfileContext) -> VnpuOps:
+        """:meth:`ops`, with the DCMI library looked for first when no discovery has yet (a start-up
+        repair runs before the first discovery)."""
+        self._use_host_root(ctx)
+        source = self.dcmi_for(ctx)
+        if source is not None and source.client is None:
+            await source.refresh(self.host_root)
+        return self.ops(ctx)
+
+    def discovery_notes(self) -> tuple[str, ...]:
+        """The chain's notes (:meth:`.AscendChipProfile.discovery_notes`), then which tier answered
+        each kind of vNPU call and the last time npu-smi answered for DCMI (:meth:`.TierRecord.notes`)."""
+        return (*super().discovery_notes(), *self.vnpu_tiers.notes())
 
     # -- discovery --------------------------------------------------------------------------------
 
@@ -143,6 +179,7 @@ class HardVnpuProfile(AscendChipProfile):
         when it answers, else from :data:`.templates.MODELS`. Chips of models without templates
         are left out (logged once per discovery).
         """
+        self._use_host_root(ctx)
         found = await discover_chips(
             npu_smi=ctx.npu_smi, dev_root=ctx.dev_root, sys_root=ctx.sys_root, node_name=ctx.node_name,
             simulate=self.simulate_mode(ctx), simulated_model=self.simulated_model,
@@ -157,10 +194,11 @@ class HardVnpuProfile(AscendChipProfile):
         self.last_discovery = found
         self._dropped = tuple(found.dropped)
         chips = list(found.chips)
-        if found.source in DRIVER_TIERS and found.npu_smi is not None and found.npu_smi.found:
+        if found.source in DRIVER_TIERS and found.npu_smi is not None and (
+                found.npu_smi.found or self.dcmi.client is not None):
             chips = await self.without_foreign_vnpus(
                 ctx, chips, found.npu_smi.executable, dev_dir=self.vnpu_dev_dir(ctx), ours=self._ledger_names(ctx),
-                advice=FOREIGN_VNPU_ADVICE)
+                advice=FOREIGN_VNPU_ADVICE, lister=self.ops(ctx).calls.info)
         dropped = list(self._dropped)
         npu_smi = NpuSmi(ctx.npu_smi, timeout_s=self.timeout_s)
         by_model: dict[str, templates.ChipResources | None] = {}
@@ -344,7 +382,7 @@ class HardVnpuProfile(AscendChipProfile):
         :raises VnpuError: a vNPU could not be made (those made by this call are destroyed first),
             or a whole chip holds vNPUs.
         """
-        ops = self.ops(ctx.profile)
+        ops = await self.vnpu_ops(ctx.profile)
         wanted = []
         for allocated in devices:
             published = ctx.inventory.device(allocated.device)
@@ -365,17 +403,18 @@ class HardVnpuProfile(AscendChipProfile):
         ``None`` (the daemon's record of a Prepare interrupted inside :meth:`prepare_side_effects`)
         destroys every vNPU the ledger names for ``ctx.claim_uid``.
         """
+        ops = await self.vnpu_ops(ctx.profile)
         if side_effects is None:
-            await self.ops(ctx.profile).destroy_claim(ctx.claim_uid)
+            await ops.destroy_claim(ctx.claim_uid)
         else:
-            await self.ops(ctx.profile).destroy_all(side_effects)
+            await ops.destroy_all(side_effects)
 
     async def reconcile_side_effects(self, live: Sequence[Any], ctx: ProfileContext) -> None:
         """Start-up repair: destroy the vNPUs our ledger names that no kept checkpoint record does.
 
         :param live: the side effects of every claim record the daemon keeps after its recovery.
         """
-        await self.ops(ctx).reconcile(live)
+        await (await self.vnpu_ops(ctx)).reconcile(live)
 
     def claim_evidence(self, ctx: ProfileContext) -> list[str]:
         """Our ledger's entries, one line each (blocking): a vNPU made, or about to be, for a claim.

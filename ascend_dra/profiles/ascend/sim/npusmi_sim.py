@@ -99,7 +99,7 @@ def chip_facts(chip: Mapping[str, Any]) -> dict[str, Any]:
     from the physical ID, so that it is unique on the host), and the readings (:mod:`..usage`):
     ``aicore_util`` 0 (%), ``memory_used_mib`` (1848 of DDR, 3314 of HBM; 0 when the total is
     unknown), ``temperature_c`` (37 on 310P, else 40) and ``power_w`` (None on 310P, where npu-smi
-    prints ``NA``, else 95.0). A fact that stays None is unknown to both."""
+    prints ``NA``, else 95.0), and ``vnpu`` (:func:`vnpu_facts`). A fact that stays None is unknown to both."""
     model = chip["model"]
     family = chips_catalogue.family_of(model)
     resources = catalogue.resources_of(model)
@@ -110,12 +110,29 @@ def chip_facts(chip: Mapping[str, Any]) -> dict[str, Any]:
     pci = next((k for k, v in chips_catalogue.PCI_DEVICE_FAMILY.items() if v is family), None)
     p310 = family is chips_catalogue.ChipFamily.ASCEND310P
     total = chip.get("memory_mib", memory)
-    return {"health": "OK", "memory_mib": memory, "aicore": aicore, "aicore_util": 0,
+    return {"health": "OK", "memory_mib": memory, "aicore": aicore, "aicore_util": 0, "vnpu": vnpu_facts(model),
             "memory_used_mib": (1848 if p310 else 3314) if total else 0, "temperature_c": 37 if p310 else 40,
             "power_w": None if p310 else 95.0,
             "memory_kind": chips_catalogue.memory_kind(family).value if family else None,
             "pci_device_id": pci, "die_id": f"5A3C11D4-20B0{chip['physical_id']:04X}-4A10C8D4-14CC040A-D2102003",
             **chip}
+
+
+def vnpu_facts(model: str) -> dict[str, Any] | None:
+    """What the test ``libdcmi.so`` needs to make vNPUs by the simulator's rules, from the template
+    catalogue (:func:`.templates.resources_of`): ``slots`` (vNPU IDs), ``max`` (vNPUs at once, None:
+    the slots), ``total`` and one row per template, each ``[AI cores, memory MiB, AICPUs, *ENGINES]``
+    (None where the catalogue does not say); None for a model without templates."""
+    resources = catalogue.resources_of(model)
+    if resources is None:
+        return None
+
+    def row(aicore: int, memory_mib: int, aicpu: int | None, engines: Mapping[str, int] | None) -> list[int | None]:
+        return [aicore, memory_mib, aicpu, *((engines or {}).get(e) if engines else None for e in catalogue.ENGINES)]
+
+    return {"slots": resources.id_slots, "max": resources.max_vnpus,
+            "total": row(resources.aicore, resources.memory_mib, resources.aicpu, resources.engines),
+            "templates": [[t.name, *row(t.aicore, t.memory_mib, t.aicpu, t.engines)] for t in resources.templates]}
 
 
 def _health(chip: Mapping[str, Any]) -> str | None:
