@@ -11,7 +11,15 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.chart import CHART, CERT_MANAGER_KINDS, by_kind, collection_path, helm, install_cert_manager_crds, render
+from tests.cluster.chart import (
+    CERT_MANAGER_KINDS,
+    CHART,
+    by_kind,
+    collection_path,
+    helm,
+    install_cert_manager_crds,
+    render,
+)
 
 pytestmark = pytest.mark.cluster
 

@@ -123,9 +123,9 @@ PATH_OPTIONS = _path_options()
 def test_the_path_options_are_the_ones_the_profiles_read() -> None:
     assert PATH_OPTIONS == [
         ("hard-vNPU", "vnpu-dev-dir", "directory"), ("hard-vNPU", "boot-id-file", "file"),
-        ("hard-vNPU", "host-root", "directory"), ("HAMivNPUCore", "hostRoot", "directory"), ("HAMivNPUCore", "vnpuCoreDir", "directory"),
-        ("HAMivNPUCore", "sharedRegionDir", "directory"), ("HAMivNPUCore", "driverDir", "directory"),
-        ("HAMivNPUCore", "installInfo", "file")]
+        ("hard-vNPU", "host-root", "directory"), ("HAMivNPUCore", "hostRoot", "directory"),
+        ("HAMivNPUCore", "vnpuCoreDir", "directory"), ("HAMivNPUCore", "sharedRegionDir", "directory"),
+        ("HAMivNPUCore", "driverDir", "directory"), ("HAMivNPUCore", "installInfo", "file")]
 
 
 @pytest.mark.parametrize(("profile", "key", "kind"), PATH_OPTIONS, ids=[f"{p}.{k}" for p, k, _ in PATH_OPTIONS])
