@@ -223,29 +223,59 @@ async def test_each_claim_ends_in_its_last_state_whatever_the_interleaving(cp, s
             delete_claim_and_pod(cp, claim["metadata"]["name"])
 
 
-async def stream_of_jobs(writer: ClaimStatusWriter, claims: list[dict], seconds: float) -> float:
-    """Queue a claim's status every 5 ms for ``seconds``, as a node busy preparing does; its end time."""
+async def stream_of_jobs(writer: ClaimStatusWriter, claims: list[dict], seconds: float,
+                         puts: list[float] | None = None) -> float:
+    """Queue a claim's status every 5 ms for ``seconds``, as a node busy preparing does; its end time.
+    ``puts`` gets the time.monotonic() of each job queued."""
     end = time.monotonic() + seconds
     i = 0
     while time.monotonic() < end:
         writer.prepared(prepared(claims[i % len(claims)]))
+        if puts is not None:
+            puts.append(time.monotonic())
         i += 1
         await anyio.sleep(0.005)
     return time.monotonic()
 
 
+class Stream:
+    """When the writer may begin writes, given the jobs a stream queued: a loaded machine can hold
+    the test's task for more than ``quiet_s`` between two jobs, which is a lull to the writer (it
+    measures the jobs, not the test's intent), so the assertions follow the stream as it went."""
+
+    EPS = 0.002  # clock reads around the writer's own
+
+    def __init__(self, quiet_s: float) -> None:
+        self.quiet_s = quiet_s
+        self.puts: list[float] = []
+
+    def in_lull(self, t: float) -> bool:
+        """Whether ``t`` is at least ``quiet_s`` after the last job queued before it."""
+        before = [p for p in self.puts if p <= t]
+        return not before or t - before[-1] >= self.quiet_s - self.EPS
+
+    def lulls(self) -> int:
+        """Gaps of at least ``quiet_s`` between two jobs of the stream (0 when the test ran as meant)."""
+        return sum(b - a >= self.quiet_s - self.EPS for a, b in itertools.pairwise(self.puts))
+
+
 async def test_statuses_wait_for_a_lull_in_the_prepares_then_all_go_out(cp, start_daemon, api):
     claims = allocated_claims(cp, start_daemon, 4)
     writer = ClaimStatusWriter(api, DRIVER, quiet_s=0.05, max_delay_s=1.0)
+    stream = Stream(writer.quiet_s)
     try:
         async with running(writer):
-            ended = await stream_of_jobs(writer, claims, 0.5)
-            assert api.calls == []  # nothing competed with the Prepares
+            ended = await stream_of_jobs(writer, claims, 0.5, stream.puts)
             with anyio.fail_after(30):
                 while writer.applied < len(claims):  # noqa: ASYNC110 (polls a counter)
                     await anyio.sleep(0.01)
-        assert min(api.sent_at) >= ended + 0.04  # after the lull
-        assert len(api.calls) == len(claims)  # one apply per claim, however many jobs it had
+        # Nothing competed with the Prepares: every write began in a lull (after the stream, unless
+        # the machine stalled the stream itself for quiet_s).
+        assert all(stream.in_lull(t) for t in api.sent_at), (api.sent_at, stream.puts)
+        if not stream.lulls():
+            assert min(api.sent_at) >= ended + 0.04
+        # One apply per claim and lull, however many jobs it had.
+        assert len(claims) <= len(api.calls) <= len(claims) * (1 + stream.lulls())
         for claim in claims:
             assert our_status(claim_of(cp, "default", claim["metadata"]["name"]))
     finally:
@@ -256,14 +286,20 @@ async def test_statuses_wait_for_a_lull_in_the_prepares_then_all_go_out(cp, star
 async def test_a_stream_without_a_lull_still_writes_within_the_longest_delay(cp, start_daemon, api):
     claims = allocated_claims(cp, start_daemon, 2)
     writer = ClaimStatusWriter(api, DRIVER, quiet_s=0.05, max_delay_s=0.5)
+    stream = Stream(writer.quiet_s)
     try:
         async with running(writer):
             began = time.monotonic()
-            ended = await stream_of_jobs(writer, claims, 1.4)
+            ended = await stream_of_jobs(writer, claims, 1.4, stream.puts)
             await until_idle(writer)
-        during = [t - began for t in api.sent_at if t < ended]
-        assert during and 0.45 <= min(during) <= 0.9  # the oldest job waited about max_delay_s, no longer
-        assert len(during) <= 3 * len(claims)  # in bursts (one a max_delay_s), not after every job
+        during = [t for t in api.sent_at if t < ended]
+        # The oldest job waited about max_delay_s, no longer (earlier only in a lull: a loaded
+        # machine can stall the stream itself for quiet_s).
+        assert during and all(t - began >= 0.45 or stream.in_lull(t) for t in during), (during, stream.puts)
+        if not stream.lulls():
+            assert min(during) - began <= 0.9
+        # In bursts (one a max_delay_s, or a lull), not after every job.
+        assert len(during) <= (3 + stream.lulls()) * len(claims)
         assert writer.failed == 0
     finally:
         for claim in claims:
@@ -271,20 +307,25 @@ async def test_a_stream_without_a_lull_still_writes_within_the_longest_delay(cp,
 
 
 class Overlap(Recording):
-    """The real client; notes, at each request's start, how many requests were then in flight."""
+    """The real client; notes, at each request's start, how many requests were then in flight and
+    when the others in flight began."""
 
     def __init__(self, client) -> None:
         super().__init__(client)
-        self.in_flight = 0
+        self.began: dict[int, float] = {}  # requests in flight -> time.monotonic() each began
         self.overlap: list[tuple[float, int]] = []  # (time.monotonic(), requests in flight with it)
+        self.others: list[list[float]] = []  # per request, when the others in flight at its start began
 
     async def call(self, method, path, **kwargs):
-        self.in_flight += 1
-        self.overlap.append((time.monotonic(), self.in_flight))
+        now = time.monotonic()
+        self.others.append(list(self.began.values()))
+        key = len(self.overlap)
+        self.began[key] = now
+        self.overlap.append((now, len(self.began)))
         try:
             return await super().call(method, path, **kwargs)
         finally:
-            self.in_flight -= 1
+            del self.began[key]
 
 
 async def test_while_calls_still_come_statuses_go_out_one_at_a_time_and_together_in_the_lull(cp, start_daemon):
@@ -292,18 +333,27 @@ async def test_while_calls_still_come_statuses_go_out_one_at_a_time_and_together
     claims = allocated_claims(cp, start_daemon, 8)
     api = Overlap(await open_api(str(cp.kubeconfig)))
     writer = ClaimStatusWriter(api, DRIVER, workers=4, quiet_s=0.05, max_delay_s=0.3)
+    stream = Stream(writer.quiet_s)
     try:
         async with running(writer):
-            ended = await stream_of_jobs(writer, claims, 1.0)
+            ended = await stream_of_jobs(writer, claims, 1.0, stream.puts)
             for claim in claims:  # the stream's last burst: every claim pending when the lull begins
                 writer.prepared(prepared(claim))
             await until_idle(writer)
-        during = [n for t, n in api.overlap if t < ended]
+        during = [(t, n, others) for (t, n), others in zip(api.overlap, api.others, strict=True) if t < ended]
         after = [n for t, n in api.overlap if t >= ended]
-        begun = [t for t, _ in api.overlap if t < ended]
         assert len(during) >= len(claims)  # the stream's flushes went out while it lasted...
-        assert max(during) == 1  # ...one write at a time (four at once before)...
-        assert min(b - a for a, b in itertools.pairwise(begun)) >= 0.045  # ...at most one every busy_interval_s
+        # ...one write at a time (four at once before): a write begins beside others only in a lull
+        # (which a loaded machine can make by stalling the stream) or once each of them has been
+        # under way for max_delay_s (an API server slow under load)...
+        for t, n, others in during:
+            assert n == 1 or stream.in_lull(t) or all(t - o >= writer.max_delay_s - Stream.EPS for o in others), \
+                (t, n, others, stream.puts)
+        # ...and at most one every busy_interval_s outside a lull
+        busy = [(a, b) for (a, _, _), (b, _, _) in itertools.pairwise(during) if not stream.in_lull(b)]
+        assert all(b - a >= 0.045 for a, b in busy), busy
+        if not stream.lulls():
+            assert max(n for _, n, _ in during) == 1
         assert max(after) > 1  # the lull's flush: the workers together
         assert writer.failed == 0
         for claim in claims:
