@@ -30,6 +30,7 @@ POINTS = (
     "prepare:after-started-write",
     "prepare:side-effects-done-unrecorded",
     "prepare:after-side-effects",
+    "prepare:after-metadata-write",
     "prepare:after-cdi-write",
     "prepare:after-completed-write",
     # A Prepare of a claim prepared before a reboot whose profiles have side effects (replay.py):
@@ -38,6 +39,7 @@ POINTS = (
     "replay:after-started-write",
     "replay:side-effects-done-unrecorded",
     "replay:after-side-effects",
+    "replay:after-metadata-write",
     "replay:after-cdi-write",
     "replay:after-completed-write",
     "unprepare:before-checkpoint-write",

@@ -458,6 +458,8 @@ class DeviceState:
     def _write_specs_and_check(self, plan: Plan) -> None:
         """Write ``plan``'s device metadata files and CDI specs and check what its answer will name (the
         crash point between)."""
-        self.claims.write_plan(plan)  # on the loop: see PreparedClaims.write_specs
+        self.claims.write_metadata(plan)  # on the loop: see PreparedClaims.write_specs
+        crash_point("prepare:after-metadata-write")
+        self.claims.write_specs(plan.specs)
         crash_point("prepare:after-cdi-write")
         self.claims.check_answer(self.claims.records[plan.claim.uid])

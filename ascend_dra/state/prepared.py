@@ -170,9 +170,16 @@ class PreparedClaims:
 
         :raises OSError: naming the file that could not be written.
         """
-        for request, data in plan.metadata.items():
-            self.metadata.write(plan.claim.uid, request, data)  # on the loop, as the specs
+        self.write_metadata(plan)
         self.write_specs(plan.specs)
+
+    def write_metadata(self, plan: Plan) -> None:
+        """Write ``plan``'s device metadata files (KEP-5304), on the loop as the specs (:meth:`write_specs`).
+
+        :raises OSError: naming the file that could not be written.
+        """
+        for request, data in plan.metadata.items():
+            self.metadata.write(plan.claim.uid, request, data)
 
     def write_specs(self, specs: Mapping[str, Spec], kinds: Iterable[str] = ()) -> None:
         """Write a claim's specs, first re-creating the CDI dir and the common spec of each of their
