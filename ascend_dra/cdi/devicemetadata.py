@@ -14,9 +14,12 @@ k8s.io/dynamic-resource-allocation (``api/metadata/doc.go``, ``types.go``, ``hel
   annotation ``resource.kubernetes.io/pod-claim-name``): the generated claim's name is not known
   when the pod is written. ``<request>`` is the base request (a ``/<subrequest>`` dropped);
 * the file is a JSON stream: the same ``DeviceMetadata`` object once per API version the driver
-  writes, newest first (a reader takes the first version it knows). We write one,
-  ``metadata.resource.k8s.io/v1alpha1``: ``metadata`` (the claim's ``name``, ``namespace``, ``uid``,
-  ``generation`` 1), ``podClaimName`` (template claims only) and ``requests``: ``name`` (the full
+  writes, newest first (a reader takes the first version it knows and skips the others). We write
+  :data:`API_VERSIONS`: ``metadata.resource.k8s.io/v1beta1``, which the Kubernetes documentation of
+  1.37 (where the feature is beta: "DRA device metadata in containers") makes required, then
+  ``v1alpha1`` for the readers of 1.36 (k8s.io/dynamic-resource-allocation v0.36 and v0.37.0-alpha.2
+  know only it). Both carry ``metadata`` (the claim's ``name``, ``namespace``, ``uid``, ``generation``
+  1), ``podClaimName`` (template claims only) and ``requests``: ``name`` (the full
   ``<request>[/<subrequest>]``) and ``devices`` (``driver``, ``pool``, ``name``, ``attributes`` in
   ResourceSlice form: ``{"<name>": {"int"|"string"|"bool"|"version": value}}``).
 
@@ -43,7 +46,7 @@ import orjson
 from ascend_dra.system.atomicfile import write_atomic
 
 __all__ = (
-    "API_VERSION",
+    "API_VERSIONS",
     "CLAIMS_SUBDIR",
     "CONTAINER_DIR",
     "FILE_SUFFIX",
@@ -68,8 +71,8 @@ CLAIMS_SUBDIR = "resourceclaims"
 TEMPLATES_SUBDIR = "resourceclaimtemplates"
 #: A file's name is ``<driver><FILE_SUFFIX>`` (``metadata.MetadataFileSuffix``).
 FILE_SUFFIX = "-metadata.json"
-#: The one API version we write (``metadata.resource.k8s.io``, version ``v1alpha1``).
-API_VERSION = "metadata.resource.k8s.io/v1alpha1"
+#: The API versions we write, newest first (the order of the stream; see the module docstring).
+API_VERSIONS = ("metadata.resource.k8s.io/v1beta1", "metadata.resource.k8s.io/v1alpha1")
 KIND = "DeviceMetadata"
 #: Under the plugin data directory: ``<claim UID>/<request>/metadata.json`` (ours).
 HOST_DIR = "device-metadata"
@@ -128,15 +131,17 @@ class MetadataDevice:
 
 
 def document(*, claim_namespace: str, claim_name: str, claim_uid: str, pod_claim_name: str | None,
-             requests: Sequence[tuple[str, Sequence[MetadataDevice]]]) -> dict[str, Any]:
-    """One ``DeviceMetadata`` object of version ``v1alpha1`` (see the module docstring).
+             requests: Sequence[tuple[str, Sequence[MetadataDevice]]],
+             api_version: str = API_VERSIONS[0]) -> dict[str, Any]:
+    """One ``DeviceMetadata`` object of ``api_version`` (one of :data:`API_VERSIONS`, whose objects have
+    the same fields; see the module docstring).
 
     :param requests: ``(full request name, its devices)`` in allocation order; the full name keeps a
         ``/<subrequest>``.
     """
     out: dict[str, Any] = {
         "kind": KIND,
-        "apiVersion": API_VERSION,
+        "apiVersion": api_version,
         "metadata": {"name": claim_name, "namespace": claim_namespace, "uid": claim_uid, "generation": 1},
     }
     if pod_claim_name:

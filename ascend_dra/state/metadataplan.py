@@ -94,9 +94,11 @@ def add_metadata(
                                             f"metadata attribute {key!r}: {problem}")
             attributes = {key: attribute_to_api(value) for key, value in {**published, **decided}.items()}
             by_full_name[result.request].append(MetadataDevice(result.driver, result.pool, result.device, attributes))
-        doc = devicemetadata.document(claim_namespace=claim.namespace, claim_name=claim.name, claim_uid=claim.uid,
-                                      pod_claim_name=pod_claim_name, requests=list(by_full_name.items()))
-        files[request] = devicemetadata.encode_stream([doc])
+        files[request] = devicemetadata.encode_stream(
+            devicemetadata.document(claim_namespace=claim.namespace, claim_name=claim.name, claim_uid=claim.uid,
+                                    pod_claim_name=pod_claim_name, requests=list(by_full_name.items()),
+                                    api_version=version)
+            for version in devicemetadata.API_VERSIONS)
     return files
 
 

@@ -31,13 +31,18 @@ def host_file(d: DaemonProcess, claim: dict[str, Any], request: str) -> Path:
 
 
 def stream(path: Path) -> list[dict[str, Any]]:
+    """The file's first (v1beta1) object, as a list of one, once the stream is checked."""
     decoder, text, out, at = json.JSONDecoder(), path.read_text(), [], 0
     while text[at:].strip():
         while text[at].isspace():
             at += 1
         obj, at = decoder.raw_decode(text, at)
         out.append(obj)
-    return out
+    beta, alpha = out  # v1beta1 (required from 1.37), then v1alpha1 (what 1.36's readers know): the same object
+    assert (beta["apiVersion"], alpha["apiVersion"]) == ("metadata.resource.k8s.io/v1beta1",
+                                                         "metadata.resource.k8s.io/v1alpha1")
+    assert {**alpha, "apiVersion": beta["apiVersion"]} == beta
+    return [beta]
 
 
 def mounts_of(d: DaemonProcess, cdi_id: str) -> list[dict[str, Any]]:
@@ -72,7 +77,7 @@ def test_prepare_answers_the_metadata_device_and_its_file_names_the_devices(shor
             "containerPath": f"{ROOT}/resourceclaims/named/npu/{DRIVER}-metadata.json",
             "options": ["ro", "nosuid", "nodev", "bind"]}]
         [doc] = stream(host_file(d, named, "npu"))
-        assert (doc["kind"], doc["apiVersion"]) == ("DeviceMetadata", "metadata.resource.k8s.io/v1alpha1")
+        assert (doc["kind"], doc["apiVersion"]) == ("DeviceMetadata", "metadata.resource.k8s.io/v1beta1")
         assert doc["metadata"] == {"name": "named", "namespace": "default", "uid": uid(named), "generation": 1}
         [request] = doc["requests"]
         assert request["name"] == "npu/small"
@@ -89,10 +94,11 @@ def test_prepare_answers_the_metadata_device_and_its_file_names_the_devices(shor
         written = host_file(d, named, "npu").read_bytes()
         host_file(d, named, "npu").unlink()
         deadline = time.monotonic() + 15
-        while not host_file(d, named, "npu").exists() and time.monotonic() < deadline:
+        logged = "re-created the CDI spec of a prepared claim"  # logged once the checkpoint says so, after the file
+        while not (host_file(d, named, "npu").exists() and logged in d.log_text()) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert host_file(d, named, "npu").read_bytes() == written
-        assert "re-created the CDI spec of a prepared claim" in d.log_text()
+        assert logged in d.log_text()
 
         for claim in (named, template):
             assert k.unprepare(claim).claims[uid(claim)].error == ""

@@ -45,6 +45,15 @@ def read_stream(data: bytes) -> list[dict[str, Any]]:
     return out
 
 
+def read_file(path: Path) -> dict[str, Any]:
+    """The file's v1beta1 object, after checking that the stream is v1beta1 then v1alpha1 of the same object."""
+    beta, alpha = read_stream(path.read_bytes())
+    assert (beta["apiVersion"], alpha["apiVersion"]) == ("metadata.resource.k8s.io/v1beta1",
+                                                         "metadata.resource.k8s.io/v1alpha1")
+    assert {**alpha, "apiVersion": beta["apiVersion"]} == beta
+    return beta
+
+
 # -- the protocol ---------------------------------------------------------------------------------
 
 
@@ -81,14 +90,15 @@ def test_the_document_is_a_v1alpha1_stream_keeping_the_full_request_name():
                       requests=[("npu/small", [dm.MetadataDevice(DRIVER, NODE, "npu-0-0", {"index": {"int": 0}})])])
     [read] = read_stream(dm.encode_stream([doc]))
     assert read == {
-        "kind": "DeviceMetadata", "apiVersion": "metadata.resource.k8s.io/v1alpha1",
+        "kind": "DeviceMetadata", "apiVersion": "metadata.resource.k8s.io/v1beta1",
         "metadata": {"name": "c", "namespace": "ns", "uid": "u-1", "generation": 1},
         "podClaimName": "gpu",
         "requests": [{"name": "npu/small", "devices": [
             {"driver": DRIVER, "pool": NODE, "name": "npu-0-0", "attributes": {"index": {"int": 0}}}]}],
     }
-    plain = dm.document(claim_namespace="ns", claim_name="c", claim_uid="u-1", pod_claim_name=None, requests=[])
-    assert "podClaimName" not in plain
+    plain = dm.document(claim_namespace="ns", claim_name="c", claim_uid="u-1", pod_claim_name=None, requests=[],
+                        api_version="metadata.resource.k8s.io/v1alpha1")
+    assert "podClaimName" not in plain and plain["apiVersion"] == "metadata.resource.k8s.io/v1alpha1"
 
 
 def test_parse_claim_keeps_the_pod_claim_name_annotation_and_checks_its_type():
@@ -149,7 +159,7 @@ async def test_prepare_names_a_metadata_device_on_the_first_device_of_each_reque
         "hostPath": str(host_file(tmp_path, uid, "npu")),
         "containerPath": f"{ROOT}/resourceclaims/c1/npu/{DRIVER}-metadata.json",
         "options": ["ro", "nosuid", "nodev", "bind"]}]}
-    [doc] = read_stream(host_file(tmp_path, uid, "npu").read_bytes())
+    doc = read_file(host_file(tmp_path, uid, "npu"))
     assert doc["metadata"] == {"name": "c1", "namespace": "default", "uid": uid, "generation": 1}
     assert "podClaimName" not in doc
     [request] = doc["requests"]
@@ -176,7 +186,7 @@ async def test_a_template_claim_gets_its_file_under_the_pod_claim_name(tmp_path)
     [mount] = {d["name"]: d for d in spec_of(tmp_path, uid)["devices"]}[f"{uid}-metadata_npu"][
         "containerEdits"]["mounts"]
     assert mount["containerPath"] == f"{ROOT}/resourceclaimtemplates/accel/npu/{DRIVER}-metadata.json"
-    [doc] = read_stream(host_file(tmp_path, uid, "npu").read_bytes())
+    doc = read_file(host_file(tmp_path, uid, "npu"))
     assert (doc["podClaimName"], doc["metadata"]["name"]) == ("accel", "pod-npu-x7k2p")
 
 
@@ -302,7 +312,7 @@ async def test_a_profile_hook_adds_attributes_and_wins_over_the_published_ones(t
     obj = write_claim(tmp_path, claim_object("c1", results=[("npu", "npu-3-0")]))
     uid = obj["metadata"]["uid"]
     assert not isinstance((await state.prepare([ref(obj)]))[uid], Exception)
-    [doc] = read_stream(host_file(tmp_path, uid, "npu").read_bytes())
+    doc = read_file(host_file(tmp_path, uid, "npu"))
     attributes = doc["requests"][0]["devices"][0]["attributes"]
     assert (attributes["index"], attributes["driverVersion"], attributes["example.com/slot"]) == \
         ({"int": 99}, {"version": "1.2.3"}, {"string": "a"})
