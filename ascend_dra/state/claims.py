@@ -23,12 +23,12 @@ from ascend_dra.cdi.naming import COMMON_DEVICE
 from ascend_dra.model import AllocatedDevice, ClaimAllocation, OpaqueConfig
 
 __all__ = (
+    "POD_CLAIM_NAME_ANNOTATION",
     "ClaimError",
     "ClaimGone",
     "ClaimRef",
     "ClaimSource",
     "ClaimUnreadable",
-    "POD_CLAIM_NAME_ANNOTATION",
     "PrepareError",
     "StandaloneClaimSource",
     "check_claim_ref",

@@ -111,7 +111,7 @@ def test_parse_claim_keeps_the_pod_claim_name_annotation_and_checks_its_type():
                                          r"be a string, not 7"):
         parse_claim(obj, DRIVER)
     obj["metadata"]["annotations"] = "x"
-    with pytest.raises(ClaimError, match="metadata.annotations must be an object"):
+    with pytest.raises(ClaimError, match=r"metadata\.annotations must be an object"):
         parse_claim(obj, DRIVER)
 
 
