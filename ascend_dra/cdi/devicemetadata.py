@@ -217,6 +217,14 @@ class MetadataStore:
             return False
         return True
 
+    def holds(self, claim_uid: str) -> bool:
+        """Whether the claim has anything here (one ``lstat``).
+
+        :raises ValueError: a uid that could leave the directory.
+        """
+        _check_uid(claim_uid)
+        return os.path.lexists(self.root / claim_uid)
+
     def claim_uids(self) -> list[str]:
         """The claim UIDs that have a directory here (blocking); none when the root is missing."""
         try:
