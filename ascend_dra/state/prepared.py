@@ -222,9 +222,11 @@ class PreparedClaims:
     def missing_spec_files(self, record: ClaimRecord) -> list[str]:
         """Spec files that the record's CDI ids need and that are not on disk as files, then the host
         paths of the device metadata files its specs mount that are not (blocking)."""
+        return self._missing_specs(record) + self.missing_metadata_files(record)
+
+    def _missing_specs(self, record: ClaimRecord) -> list[str]:
         files = [*record.cdi_specs, *(naming.common_spec_file(k) for k in sorted(self.kinds_of(record)))]
-        missing = [f for f in files if not self.cdi.path(f).is_file()]  # a directory there resolves nothing
-        return missing + self.missing_metadata_files(record)
+        return [f for f in files if not self.cdi.path(f).is_file()]  # a directory there resolves nothing
 
     def check_answer(self, record: ClaimRecord) -> None:
         """The last check before an answer: every spec file its CDI ids need is on disk and every
@@ -237,7 +239,7 @@ class PreparedClaims:
         if metadata:
             raise PrepareError(f"{where}: device metadata files {', '.join(metadata)} are missing (or are not regular "
                                "files) right after they were written (is something removing them?)")
-        missing = self.missing_spec_files(record)
+        missing = self._missing_specs(record)
         if missing:
             raise PrepareError(f"{where}: CDI spec files {', '.join(missing)} are missing under {self.cdi.root} (or "
                                "are not regular files) right after they were written (is something removing them?)")
