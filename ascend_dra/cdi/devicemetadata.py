@@ -17,8 +17,8 @@ k8s.io/dynamic-resource-allocation (``api/metadata/doc.go``, ``types.go``, ``hel
   writes, newest first (a reader takes the first version it knows and skips the others). We write
   :data:`API_VERSIONS`: ``metadata.resource.k8s.io/v1beta1``, which the Kubernetes documentation of
   1.37 (where the feature is beta: "DRA device metadata in containers") makes required, then
-  ``v1alpha1`` for the readers of 1.36 (k8s.io/dynamic-resource-allocation v0.36 and v0.37.0-alpha.2
-  know only it). Both carry ``metadata`` (the claim's ``name``, ``namespace``, ``uid``, ``generation``
+  ``v1alpha1`` for the readers of 1.36 (k8s.io/dynamic-resource-allocation v0.36 knows only it; v0.37.2
+  has both, with the same fields: ``api/metadata/v1beta1/types.go``). Both carry ``metadata`` (the claim's ``name``, ``namespace``, ``uid``, ``generation``
   1), ``podClaimName`` (template claims only) and ``requests``: ``name`` (the full
   ``<request>[/<subrequest>]``) and ``devices`` (``driver``, ``pool``, ``name``, ``attributes`` in
   ResourceSlice form: ``{"<name>": {"int"|"string"|"bool"|"version": value}}``).
