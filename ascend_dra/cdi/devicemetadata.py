@@ -18,10 +18,11 @@ k8s.io/dynamic-resource-allocation (``api/metadata/doc.go``, ``types.go``, ``hel
   :data:`API_VERSIONS`: ``metadata.resource.k8s.io/v1beta1``, which the Kubernetes documentation of
   1.37 (where the feature is beta: "DRA device metadata in containers") makes required, then
   ``v1alpha1`` for the readers of 1.36 (k8s.io/dynamic-resource-allocation v0.36 knows only it; v0.37.2
-  has both, with the same fields: ``api/metadata/v1beta1/types.go``). Both carry ``metadata`` (the claim's ``name``, ``namespace``, ``uid``, ``generation``
-  1), ``podClaimName`` (template claims only) and ``requests``: ``name`` (the full
-  ``<request>[/<subrequest>]``) and ``devices`` (``driver``, ``pool``, ``name``, ``attributes`` in
-  ResourceSlice form: ``{"<name>": {"int"|"string"|"bool"|"version": value}}``).
+  has both, with the same fields: ``api/metadata/v1beta1/types.go``). Both carry ``metadata`` (the
+  claim's ``name``, ``namespace``, ``uid``, ``generation`` 1), ``podClaimName`` (template claims only)
+  and ``requests``: ``name`` (the full ``<request>[/<subrequest>]``) and ``devices`` (``driver``,
+  ``pool``, ``name``, ``attributes`` in ResourceSlice form: ``{"<name>": {"int"|"string"|"bool"|
+  "version": value}}``).
 
 Ours, not the protocol's (docs/architecture.md#device-metadata-for-pods): the host file is
 ``<plugin data dir>/device-metadata/<claim UID>/<request>/metadata.json``, keyed by UID so that a

@@ -78,6 +78,21 @@ def test_a_name_that_is_no_dns_label_cannot_name_a_directory(value):
     assert not dm.is_path_name(value)
 
 
+def test_the_store_never_leaves_its_directory(tmp_path):
+    store = dm.MetadataStore(tmp_path / "device-metadata")
+    assert store.path("u-1", "npu") == tmp_path / "device-metadata" / "u-1" / "npu" / "metadata.json"
+    for uid, request in (("../x", "npu"), ("..", "npu"), ("", "npu"), ("u-1", "../npu"), ("u-1", "a/b")):
+        with pytest.raises(ValueError, match=r"cannot name a device metadata directory|is not a DNS label"):
+            store.path(uid, request)
+    with pytest.raises(ValueError):
+        store.remove_claim("..")
+    assert not store.remove_claim("u-2") and store.claim_uids() == []
+    store.write("u-1", "npu", b"{}\n")
+    assert store.holds("u-1") and store.claim_uids() == ["u-1"] and store.missing("u-1", ["npu", "x"]) == [
+        str(store.path("u-1", "x"))]
+    assert store.remove_claim("u-1") and not store.holds("u-1")
+
+
 def test_attributes_in_resourceslice_form():
     assert [attribute_to_api(v) for v in (3, "910B3", True, Version("25.5.1"))] == \
         [{"int": 3}, {"string": "910B3"}, {"bool": True}, {"version": "25.5.1"}]
