@@ -33,6 +33,7 @@ __all__ = (
     "OpaqueConfig",
     "PreparedDevice",
     "Version",
+    "attribute_to_api",
     "canonical_quantity",
     "in_unit",
     "parse_quantity",
@@ -53,6 +54,26 @@ class Version(str):
 #: An attribute value as published: ``int`` -> ``int``, ``bool`` -> ``bool``, ``str`` -> ``string``,
 #: :class:`Version` -> ``version``.
 AttributeValue = bool | int | str | Version
+
+
+
+def attribute_to_api(value: object) -> dict[str, object]:
+    """An attribute value in the API's ``DeviceAttribute`` form, as ResourceSlices (and device
+    metadata files, KEP-5304) carry it: ``{"bool": v}``, ``{"int": v}``, ``{"version": v}`` or
+    ``{"string": v}``.
+
+    :raises TypeError: ``value`` is not bool, int, str or :class:`Version`.
+    """
+    if isinstance(value, bool):
+        return {"bool": value}
+    if isinstance(value, int):
+        return {"int": value}
+    if isinstance(value, Version):
+        return {"version": str(value)}
+    if isinstance(value, str):
+        return {"string": value}
+    raise TypeError(f"attribute value {value!r} is not bool, int, str or Version")
+
 
 _QUANTITY = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))([eE][+-]?[0-9]+|[KMGTPE]i|[numkMGTPE]|)$")
 _SUFFIX = {
@@ -304,7 +325,10 @@ class ClaimAllocation:
     ``results`` and ``configs`` hold only entries for our driver; ``reserved_for`` the pod UIDs of
     ``status.reservedFor`` (empty in standalone mode when the file has none), ``reserved_pods`` the
     names of its entries that are pods (``resource: pods``; in the claim's namespace, as every
-    consumer of a claim is).
+    consumer of a claim is). ``pod_claim_name`` is the annotation
+    ``resource.kubernetes.io/pod-claim-name`` that the claim controller puts on a claim it makes from
+    a ResourceClaimTemplate (the pod's ``spec.resourceClaims[].name``); None for a claim the pod
+    names directly.
     """
 
     uid: str
@@ -314,6 +338,7 @@ class ClaimAllocation:
     configs: tuple[OpaqueConfig, ...] = ()
     reserved_for: tuple[str, ...] = ()
     reserved_pods: tuple[str, ...] = ()
+    pod_claim_name: str | None = None
 
 
 @attrs.frozen

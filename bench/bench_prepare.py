@@ -1,7 +1,7 @@
 """Prepare/Unprepare latency and throughput of a real daemon, beside an empty RPC and an fsync.
 
 Run: ``.venv/bin/python bench/bench_prepare.py [--claims 1000] [--concurrency 64] [--quick]
-[--profile FILE]``
+[--profile FILE] [--device-metadata false]``
 
 A real ``ascend-dra run --profiles fake --standalone DIR`` process (1,024 simulated devices) is
 driven over its unix socket by a grpcio (C-core) client playing the kubelet. Each claim is a
@@ -23,6 +23,10 @@ Floors, measured in the same run against the same daemon and directory:
   daemon's plugin data directory (next to ``checkpoint.json``): the cost of one atomic durable
   replace, of which a Prepare does three (checkpoint ``PrepareStarted``, CDI spec, checkpoint
   ``PrepareCompleted``) and an Unprepare one and a half (checkpoint, spec unlink + dir fsync).
+
+``--device-metadata false`` runs the daemon without device metadata files (KEP-5304; on by default, as
+in the daemon: each Prepare then also writes one small file and its directories, and each Unprepare
+removes them).
 
 ``--profile FILE`` runs the daemon under cProfile (main thread only: worker-thread file I/O shows as
 the awaiting coroutine) and writes the stats to FILE on exit.
@@ -245,6 +249,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a small run: 100 claims, 16 threads, 200 floor calls")
     parser.add_argument("--profile", type=Path, help="run the daemon under cProfile and write its stats here")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (printed) for inspection")
+    parser.add_argument("--device-metadata", choices=("true", "false"), default="true",
+                        help="the daemon's --device-metadata (default true, as the daemon's)")
     args = parser.parse_args(argv)
     if args.quick:
         args.claims, args.concurrency, args.floor_rounds = 100, 16, 200
@@ -253,7 +259,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # A short path: unix socket paths must stay under 108 bytes.
     root = Path(tempfile.mkdtemp(prefix="adb-", dir="/tmp"))
-    daemon = DaemonProcess(root / "sa", node=NODE, fake_devices=DEVICES)
+    daemon = DaemonProcess(root / "sa", node=NODE, fake_devices=DEVICES,
+                           extra_args=["--device-metadata", args.device_metadata])
     try:
         claims = [write_claim(daemon.root, claim_object(f"bench-{i}", node=NODE, results=[("npu", f"npu-{i}-0")]))
                   for i in range(args.claims)]

@@ -283,6 +283,10 @@ class Storm:
         for file in self.daemon.cdi_dir.glob("*.yaml"):
             if not file.name.endswith("_common.yaml") and file.name not in backed:
                 self._fail("orphan_specs", file.name)
+        metadata = self.daemon.checkpoint.parent / "device-metadata"  # device metadata files (KEP-5304)
+        for directory in metadata.iterdir() if metadata.exists() else ():
+            if directory.name not in records:
+                self._fail("orphan_specs", f"device metadata {directory.name} has no record")
         self._check_holds(records)
         if self.lab is not None:
             containers = self.lab.host_root / "usr/local/hami-vnpu-core/containers"

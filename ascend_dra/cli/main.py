@@ -76,6 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
     flag(run, "--health-service", "HEALTH_SERVICE", True,
           "serve and advertise the kubelet's device health stream (v1 and v1alpha1.DRAResourceHealth)",
           type=boolean, nargs="?", const=True)
+    flag(run, "--device-metadata", "DEVICE_METADATA", True,
+          "give each prepared claim a device metadata file that its containers read at "
+          "/var/run/kubernetes.io/dra-device-attributes/... (KEP-5304; files already given stay until unprepared)",
+          type=boolean, nargs="?", const=True)
     flag(run, "--claim-status", "CLAIM_STATUS", True,
           "write status.devices of prepared ResourceClaims (cluster mode; KEP-4817)", type=boolean, nargs="?",
           const=True)
@@ -294,6 +298,7 @@ def _run(args: argparse.Namespace) -> int:
             standalone=args.standalone, kubeconfig=args.kubeconfig, cdi_root=args.cdi_root,
             kubelet_root_dir=args.kubelet_root_dir, registrar_dir=registrar, plugins_dir=plugins,
             health_service=args.health_service, claim_status=args.claim_status,
+            device_metadata=args.device_metadata,
             fake_devices=args.fake_devices, npu_smi=args.npu_smi, dev_root=args.dev_root, sys_root=args.sys_root,
             dev_root_on_host=args.dev_root_on_host,
             boot_id_file=args.boot_id_file, discovery_timeout=args.discovery_timeout,

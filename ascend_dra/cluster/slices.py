@@ -17,7 +17,7 @@ from typing import Any
 import anyio.lowlevel
 import orjson
 
-from ascend_dra.model import Capacity, CounterSet, Device, Inventory, Version, canonical_quantity
+from ascend_dra.model import Capacity, CounterSet, Device, Inventory, attribute_to_api, canonical_quantity
 
 __all__ = (
     "MAX_COUNTER_SETS_PER_SLICE",
@@ -34,18 +34,6 @@ __all__ = (
 MAX_DEVICES_PER_SLICE = 128
 MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS = 64
 MAX_COUNTER_SETS_PER_SLICE = 8
-
-
-def _attribute(value: object) -> dict[str, Any]:
-    if isinstance(value, bool):
-        return {"bool": value}
-    if isinstance(value, int):
-        return {"int": value}
-    if isinstance(value, Version):
-        return {"version": str(value)}
-    if isinstance(value, str):
-        return {"string": value}
-    raise TypeError(f"attribute value {value!r} is not bool, int, str or Version")
 
 
 def _q(quantity: str | None) -> str | None:
@@ -76,7 +64,7 @@ def device_to_api(device: Device) -> dict[str, Any]:
     """Return ``device`` as a ``resource.k8s.io/v1`` ``Device`` JSON object."""
     out: dict[str, Any] = {"name": device.name}
     if device.attributes:
-        out["attributes"] = {k: _attribute(v) for k, v in sorted(device.attributes.items())}
+        out["attributes"] = {k: attribute_to_api(v) for k, v in sorted(device.attributes.items())}
     if device.capacities:
         out["capacity"] = {k: _capacity(v) for k, v in sorted(device.capacities.items())}
     if device.allow_multiple_allocations:

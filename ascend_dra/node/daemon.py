@@ -258,7 +258,7 @@ class Daemon:
             profiles=profiles,  # all loaded ones: a profile that failed to discover may succeed later
             inventories=inventories, profile_ctx=self.ctx, cdi=CdiStore(s.cdi_root),
             plugin_dir=s.plugin_dir, boot_id=boot_id, claim_source=self.claim_source(),
-            shared=s.rolling_update_id is not None,
+            shared=s.rolling_update_id is not None, device_metadata=s.device_metadata,
         )
         async with self.state.store.exclusive():  # shared: no other instance is half-way through a claim
             await self.state.recover()

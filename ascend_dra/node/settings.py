@@ -124,6 +124,7 @@ class Settings:
         default to ``<root>/plugins_registry`` and ``<root>/plugins``.
     :ivar health_service: serve (and advertise) the KEP-4680 health stream, v1 and v1alpha1.
     :ivar claim_status: write ``status.devices`` of prepared claims (cluster mode, KEP-4817).
+    :ivar device_metadata: give prepared claims device metadata files for their containers (KEP-5304).
     :ivar rolling_update_id: the pod UID: sockets of this instance's own names, the checkpoint
         shared with other instances under a lock (docs/durable-state.md); None: one instance at a time.
     :ivar healthcheck_port: TCP port of the ``grpc.health.v1.Health`` service; 0 turns it off.
@@ -142,6 +143,7 @@ class Settings:
     plugins_dir: Path | None = None
     health_service: bool = True
     claim_status: bool = True
+    device_metadata: bool = True
     fake_devices: int = 4
     npu_smi: str = "npu-smi"
     dev_root: Path = Path("/dev")

@@ -30,6 +30,7 @@ POINTS = (
     "prepare:after-started-write",
     "prepare:side-effects-done-unrecorded",
     "prepare:after-side-effects",
+    "prepare:after-metadata-write",
     "prepare:after-cdi-write",
     "prepare:after-completed-write",
     # A Prepare of a claim prepared before a reboot whose profiles have side effects (replay.py):
@@ -38,6 +39,7 @@ POINTS = (
     "replay:after-started-write",
     "replay:side-effects-done-unrecorded",
     "replay:after-side-effects",
+    "replay:after-metadata-write",
     "replay:after-cdi-write",
     "replay:after-completed-write",
     "unprepare:before-checkpoint-write",
@@ -57,7 +59,8 @@ WRITE_POINTS = ("prepare:completed-write-submitted", "journal:before-append", "j
 #: again or empties the journal after a compaction; a snapshot's temp file and its ``fsync``
 #: (compaction); HAMivNPUCore's per-claim local dir (``mkdir`` of a request's subdir, the claim's dir
 #: made) and its ``ld.so.preload``; a hard-vNPU ledger entry and its ``fsync``; a profile's common
-#: CDI spec and a claim's spec (written, never fsynced: docs/durable-state.md).
+#: CDI spec and a claim's spec (written, never fsynced: docs/durable-state.md), and a claim's device
+#: metadata file (KEP-5304; likewise).
 DISK_POINTS = (
     "journal:header",
     "journal:write",
@@ -71,6 +74,7 @@ DISK_POINTS = (
     "hard-vnpu-ledger:sync",
     "cdi-common:write",
     "cdi-claim:write",
+    "device-metadata:write",
 )
 
 _ARMED = frozenset(filter(None, os.environ.get("ASCEND_DRA_CRASH_AT", "").split(",")))

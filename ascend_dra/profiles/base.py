@@ -25,6 +25,14 @@ Optional hook ``async health(ctx, inventory) -> Mapping[device name, bool | None
 leaves out count as healthy. The result feeds the kubelet's resource-health stream (KEP-4680) and
 the ``ascend_dra_unhealthy_devices`` metric. Without the hook every discovered device is healthy.
 
+Optional hook ``device_metadata(config, devices, apply_ctx) -> Mapping[device name, Mapping[attribute, value]]``:
+called beside ``apply_config``, with the same arguments, when the daemon writes device metadata files
+for pods (KEP-5304, ``--device-metadata``): what the claim decided about each device that its
+published attributes do not say (a share's quota). Values are attribute values as in
+:class:`Device` (``int``, ``bool``, ``str``, :class:`Version`), names as the API allows them; they are
+added to the device's published attributes in the file and win on a name both have. Pure, like
+``apply_config``; an exception fails the claim's Prepare with the profile's name.
+
 Optional hook ``readings() -> Mapping[device name, DeviceReading]``: what the devices reported at
 the last ``health`` call (compute and memory in use, temperature, power), read by the daemon when
 ``/metrics`` is scraped; it must only return what it holds (no I/O: it runs on the event loop).

@@ -23,6 +23,7 @@ from ascend_dra.cdi.naming import COMMON_DEVICE
 from ascend_dra.model import AllocatedDevice, ClaimAllocation, OpaqueConfig
 
 __all__ = (
+    "POD_CLAIM_NAME_ANNOTATION",
     "ClaimError",
     "ClaimGone",
     "ClaimRef",
@@ -37,6 +38,9 @@ __all__ = (
 )
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+#: The annotation the claim controller puts on a claim it makes from a ResourceClaimTemplate: the
+#: pod's ``spec.resourceClaims[].name`` (k8s.io/api ``resource/v1`` ``PodResourceClaimAnnotation``).
+POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 #: Bytes of one file name (NAME_MAX on Linux): a standalone claim file is ``<name>.yaml``.
 _MAX_FILE_NAME = 255
 
@@ -182,6 +186,11 @@ def parse_claim(obj: Any, driver_name: str, *, uid_recorded: bool = False) -> Cl
     namespace, name, uid = ident["namespace"], ident["name"], ident["uid"]
     check_claim_ref(namespace, name, uid, uid_recorded=uid_recorded)
     ref = f"ResourceClaim {namespace}/{name}"
+    annotations = _mapping(meta.get("annotations"), f"{ref}: metadata.annotations")
+    pod_claim_name = annotations.get(POD_CLAIM_NAME_ANNOTATION)
+    if pod_claim_name is not None and not isinstance(pod_claim_name, str):
+        raise ClaimError(f"{ref}: metadata.annotations[{POD_CLAIM_NAME_ANNOTATION!r}] must be a string, not "
+                         f"{pod_claim_name!r:.60}")
     status = _mapping(obj.get("status"), f"{ref}: status")
     allocation = _mapping(status.get("allocation"), f"{ref}: status.allocation")
     if not allocation:
@@ -241,7 +250,7 @@ def parse_claim(obj: Any, driver_name: str, *, uid_recorded: bool = False) -> Cl
     pods = tuple(c["name"] for c in consumers
                  if c.get("resource") == "pods" and not c.get("apiGroup") and isinstance(c.get("name"), str))
     return ClaimAllocation(uid, namespace, name, tuple(results), tuple(configs),
-                           tuple(c.get("uid", "") for c in consumers), pods)
+                           tuple(c.get("uid", "") for c in consumers), pods, pod_claim_name or None)
 
 
 class ClaimSource(Protocol):

@@ -12,7 +12,7 @@ A Prepare of a batch of claims runs in this order, each step durable before the 
    opaque configs, compute its container edits (pure), check that no device is double-booked
    and reserve them with an in-memory ``PrepareStarted`` record, with no await in between;
 3. write the checkpoint (group commit: concurrent calls share one write);
-4. run profile side effects, then write each claim's CDI spec;
+4. run profile side effects, then write each claim's device metadata files (KEP-5304) and CDI spec;
 5. write the checkpoint with those claims as ``PrepareCompleted`` (a claim without side effects
    has its spec written while this write is in flight; the answer waits for both).
 
@@ -86,6 +86,7 @@ class DeviceState:
     :param inventories: profile name -> its last discovered inventory.
     :param plugin_dir: the plugin data directory (holds ``checkpoint.json``).
     :param boot_id: the current boot id (``/proc/sys/kernel/random/boot_id``).
+    :param device_metadata: give new claims device metadata files (KEP-5304, ``--device-metadata``).
     """
 
     def __init__(
@@ -101,11 +102,12 @@ class DeviceState:
         boot_id: str,
         claim_source: ClaimSource,
         shared: bool = False,
+        device_metadata: bool = False,
     ) -> None:
         self.claims = PreparedClaims(driver_name=driver_name, node_name=node_name, profiles=profiles,
                                      inventories=inventories, profile_ctx=profile_ctx, cdi=cdi,
                                      plugin_dir=plugin_dir, boot_id=boot_id, claim_source=claim_source,
-                                     shared=shared)
+                                     shared=shared, device_metadata=device_metadata)
         self.replayer = Replayer(self.claims)
         self.unpreparer = Unpreparer(self.claims)
         self.recovery = Recovery(self.claims, self.replayer)
@@ -454,7 +456,10 @@ class DeviceState:
         await self.claims.try_rollback(self.claims.records[claim.uid])
 
     def _write_specs_and_check(self, plan: Plan) -> None:
-        """Write ``plan``'s CDI specs and check what its answer will name (the crash point between)."""
-        self.claims.write_specs(plan.specs)  # on the loop: see PreparedClaims.write_specs
+        """Write ``plan``'s device metadata files and CDI specs and check what its answer will name (the
+        crash point between)."""
+        self.claims.write_metadata(plan)  # on the loop: see PreparedClaims.write_specs
+        crash_point("prepare:after-metadata-write")
+        self.claims.write_specs(plan.specs)
         crash_point("prepare:after-cdi-write")
         self.claims.check_answer(self.claims.records[plan.claim.uid])

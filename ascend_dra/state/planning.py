@@ -4,6 +4,10 @@ Pure apart from reading the node: a plan is computed on the event loop with no a
 guard's view of the held devices and the claim's reservation are one atomic step (devicestate.py).
 The only I/O is a stat of each device node the specs name (a spec must not promise a device node
 that does not exist; docs/durable-state.md).
+
+With device metadata on (KEP-5304, :mod:`ascend_dra.cdi.devicemetadata`), a plan also holds, per
+request of the claim, the bytes of its metadata file and a CDI device in the claim's spec that mounts
+it; the request's first device names that device in its answer (:mod:`.metadataplan`).
 """
 
 from __future__ import annotations
@@ -16,11 +20,13 @@ from typing import Any
 import attrs
 
 from ascend_dra.cdi import naming
+from ascend_dra.cdi.devicemetadata import MetadataStore
 from ascend_dra.cdi.spec import CdiDevice, ContainerEdits, Spec
 from ascend_dra.durable.checkpoint import DeviceRecord
 from ascend_dra.model import AllocatedDevice, ClaimAllocation, Device, Inventory, OpaqueConfig
 from ascend_dra.profiles.base import ApplyContext, ConfigError, Profile, ProfileContext, decode_config
 from ascend_dra.state import guard
+from ascend_dra.state.metadataplan import MetadataPlanError, Placed, add_metadata
 
 __all__ = ("Plan", "PlanError", "Planner", "batches_by_device", "resolve_configs")
 
@@ -38,6 +44,8 @@ class Plan:
     specs: Mapping[str, Spec]  # file name -> spec
     groups: Mapping[str, tuple[AllocatedDevice, ...]]  # profile name -> its devices (for side effects)
     device_nodes: tuple[str, ...]  # host paths the specs name, all present when planned
+    #: base request -> its device metadata file's bytes (KEP-5304); empty with metadata off
+    metadata: Mapping[str, bytes] = attrs.field(factory=dict)
 
 
 def resolve_configs(
@@ -104,11 +112,16 @@ class Planner:
 
     :param profiles: profile name -> loaded profile.
     :param profile_ctx: the node context the profiles get (``dev_root`` is where device nodes are checked).
+    :param metadata_store: where device metadata files go (their host paths go into the specs).
+    :param device_metadata: give new claims device metadata files (``--device-metadata``).
     """
 
     def __init__(self, *, driver_name: str, node_name: str, profiles: Mapping[str, Profile],
-                 profile_ctx: ProfileContext) -> None:
+                 profile_ctx: ProfileContext, metadata_store: MetadataStore | None = None,
+                 device_metadata: bool = False) -> None:
         self.driver_name = driver_name
+        self.metadata_store = metadata_store
+        self.device_metadata = device_metadata and metadata_store is not None
         self.node_name = node_name
         self.profiles = dict(profiles)
         self.profile_ctx = profile_ctx
@@ -132,9 +145,14 @@ class Planner:
         """``k8s.<driver>/<class>`` of a profile (docs/architecture.md#names)."""
         return naming.kind(self.driver_name, self.profiles[profile_name].cdi_class)
 
-    def plan(self, claim: ClaimAllocation, taken: guard.HoldIndex, exclude: str | None = None) -> Plan:
+    def plan(self, claim: ClaimAllocation, taken: guard.HoldIndex, exclude: str | None = None,
+             device_metadata: bool | None = None) -> Plan:
         """Compute devices, configs and CDI specs for ``claim``; pure apart from reading state and
         checking that the device nodes the specs name exist.
+
+        :param device_metadata: whether the plan gives the claim device metadata files; None: as
+            the planner is set. A replay passes whether the record's answer names them, so that a
+            spec made again resolves every id the kubelet was given, whatever the flag is now.
 
         :raises PlanError: unknown device, bad edits, a device node that does not exist.
         :raises guard.GuardError: double allocation, capacity or shared counter overflow.
@@ -162,6 +180,10 @@ class Planner:
         kind_devices: dict[str, list[CdiDevice]] = defaultdict(list)
         kind_profiles: dict[str, list[str]] = defaultdict(list)
         records: list[DeviceRecord] = []
+        with_metadata = (self.device_metadata if device_metadata is None else device_metadata) \
+            and self.metadata_store is not None
+        placed: list[Placed] = []  # with metadata: each result, its CDI kind and its record's index
+        extra: dict[tuple[str, str | None], Mapping[str, Any]] = {}  # (device, share) -> profile's attributes
         for profile_name, results in groups.items():
             profile = self.profiles[profile_name]
             kind = self.cdi_kind(profile_name)
@@ -187,8 +209,19 @@ class Planner:
                             raise PlanError(f"{ref}: profile {profile_name} returned no container edits for "
                                             f"device {member.device}")
                         edits[(member.device, member.share_id)] = applied[member.device]
+                    hook = getattr(profile, "device_metadata", None) if with_metadata else None
+                    if hook is not None:
+                        try:
+                            found = hook(config, members, ctx)
+                        except Exception as exc:
+                            raise PlanError(f"{ref}: profile {profile_name} failed to give device metadata: "
+                                            f"{type(exc).__name__}: {exc}") from exc
+                        for member in members:
+                            extra[(member.device, member.share_id)] = found.get(member.device) or {}
             kind_profiles[kind].append(profile_name)
             for result in results:
+                if with_metadata:
+                    placed.append(Placed(result, kind, len(records), profile_name))
                 name = naming.claim_device_name(claim.uid, result.device, result.share_id)
                 kind_devices[kind].append(CdiDevice(name, edits[(result.device, result.share_id)]))
                 records.append(DeviceRecord(
@@ -201,6 +234,14 @@ class Planner:
                     share_id=result.share_id, consumed_capacity=dict(result.consumed_capacity),
                     admin_access=result.admin_access,
                 ))
+        metadata: dict[str, bytes] = {}
+        if with_metadata:
+            assert self.metadata_store is not None
+            try:
+                metadata = add_metadata(claim, placed, extra, self._devices, records, kind_devices,
+                                        driver_name=self.driver_name, store=self.metadata_store)
+            except MetadataPlanError as exc:
+                raise PlanError(str(exc)) from None
         specs: dict[str, Spec] = {}
         for kind, cdi_devices in kind_devices.items():
             spec = Spec(kind, tuple(cdi_devices))
@@ -228,7 +269,7 @@ class Planner:
             raise PlanError(f"{ref}: device nodes {self.seen_at(absent)} do not exist on node {self.node_name}; "
                             "the NPU driver may not be loaded yet, or the device was removed. Nothing was "
                             "prepared; the kubelet retries")
-        return Plan(claim, tuple(records), specs, {p: rs for p, rs in effects.items() if rs}, nodes)
+        return Plan(claim, tuple(records), specs, {p: rs for p, rs in effects.items() if rs}, nodes, metadata)
 
     def _decode(self, config: OpaqueConfig, profile: Profile, profile_name: str) -> Any:
         where = f"status.allocation.devices.config[{config.index}].opaque"

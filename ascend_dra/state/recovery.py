@@ -94,7 +94,8 @@ class Recovery:
                             "the journal, the next write retries", extra={"error": describe_error(exc)})
 
     async def _remove_orphan_specs(self) -> None:
-        """Remove per-claim specs of our kinds that no record names; a failure is retried later.
+        """Remove per-claim specs of our kinds, and device metadata directories, that no record names;
+        a failure is retried later.
 
         The kinds are the loaded profiles' and every kind a record's CDI ids name (a profile no
         longer loaded), so that each file is read with its own kind's stem (``CdiStore.claim_specs``).
@@ -116,6 +117,22 @@ class Recovery:
                     log.warning("cannot remove an orphan CDI spec; will retry",
                                 extra={"file": file, "claim_uid": uid, "error": describe_error(exc)})
                     self.stray.add(file)
+        # Device metadata files (KEP-5304) of claims no record names: left by a crash between their
+        # write and the record's, or by an Unprepare whose record was dropped before they went.
+        owners = set(self.claims.records) | set(self.claims.records.unreadable)
+        store = self.claims.metadata
+        for uid in await anyio.to_thread.run_sync(store.claim_uids):
+            if uid in owners:
+                continue
+            where = str(store.root / uid)
+            try:
+                await anyio.to_thread.run_sync(store.remove_claim, uid)
+                log.info("removed orphan device metadata", extra={"file": where, "claim_uid": uid})
+                self.stray.discard(where)
+            except (OSError, ValueError) as exc:
+                log.warning("cannot remove orphan device metadata; will retry",
+                            extra={"file": where, "claim_uid": uid, "error": describe_error(exc)})
+                self.stray.add(where)
 
     @property
     def cleanup_pending(self) -> bool:

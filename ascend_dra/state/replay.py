@@ -87,14 +87,19 @@ class Replayer:
         rebooted = record.boot_id != self.claims.boot_id
         try:
             missing = self.claims.missing_spec_files(record)
-            if rebooted or any(f in record.cdi_specs for f in missing):
+            # A claim's own spec or device metadata file is made from the claim; a common spec is not.
+            remade = [f for f in missing if f in record.cdi_specs or f.startswith("/")]
+            if rebooted or remade:
                 if isinstance(claim, ClaimUnreadable):
                     return claim  # its spec must be made from the claim
-                plan = self.claims.planner.plan(claim, self.claims.holds, exclude=record.uid)
+                # Device metadata as the record's answer has it, whatever --device-metadata says now:
+                # the kubelet holds that answer, and every id in it must resolve.
+                plan = self.claims.planner.plan(claim, self.claims.holds, exclude=record.uid,
+                                                device_metadata=bool(self.claims.metadata_requests(record)))
                 if rebooted and self.claims.has_side_effects(plan):
                     return await self._replay_side_effects(record, plan)
                 side_effects = {} if rebooted else record.side_effects  # no profile of the claim has any
-                self.claims.write_specs(plan.specs)
+                self.claims.write_plan(plan)
                 self.claims.records[record.uid] = attrs.evolve(record, boot_id=self.claims.boot_id,
                                                                side_effects=side_effects,
                                                                device_nodes=plan.device_nodes)
@@ -146,6 +151,8 @@ class Replayer:
             self.claims.records[uid] = attrs.evolve(self.claims.records[uid], side_effects=side_effects)
             await self.claims.save_for(record)
             crash_point("replay:after-side-effects")
+            self.claims.write_metadata(plan)
+            crash_point("replay:after-metadata-write")
             self.claims.write_specs(plan.specs)
             crash_point("replay:after-cdi-write")
             self.claims.check_answer(self.claims.records[uid])

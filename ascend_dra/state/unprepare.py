@@ -144,6 +144,7 @@ class Unpreparer:
         for file in bad.cdi_specs:
             if _is_our_spec_file(file):
                 self.claims.cdi.remove(file)  # on the loop, as the writes: see PreparedClaims.write_specs
+        await self.claims.remove_metadata(uid)
         self.claims.records.drop_unreadable(uid)
         await self.claims.save()
 
@@ -151,6 +152,7 @@ class Unpreparer:
         for profile_name in self.claims.profiles:
             file = naming.claim_spec_file(self.claims.cdi_kind(profile_name), uid)
             self.claims.cdi.remove(file)  # on the loop, as the writes: see PreparedClaims.write_specs
+        await self.claims.remove_metadata(uid)  # device metadata files (KEP-5304)
 
 
 def _is_our_spec_file(name: str) -> bool:

@@ -163,6 +163,14 @@ def test_rolling_update_uses_max_surge_and_the_pod_uid_and_can_be_turned_off():
     assert "ROLLING_UPDATE_ID" not in _env(off["spec"]["template"]["spec"]["containers"][0])
 
 
+def test_device_metadata_is_on_by_default_and_can_be_turned_off():
+    """daemon.deviceMetadata is the daemon's DEVICE_METADATA (KEP-5304, --device-metadata)."""
+    for value, env in ((None, "true"), ("false", "false")):
+        [daemon] = by_kind(render("ns", set_values=(f"daemon.deviceMetadata={value}",) if value else ()), "DaemonSet")
+        [container] = daemon["spec"]["template"]["spec"]["containers"]
+        assert _env(container)["DEVICE_METADATA"] == env
+
+
 def test_node_name_priority_and_resources():
     [ds] = by_kind(render("ns"), "DaemonSet")
     pod = ds["spec"]["template"]["spec"]

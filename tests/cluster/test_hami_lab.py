@@ -145,7 +145,8 @@ def spec_of(d: DaemonProcess, uid: str) -> dict[str, Any]:
 
 
 def container_env(d: DaemonProcess, uid: str) -> dict[str, str]:
-    [device] = spec_of(d, uid)["devices"]
+    # the claim's device, not the one that mounts its device metadata file (KEP-5304)
+    [device] = [x for x in spec_of(d, uid)["devices"] if "-metadata_" not in x["name"]]
     return dict(e.split("=", 1) for e in device["containerEdits"]["env"])
 
 
@@ -291,7 +292,7 @@ def test_step9_registry_64_one_core_claims_fit_the_65th_stays_pending(lab) -> No
     assert result_of(last)["consumedCapacity"] == {"containers": "1", "cores": "1", "memory": "1Mi"}
     uid = last["metadata"]["uid"]
     assert k.prepare(last).claims[uid].error == ""
-    [device] = yaml.safe_load((d.cdi_dir / KIND_FILE.format(uid=uid)).read_text())["devices"]
+    device = spec_of(d, uid)["devices"][0]  # the claim's own; then the device metadata mount (KEP-5304)
     assert "NPU_MEM_QUOTA=1" in device["containerEdits"]["env"]
     assert k.unprepare(last).claims[uid].error == ""
 

@@ -87,7 +87,7 @@ def test_lab_pod_is_converted_allocated_and_prepared_as_the_lab_shows(control_pl
             [prepared] = reply.claims[uid].devices
             assert prepared.share_id == share_id
             spec = yaml.safe_load((daemon.cdi_dir / f"k8s.{DRIVER}-vnpu_{uid}.yaml").read_text())
-            [device] = spec["devices"]
+            device = spec["devices"][0]  # the claim's own; then the device metadata mount (KEP-5304)
             assert dict(e.split("=", 1) for e in device["containerEdits"]["env"]) == LAB_ENV
             assert kubelet.unprepare(claim).claims[uid].error == ""
             # Deleting the pod removes its claim (garbage collector: the pod owns it in both modes).
@@ -120,7 +120,8 @@ def test_a_hami_count_of_two_with_round_thousand_mib_gets_two_chips_of_that_memo
             reply = kubelet.prepare(claim)
             assert reply.claims[uid].error == ""
             spec = yaml.safe_load((daemon.cdi_dir / f"k8s.{DRIVER}-vnpu_{uid}.yaml").read_text())
-            envs = [dict(e.split("=", 1) for e in d["containerEdits"]["env"]) for d in spec["devices"]]
+            envs = [dict(e.split("=", 1) for e in d["containerEdits"]["env"]) for d in spec["devices"]
+                    if "env" in d["containerEdits"]]  # not the device metadata mount (KEP-5304)
             assert [env["NPU_MEM_QUOTA"] for env in envs] == ["4000", "4000"]
             assert kubelet.unprepare(claim).claims[uid].error == ""
         finally:

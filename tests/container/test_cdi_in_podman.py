@@ -3,6 +3,7 @@ the device nodes and the mounts; after Unprepare podman can no longer resolve th
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -52,7 +53,8 @@ def test_container_gets_env_device_node_and_driver_mount(podman, daemon, kubelet
         fake_config(requests=["npu"], aicoreLimit=25, logLevel="error")]))
     uid = claim["metadata"]["uid"]
     ids = prepare(kubelet, claim)
-    assert ids == [f"{KIND}={uid}-npu-1-0", f"{KIND}=common"]
+    # the device's own, the one mounting its request's device metadata file (KEP-5304), the common one
+    assert ids == [f"{KIND}={uid}-npu-1-0", f"{KIND}={uid}-metadata_npu", f"{KIND}=common"]
 
     done = podman.run(ids, SCRIPT.format(nodes="/dev/davinci1"), cdi_dir=daemon.cdi_dir,
                       label="podman run: one device")
@@ -66,12 +68,23 @@ def test_container_gets_env_device_node_and_driver_mount(podman, daemon, kubelet
     assert_dev_null_char_device(done.stdout, "/dev/davinci1")
     assert done.stdout.splitlines()[-1] == "Version=simulated"
 
+    # The device metadata file, read-only where the protocol puts it for a claim named by the pod.
+    path = f"/var/run/kubernetes.io/dra-device-attributes/resourceclaims/one/npu/{DRIVER}-metadata.json"
+    read = podman.run(ids, f"cat {path}; (echo x >> {path}) 2>/dev/null && echo WRITABLE; true",
+                      cdi_dir=daemon.cdi_dir, label="podman run: device metadata")
+    assert read.returncode == 0, read.stderr
+    assert "WRITABLE" not in read.stdout
+    first = json.JSONDecoder().raw_decode(read.stdout.lstrip())[0]
+    assert first["apiVersion"] == "metadata.resource.k8s.io/v1beta1"
+    assert [d["name"] for d in first["requests"][0]["devices"]] == ["npu-1-0"]
+
 
 def test_two_devices_in_one_request_are_both_visible(podman, daemon, kubelet):
     claim = write_claim(daemon.root, claim_object("two", results=[("npu", "npu-0-0"), ("npu", "npu-2-0")]))
     uid = claim["metadata"]["uid"]
     ids = prepare(kubelet, claim)
-    assert ids == [f"{KIND}={uid}-npu-0-0", f"{KIND}=common", f"{KIND}={uid}-npu-2-0", f"{KIND}=common"]
+    assert ids == [f"{KIND}={uid}-npu-0-0", f"{KIND}={uid}-metadata_npu", f"{KIND}=common", f"{KIND}={uid}-npu-2-0",
+                   f"{KIND}=common"]
 
     # The kubelet passes every ID of every device (the common one twice); podman must take that.
     done = podman.run(ids, SCRIPT.format(nodes="/dev/davinci0 /dev/davinci2"), cdi_dir=daemon.cdi_dir,

@@ -59,7 +59,8 @@ def test_two_containers_share_one_chip_with_their_own_quota_and_local_dir(podman
     ids_a = prepare(k, a)
     kind = f"k8s.{DRIVER}/vnpu"
     uid_a = a["metadata"]["uid"]
-    assert ids_a == [f"{kind}={uid_a}-npu-0-0-be06132e-0aff-4efc-bd8e-42a4e06ed385", f"{kind}=common"]
+    assert ids_a == [f"{kind}={uid_a}-npu-0-0-be06132e-0aff-4efc-bd8e-42a4e06ed385", f"{kind}={uid_a}-metadata_npu",
+                     f"{kind}=common"]  # then its device metadata mount (KEP-5304), the common one
 
     first = podman.run(ids_a, SCRIPT.format(who="a", shared="echo a > /hami-shared-region/0_global_registry"),
                        cdi_dir=d.cdi_dir, label="podman run: HAMivNPUCore share A")

@@ -40,7 +40,7 @@ def test_container_sees_the_vnpu_as_davinci_and_the_runtime_env(podman, node):
     entry = k.prepare(claim).claims[uid]
     assert entry.error == ""
     ids = [i for dev in entry.devices for i in dev.cdi_device_ids]
-    assert ids == [f"{KIND}={uid}-vnpu-0-0-vir10-3c-16g-1", f"{KIND}=common"]
+    assert ids == [f"{KIND}={uid}-vnpu-0-0-vir10-3c-16g-1", f"{KIND}={uid}-metadata_npu", f"{KIND}=common"]
     assert [v["vnpu_id"] for v in host.vnpus()] == [101]
 
     done = podman.run(ids, "env; ls -l /dev/davinci101", cdi_dir=d.cdi_dir, label="podman run: hard vNPU")

@@ -103,7 +103,8 @@ def test_a_claim_pod_on_the_fake_node_sees_its_device_env_and_mounts(bed, fake_p
     assert fake_pod["spec"]["nodeName"] == FAKE_NODE
     uid = claim["metadata"]["uid"]
     [spec] = [p for p in node.host_path("/var/run/cdi").glob(f"k8s.{DRIVER}-*.yaml") if uid in p.name]
-    [device] = yaml.safe_load(spec.read_text())["devices"]
+    [device, metadata] = yaml.safe_load(spec.read_text())["devices"]  # the second mounts the metadata file
+    assert metadata["name"] == f"{uid}-metadata_npu"
     want = dict(e.split("=", 1) for e in device["containerEdits"]["env"])
     assert want["FAKE_NPU_AICORE_LIMIT"] == "40", want
     log = pod_log(cp, fake_pod["metadata"]["namespace"], "fake-1")

@@ -32,11 +32,22 @@ def spec_names(uids) -> set[str]:
     return {f"k8s.{DRIVER}-npu_{uid}.yaml" for uid in uids}
 
 
+def metadata_files(d: DaemonProcess) -> set[str]:
+    """The claim uids with a device metadata file (KEP-5304; each claim here has one request, ``npu``)
+    and those with anything else under the metadata directory, which must be none."""
+    root = d.root / "plugins" / DRIVER / "device-metadata"
+    found = {p.name for p in root.iterdir()} if root.exists() else set()
+    return {uid for uid in found if (root / uid / "npu" / "metadata.json").is_file()} | \
+        {f"{uid} (no file)" for uid in found if not (root / uid / "npu" / "metadata.json").is_file()}
+
+
 def assert_consistent(d: DaemonProcess) -> None:
-    """Every claim spec on disk is backed by a PrepareCompleted record, and vice versa."""
+    """Every claim spec and device metadata file on disk is backed by a PrepareCompleted record, and
+    vice versa."""
     completed = {uid for uid, r in records(d).items() if r["state"] == "PrepareCompleted"}
     assert all(r["state"] == "PrepareCompleted" for r in records(d).values())
     assert claim_specs(d) == spec_names(completed)
+    assert metadata_files(d) == completed
 
 
 def assert_repaired(d: DaemonProcess) -> None:
@@ -46,8 +57,10 @@ def assert_repaired(d: DaemonProcess) -> None:
     state.py) gets it back from the repair loop's first pass. Then :func:`assert_consistent`."""
     assert all(r["state"] == "PrepareCompleted" for r in records(d).values())
     assert claim_specs(d) <= spec_names(records(d))
+    assert metadata_files(d) <= set(records(d))
     deadline = time.monotonic() + 15
-    while claim_specs(d) != spec_names(records(d)) and time.monotonic() < deadline:
+    while (claim_specs(d) != spec_names(records(d)) or metadata_files(d) != set(records(d))) \
+            and time.monotonic() < deadline:
         time.sleep(0.05)
     assert_consistent(d)
 
@@ -87,6 +100,7 @@ def test_kill9_inside_prepare_then_restart_and_replay(short_tmp, point):
         assert k.unprepare(c).claims[c["metadata"]["uid"]].error == ""
     assert records(d) == {}
     assert claim_specs(d) == set()
+    assert metadata_files(d) == set()
     k.close()
     d.stop()
 
@@ -109,7 +123,7 @@ def test_kill9_inside_unprepare_then_restart_and_replay(short_tmp, point):
     # Earlier points leave the claim fully prepared.
     spec = d.cdi_dir / f"k8s.{DRIVER}-npu_{uid}.yaml"
     deadline = time.monotonic() + 15
-    while not spec.exists() and time.monotonic() < deadline:
+    while not (spec.exists() and metadata_files(d) == {uid}) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert_consistent(d)
     assert uid in records(d)
@@ -117,6 +131,7 @@ def test_kill9_inside_unprepare_then_restart_and_replay(short_tmp, point):
     assert k.unprepare(claim).claims[uid].error == ""
     assert uid not in records(d)
     assert claim_specs(d) == set()
+    assert metadata_files(d) == set()
     # The device is free again for another claim.
     other = write_claim(d.root, claim_object("next", results=[("npu", "npu-2-0")]))
     assert k.prepare(other).claims[other["metadata"]["uid"]].error == ""
@@ -131,6 +146,9 @@ IN_FLIGHT = {
     "record-durable-spec-unwritten": ("prepare:completed-write-submitted@10", "journal:after-append", True, False),
     # The writer thread stalls before appending; the loop writes the spec, then dies.
     "spec-written-record-not-appended": ("journal:before-append@10", "prepare:after-cdi-write", False, True),
+    # The same, killed between the device metadata file and the spec: the file is an orphan.
+    "metadata-written-record-not-appended": ("journal:before-append@10", "prepare:after-metadata-write", False,
+                                             False),
 }
 
 
@@ -147,6 +165,8 @@ def test_kill9_while_the_spec_and_the_completed_record_are_both_in_flight(short_
     call_and_die(d, lambda: k.prepare(claim))
     k.close()
     assert (uid in records(d), spec.exists()) == (recorded, written)
+    if case == "metadata-written-record-not-appended":
+        assert metadata_files(d) == {uid}  # left behind, for start-up to remove
 
     d.start()
     assert_repaired(d)  # the orphan spec removed before serving, or the missing spec put back
@@ -159,5 +179,6 @@ def test_kill9_while_the_spec_and_the_completed_record_are_both_in_flight(short_
     assert k.unprepare(claim).claims[uid].error == ""
     assert records(d) == {}
     assert claim_specs(d) == set()
+    assert metadata_files(d) == set()
     k.close()
     d.stop()

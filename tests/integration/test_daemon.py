@@ -89,11 +89,13 @@ def test_prepare_writes_cdi_spec_and_unprepare_removes_it(daemon, kubelet, api):
     [device] = entry.devices
     assert list(device.request_names) == ["npu"]
     assert (device.pool_name, device.device_name) == ("node-1", "npu-1-0")
-    assert list(device.cdi_device_ids) == [f"{KIND}={uid}-npu-1-0", f"{KIND}=common"]
+    # the device's own, its request's device metadata file (KEP-5304, test_device_metadata.py), the common one
+    assert list(device.cdi_device_ids) == [f"{KIND}={uid}-npu-1-0", f"{KIND}={uid}-metadata_npu", f"{KIND}=common"]
     spec = yaml.safe_load(spec_path(daemon, uid).read_text())
     assert spec["cdiVersion"] == "0.5.0"  # hostPath and a digit-leading name need 0.5.0
     assert spec["kind"] == KIND
-    [cdi_device] = spec["devices"]
+    [cdi_device, metadata] = spec["devices"]
+    assert metadata["name"] == f"{uid}-metadata_npu"
     assert cdi_device["name"] == f"{uid}-npu-1-0"
     assert cdi_device["containerEdits"]["env"] == [
         "ASCEND_VISIBLE_DEVICES=1", "FAKE_NPU_AICORE_LIMIT=25", "ASCEND_GLOBAL_LOG_LEVEL=1"]

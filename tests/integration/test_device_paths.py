@@ -36,7 +36,7 @@ def test_the_spec_names_the_hosts_device_nodes_for_every_profile(short_tmp, prof
         uid = claim["metadata"]["uid"]
         assert k.prepare(claim).claims[uid].error == ""
         [spec_file] = d.cdi_dir.glob(f"*{uid}*")
-        [device] = yaml.safe_load(spec_file.read_text())["devices"]
+        [device, _] = yaml.safe_load(spec_file.read_text())["devices"]  # then the device metadata mount
         host = lab.dev_root if layout == "lab" else None
         assert device["containerEdits"]["deviceNodes"] == [
             {"path": f"/dev/{n}", "hostPath": str(host / n)} if host else {"path": f"/dev/{n}"} for n in NAMES]

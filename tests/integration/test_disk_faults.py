@@ -123,6 +123,10 @@ def _common_spec(node: Node, claim: dict[str, Any]) -> str:
     return re.escape(str(node.d.cdi_dir / f"k8s.{DRIVER}-npu_common.yaml"))
 
 
+def _metadata_file(node: Node, claim: dict[str, Any]) -> str:
+    return re.escape(str(node.plugin_dir / "device-metadata" / uid(claim) / "npu" / "metadata.json"))
+
+
 def _local_dir(node: Node, claim: dict[str, Any]) -> str:
     return re.escape(str(node.local_dir(claim) / "npu"))
 
@@ -145,6 +149,7 @@ CASES: dict[str, tuple[str, tuple[str, ...], Callable[[Node, dict[str, Any]], st
     "journal:write+truncate": ("fake", ("journal:write", "journal:truncate"), _journal),
     "cdi-common:write": ("fake", ("cdi-common:write",), _common_spec),
     "cdi-claim:write": ("fake", ("cdi-claim:write",), _claim_spec),
+    "device-metadata:write": ("fake", ("device-metadata:write",), _metadata_file),
     "vnpu-core-dir:mkdir": ("HAMivNPUCore", ("vnpu-core-dir:mkdir",), _local_dir),
     "vnpu-core-preload:write": ("HAMivNPUCore", ("vnpu-core-preload:write",), _preload),
     "journal:sync/side-effects": ("HAMivNPUCore", ("journal:sync",), _journal),
@@ -200,6 +205,7 @@ def test_a_disk_fault_fails_only_the_claim_being_prepared_and_the_daemon_recover
             assert re.search(rf"{os.strerror(code)} \({named(node, victim)}\)", error), error
             assert error.startswith(f"ResourceClaim default/{victim['metadata']['name']}: "), error
             assert node.claim_spec(victim) is None  # nothing of it answers, nothing of it stays
+            assert not (node.plugin_dir / "device-metadata" / uid(victim)).exists()
             if node.lab is not None:
                 assert not node.local_dir(victim).exists()
             if node.host is not None:  # no vNPU made for it, none left behind

@@ -74,6 +74,12 @@ def made_files(directory) -> set[str]:
     return {p.name for p in directory.iterdir()} if directory.is_dir() else set()
 
 
+def metadata_dirs(d: DaemonProcess) -> set[str]:
+    """The claim uids with a device metadata directory (KEP-5304; on the plugin dir's disk: a reboot keeps it)."""
+    root = d.checkpoint.parent / "device-metadata"
+    return {p.name for p in root.iterdir()} if root.is_dir() else set()
+
+
 def recorded_files(d: DaemonProcess) -> set[str]:
     return {os.path.basename(r["side_effects"]["made"]["file"]) for r in d.records().values()
             if (r.get("side_effects") or {}).get("made")}
@@ -103,11 +109,13 @@ def test_kill9_inside_a_replay_after_a_reboot_leaves_nothing_unrecorded(made, po
     d.start()
     assert made_files(run) <= recorded_files(d)  # nothing made that no record names
     assert all(r["state"] == "PrepareCompleted" for r in d.records().values())
+    assert metadata_dirs(d) <= set(d.records())
     k = Kubelet(d)
     assert k.prepare(claim).claims[uid].error == ""
     assert made_files(run) == recorded_files(d) and len(made_files(run)) == 1
     assert (d.cdi_dir / f"k8s.{DRIVER}-made_{uid}.yaml").exists()
+    assert (d.checkpoint.parent / "device-metadata" / uid / "npu" / "metadata.json").is_file()
     assert d.records()[uid]["boot_id"] == "boot-2"
     assert k.unprepare(claim).claims[uid].error == ""
-    assert made_files(run) == set() and d.records() == {}
+    assert made_files(run) == set() and d.records() == {} and metadata_dirs(d) == set()
     k.close()

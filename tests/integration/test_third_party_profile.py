@@ -148,10 +148,13 @@ def test_a_claim_gpu_config_wins_over_the_class_config_in_the_cdi_spec(daemon_fa
         kubelet.close()
     assert reply.claims[uid].error == ""
     assert sorted((d.device_name, tuple(d.cdi_device_ids)) for d in reply.claims[uid].devices) == [
-        ("gpu-0", (f"k8s.{DRIVER}/gpu={uid}-gpu-0", f"k8s.{DRIVER}/gpu=common")),
-        ("gpu-1", (f"k8s.{DRIVER}/gpu={uid}-gpu-1", f"k8s.{DRIVER}/gpu=common")),
+        ("gpu-0", (f"k8s.{DRIVER}/gpu={uid}-gpu-0", f"k8s.{DRIVER}/gpu={uid}-metadata_train",
+                   f"k8s.{DRIVER}/gpu=common")),
+        ("gpu-1", (f"k8s.{DRIVER}/gpu={uid}-gpu-1", f"k8s.{DRIVER}/gpu={uid}-metadata_eval",
+                   f"k8s.{DRIVER}/gpu=common")),
     ]
     spec = yaml.safe_load((daemon.cdi_dir / f"k8s.{DRIVER}-gpu_{uid}.yaml").read_text())
-    env = {d["name"]: [e for e in d["containerEdits"]["env"] if e.startswith("GPU_")] for d in spec["devices"]}
+    env = {d["name"]: [e for e in d["containerEdits"]["env"] if e.startswith("GPU_")] for d in spec["devices"]
+           if "env" in d["containerEdits"]}  # not the device metadata mounts (KEP-5304)
     assert env[f"{uid}-gpu-0"] == ["GPU_SHARING_STRATEGY=SpacePartitioning", "GPU_PARTITION_COUNT=2"]
     assert env[f"{uid}-gpu-1"] == ["GPU_SHARING_STRATEGY=TimeSlicing", "GPU_TIMESLICE_INTERVAL=Long"]

@@ -5,6 +5,7 @@ pod status (KEP-4680). Fixtures: tests/kubelet/conftest.py; the node: tests/kube
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,8 @@ import yaml
 from tests.integration.daemon import Kubelet
 from tests.kubelet.pods import (
     DRIVER,
+    ENV_DONE,
+    FAKE_CLASS,
     RES,
     container_env,
     delete_pod,
@@ -72,7 +75,8 @@ def test_a_pod_with_a_claim_runs_with_our_cdi_edits_and_deletion_unprepares(node
     _, claim = start_claim_pod(cp, namespace, "with-npu")
     uid = claim["metadata"]["uid"]
     [spec] = [s for s in specs(node) if uid in s.name]
-    [device] = yaml.safe_load(spec.read_text())["devices"]
+    # the device's own CDI device, and the one mounting its request's device metadata file (KEP-5304)
+    [device, _] = yaml.safe_load(spec.read_text())["devices"]
     want = dict(e.split("=", 1) for e in device["containerEdits"]["env"])
     assert want["FAKE_NPU_AICORE_LIMIT"] == "40"
     # containerd injected the spec: the env, the device node and the driver mount are in the container.
@@ -192,3 +196,65 @@ def test_a_claim_with_two_devices_runs_and_its_health_names_each_device(node, da
     devices = [r["device"] for r in pod_claim(cp, namespace, "two")["status"]["allocation"]["devices"]["results"]]
     assert sorted(ids) == sorted(f"k8s.{DRIVER}/npu={uid}-{d}" for d in devices), ids
     delete_pod(cp, namespace, "two")
+
+
+#: What a container prints of its device metadata file (KEP-5304), and whether it can write it.
+METADATA_END = "--metadata-end--"
+
+
+def metadata_probe(path: str) -> str:
+    return (f"echo {ENV_DONE}-metadata; cat {path}; echo; (echo x >> {path}) 2>/dev/null && echo WRITABLE; "
+            f"echo {METADATA_END};")
+
+
+def printed_metadata(cp, namespace: str, pod: str) -> tuple[list[dict], bool]:
+    """The JSON objects the pod's container printed of its metadata file, and whether it could write it."""
+    text = wait_for(lambda: (t := ok_log(cp, namespace, pod)) and METADATA_END in t and t,
+                    f"pod {pod} printed its device metadata", within=30)
+    body = text.split(f"{ENV_DONE}-metadata", 1)[1].split(METADATA_END, 1)[0]
+    decoder, out, at = json.JSONDecoder(), [], 0
+    while body[at:].strip() and not body[at:].lstrip().startswith("WRITABLE"):
+        while body[at].isspace():
+            at += 1
+        obj, at = decoder.raw_decode(body, at)
+        out.append(obj)
+    return out, "WRITABLE" in body
+
+
+def test_a_pod_reads_its_device_metadata_file_from_a_template_and_a_named_claim(node, daemon, classes, namespace):
+    """KEP-5304 through the real kubelet and containerd: the kubelet passes the metadata CDI device of
+    our answer to containerd, which bind-mounts the file read-only where the protocol says: under
+    ``resourceclaimtemplates/<pod claim name>`` for a template's claim, ``resourceclaims/<claim name>``
+    for a claim the pod names. Deleting the pod unprepares the claim, which removes the file."""
+    cp = node.cp
+    root = "/var/run/kubernetes.io/dra-device-attributes"
+    from_template = f"{root}/resourceclaimtemplates/npu/npu/{DRIVER}-metadata.json"
+    _, claim = start_fake_claim_pod(cp, namespace, "reads-metadata", script=metadata_probe(from_template))
+    [beta, alpha], writable = printed_metadata(cp, namespace, "reads-metadata")
+    assert not writable
+    assert (beta["apiVersion"], alpha["apiVersion"]) == ("metadata.resource.k8s.io/v1beta1",
+                                                         "metadata.resource.k8s.io/v1alpha1")
+    assert beta["metadata"]["uid"] == claim["metadata"]["uid"] and beta["podClaimName"] == "npu"
+    [request] = beta["requests"]
+    [device] = request["devices"]
+    [result] = claim["status"]["allocation"]["devices"]["results"]
+    assert (request["name"], device["driver"], device["pool"], device["name"]) == \
+        ("npu", DRIVER, node.node_name, result["device"])
+    assert device["attributes"]["index"] == {"int": int(result["device"].split("-")[1])}
+    host_dir = daemon.root / "plugins" / DRIVER / "device-metadata" / claim["metadata"]["uid"]
+    assert (host_dir / "npu" / "metadata.json").is_file()
+
+    ok(cp, "POST", f"{RES}/namespaces/{namespace}/resourceclaims", {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "named-npu"},
+        "spec": {"devices": {"requests": [{"name": "npu", "exactly": {"deviceClassName": FAKE_CLASS}}]}}})
+    named = f"{root}/resourceclaims/named-npu/npu/{DRIVER}-metadata.json"
+    ok(cp, "POST", f"/api/v1/namespaces/{namespace}/pods",
+       pod_manifest("reads-named", claim="named-npu", script=metadata_probe(named)))
+    wait_running(cp, namespace, "reads-named")
+    [doc, _], writable = printed_metadata(cp, namespace, "reads-named")
+    assert not writable and "podClaimName" not in doc and doc["metadata"]["name"] == "named-npu"
+
+    delete_pod(cp, namespace, "reads-metadata")
+    wait_for(lambda: not host_dir.exists(), "the device metadata directory removed (NodeUnprepareResources)",
+             within=30)
+    delete_pod(cp, namespace, "reads-named")

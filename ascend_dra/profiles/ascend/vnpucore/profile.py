@@ -79,7 +79,7 @@ from ascend_dra.profiles.ascend.vnpucore.host import (
     max_shares,
 )
 from ascend_dra.profiles.ascend.vnpucore.prereq import judge, probe_host
-from ascend_dra.profiles.ascend.vnpucore.quota import limiter_env
+from ascend_dra.profiles.ascend.vnpucore.quota import limiter_env, metadata_attributes
 from ascend_dra.profiles.base import (
     AllocatedDevice,
     ApplyContext,
@@ -302,6 +302,17 @@ class VnpuCoreProfile(AscendChipProfile):
                     edits[allocated.device] = ContainerEdits(env=env, device_nodes=self._nodes(ctx, number),
                                                              mounts=mounts)
         return edits
+
+    def device_metadata(
+        self, config: VnpuCoreConfig | None, devices: Sequence[AllocatedDevice], ctx: ApplyContext
+    ) -> Mapping[str, Mapping[str, int | str]]:
+        """The optional hook of device metadata (KEP-5304, docs/writing-a-profile.md): each share's quota
+        (:func:`.quota.metadata_attributes`) beside the chip's published attributes. An admin-access
+        result has no quota and adds nothing. Pure.
+
+        :raises ValueError: a result without ``consumedCapacity`` (as :meth:`apply_config`).
+        """
+        return {d.device: metadata_attributes(d) for d in devices if not d.admin_access}
 
     def _physical_id(self, ctx: ApplyContext, device: str) -> int:
         published = ctx.inventory.device(device)

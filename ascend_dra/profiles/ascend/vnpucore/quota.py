@@ -31,7 +31,7 @@ import attrs
 from ascend_dra.model import AllocatedDevice, in_unit, parse_quantity, unit_of
 from ascend_dra.profiles.ascend.vnpucore.host import CONTAINER_LOCAL_DIR, CONTAINER_SHARED_REGION
 
-__all__ = ("GATE", "REQUIRED_CAPACITIES", "Share", "limiter_env", "share_of")
+__all__ = ("GATE", "REQUIRED_CAPACITIES", "Share", "limiter_env", "metadata_attributes", "share_of")
 
 #: The feature gate that makes the scheduler write ``consumedCapacity``.
 GATE = "DRAConsumableCapacity"
@@ -103,3 +103,17 @@ def limiter_env(devices: Sequence[AllocatedDevice], physical_ids: Sequence[int])
         env.append(f"ASCEND_DRA_NPU_MEM_QUOTAS={','.join(str(s.memory_mib) for s in shares)}")
         env.append(f"ASCEND_DRA_NPU_PRIORITIES={','.join(_number(s.cores_percent) for s in shares)}")
     return tuple(env)
+
+
+def metadata_attributes(device: AllocatedDevice) -> dict[str, int | str]:
+    """What a share tells its container in the device metadata file (KEP-5304): ``memoryQuotaMiB``, the
+    MiB booked on this chip (``NPU_MEM_QUOTA`` when the request has one chip), and ``coresQuotaPercent``,
+    the percent of its AI cores (``NPU_PRIORITY``): an int, or the decimal as a string when the booking
+    is not whole (a ``cores`` step other than 1).
+
+    :raises ValueError: from :func:`share_of`.
+    """
+    share = share_of(device)
+    cores = share.cores_percent
+    return {"memoryQuotaMiB": share.memory_mib,
+            "coresQuotaPercent": int(cores) if cores == cores.to_integral_value() else _number(cores)}
