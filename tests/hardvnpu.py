@@ -29,11 +29,18 @@ class SimHost:
     """Directories of one simulated node under ``root``."""
 
     def __init__(self, root: Path, chips: Sequence[tuple[int, int, int, int, str]] = LAB18, *,
-                 dcmi: bool = False) -> None:
+                 dcmi: bool = False, host_root: bool = True) -> None:
+        """:param host_root: give the profile a host root of its own (``root/host``, with the driver's
+            ``lib64``: its claims' CDI specs then mount ``/usr/local/Ascend/driver/lib64``, as on a
+            real node). False (not with ``dcmi``): the profile looks at this machine's ``/``, where a
+            container runtime can mount only what exists (tests/container)."""
+        if dcmi and not host_root:
+            raise ValueError("the DCMI tier needs the host root that carries libdcmi.so")
         self.root = root
         self.dcmi = dcmi
-        self.host_root = root / "host"
-        (self.host_root / "usr/local/Ascend/driver/lib64").mkdir(parents=True, exist_ok=True)
+        self.host_root: Path | None = root / "host" if host_root else None
+        if self.host_root is not None:
+            (self.host_root / "usr/local/Ascend/driver/lib64").mkdir(parents=True, exist_ok=True)
         if dcmi:
             install(self.host_root, build())
         self.dev = root / "dev"
@@ -57,8 +64,10 @@ class SimHost:
 
     @property
     def options(self) -> dict[str, str]:
-        return {"hard-vNPU.boot-id-file": str(self.boot_id_file), "hard-vNPU.vnpu-dev-dir": str(self.vdev),
-                "hard-vNPU.host-root": str(self.host_root)}
+        options = {"hard-vNPU.boot-id-file": str(self.boot_id_file), "hard-vNPU.vnpu-dev-dir": str(self.vdev)}
+        if self.host_root is not None:
+            options["hard-vNPU.host-root"] = str(self.host_root)
+        return options
 
     def option_args(self) -> list[str]:
         return [arg for k, v in self.options.items() for arg in ("--profile-option", f"{k}={v}")]

@@ -21,7 +21,7 @@ def node(short_tmp):
     """One simulated 910B4 (simulated discovery tier, so shared device nodes are not required),
     with vNPUs made by the stateful npu-smi simulator as character devices 1:3."""
     root = short_tmp / "sa"
-    host = SimHost(root, chips=((0, 0, 0, 0, "910B4"),))
+    host = SimHost(root, chips=((0, 0, 0, 0, "910B4"),), host_root=False)  # podman mounts this machine's paths
     for name in ("davinci_manager", "devmm_svm", "hisi_hdc"):  # not on this host's real /dev
         (host.dev / name).unlink()
     host.state_dir = root / "plugins" / DRIVER / "profiles"
