@@ -6,31 +6,18 @@ still gets the quota env (the fallback for workloads that do not read the file).
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import pytest
 
 from tests.cluster.test_publish import pod_claim
 from tests.e2e.claims import SECOND_CHIP_UUID, on_pod_network, pod_log, printed_env
 from tests.e2e.release import DRIVER, LAB_NODE
 from tests.kubelet.pods import RES, delete_pod, ok, pod_manifest, wait_for, wait_running
+from tests.metadatastream import json_stream
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 FILE = f"/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/npu/npu/{DRIVER}-metadata.json"
 END = "--metadata-end--"
-
-
-def objects(text: str) -> list[dict[str, Any]]:
-    """The JSON stream the container printed, object by object."""
-    decoder, out, at = json.JSONDecoder(), [], 0
-    while text[at:].strip():
-        while text[at].isspace():
-            at += 1
-        obj, at = decoder.raw_decode(text, at)
-        out.append(obj)
-    return out
 
 
 def test_a_lab_pod_from_a_template_reads_its_share_in_its_device_metadata_file(bed, claims_ns):
@@ -50,7 +37,7 @@ def test_a_lab_pod_from_a_template_reads_its_share_in_its_device_metadata_file(b
         wait_running(cp, ns, name, within=120)
         log = wait_for(lambda: (t := pod_log(cp, ns, name)) and END + "\n" in t.split(f"{END}-start", 1)[-1] and t,
                        "the pod printed its device metadata", within=30)
-        beta, alpha = objects(log.split(f"{END}-start", 1)[1].split(END, 1)[0])
+        beta, alpha = json_stream(log.split(f"{END}-start", 1)[1].split(END, 1)[0])
         assert (beta["apiVersion"], alpha["apiVersion"]) == ("metadata.resource.k8s.io/v1beta1",
                                                              "metadata.resource.k8s.io/v1alpha1")
         claim = pod_claim(cp, ns, name)

@@ -8,7 +8,6 @@ Prepare and Unprepare checks the files too) and the disk fault in test_disk_faul
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import yaml
 from ascend_dra.profiles.ascend.sim import labnode
 from tests.claimfiles import claim_object, write_claim
 from tests.integration.daemon import DRIVER, DaemonProcess, Kubelet
+from tests.metadatastream import newest_object
 
 ROOT = "/var/run/kubernetes.io/dra-device-attributes"
 
@@ -32,17 +32,7 @@ def host_file(d: DaemonProcess, claim: dict[str, Any], request: str) -> Path:
 
 def stream(path: Path) -> list[dict[str, Any]]:
     """The file's first (v1beta1) object, as a list of one, once the stream is checked."""
-    decoder, text, out, at = json.JSONDecoder(), path.read_text(), [], 0
-    while text[at:].strip():
-        while text[at].isspace():
-            at += 1
-        obj, at = decoder.raw_decode(text, at)
-        out.append(obj)
-    beta, alpha = out  # v1beta1 (required from 1.37), then v1alpha1 (what 1.36's readers know): the same object
-    assert (beta["apiVersion"], alpha["apiVersion"]) == ("metadata.resource.k8s.io/v1beta1",
-                                                         "metadata.resource.k8s.io/v1alpha1")
-    assert {**alpha, "apiVersion": beta["apiVersion"]} == beta
-    return [beta]
+    return [newest_object(path.read_text())]
 
 
 def mounts_of(d: DaemonProcess, cdi_id: str) -> list[dict[str, Any]]:

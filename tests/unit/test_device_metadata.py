@@ -9,7 +9,6 @@ The protocol's facts (k8s.io/dynamic-resource-allocation ``api/metadata``): the 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from ascend_dra.profiles.fake import FakeProfile
 from ascend_dra.state.claims import ClaimError, StandaloneClaimSource, parse_claim
 from ascend_dra.state.devicestate import ClaimRef, DeviceState, PrepareError
 from tests.claimfiles import DRIVER, claim_object, write_claim
+from tests.metadatastream import json_stream, newest_object
 
 NODE = "node-1"
 KIND = f"k8s.{DRIVER}/npu"
@@ -34,24 +34,9 @@ ROOT = "/var/run/kubernetes.io/dra-device-attributes"
 pytestmark = pytest.mark.anyio
 
 
-def read_stream(data: bytes) -> list[dict[str, Any]]:
-    """Decode a JSON stream the way a consumer does (json.Decoder over concatenated objects)."""
-    decoder, text, out, at = json.JSONDecoder(), data.decode(), [], 0
-    while text[at:].strip():
-        while text[at].isspace():
-            at += 1
-        obj, at = decoder.raw_decode(text, at)
-        out.append(obj)
-    return out
-
-
 def read_file(path: Path) -> dict[str, Any]:
     """The file's v1beta1 object, after checking that the stream is v1beta1 then v1alpha1 of the same object."""
-    beta, alpha = read_stream(path.read_bytes())
-    assert (beta["apiVersion"], alpha["apiVersion"]) == ("metadata.resource.k8s.io/v1beta1",
-                                                         "metadata.resource.k8s.io/v1alpha1")
-    assert {**alpha, "apiVersion": beta["apiVersion"]} == beta
-    return beta
+    return newest_object(path.read_text())
 
 
 # -- the protocol ---------------------------------------------------------------------------------
@@ -103,7 +88,7 @@ def test_attributes_in_resourceslice_form():
 def test_the_document_is_a_v1alpha1_stream_keeping_the_full_request_name():
     doc = dm.document(claim_namespace="ns", claim_name="c", claim_uid="u-1", pod_claim_name="gpu",
                       requests=[("npu/small", [dm.MetadataDevice(DRIVER, NODE, "npu-0-0", {"index": {"int": 0}})])])
-    [read] = read_stream(dm.encode_stream([doc]))
+    [read] = json_stream(dm.encode_stream([doc]).decode())
     assert read == {
         "kind": "DeviceMetadata", "apiVersion": "metadata.resource.k8s.io/v1beta1",
         "metadata": {"name": "c", "namespace": "ns", "uid": "u-1", "generation": 1},
