@@ -59,7 +59,7 @@ class StableAnswers:
         self._fingerprint: tuple[Any, ...] | None = None
         self._since = 0.0
         self._answers: dict[Hashable, Any] = {}
-        #: Calls answered from memory and calls made, since start (``ascend-dra discover`` and tests).
+        #: Calls answered from memory and calls made, since start (read by the tests).
         self.reused = 0
         self.asked = 0
 

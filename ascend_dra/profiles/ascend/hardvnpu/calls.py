@@ -36,17 +36,16 @@ from ascend_dra.profiles.ascend.dcmi.vnpu import (
     list_vdevices,
     recover_mode,
 )
+from ascend_dra.profiles.ascend.discovery.chain import TIER_DCMI, TIER_NPU_SMI  # the tier names discovery reports
 from ascend_dra.profiles.ascend.npusmi.errors import NpuSmiError, NpuSmiTimeout
 from ascend_dra.profiles.ascend.npusmi.runner import NpuSmi
 from ascend_dra.profiles.ascend.npusmi.tables import VnpuInfo
 from ascend_dra.profiles.ascend.npusmi.vnpu_tables import Vnpu
 
-__all__ = ("TIER_DCMI", "TIER_NPU_SMI", "TierRecord", "VnpuCallError", "VnpuCalls")
+__all__ = ("TierRecord", "VnpuCallError", "VnpuCalls")
 
 logger = logging.getLogger(__name__)
 
-TIER_DCMI = "dcmi"
-TIER_NPU_SMI = "npu-smi"
 #: The kinds of call, in the order :meth:`TierRecord.notes` names them.
 KINDS = ("list", "create", "destroy", "vnpu-cfg-recover")
 
