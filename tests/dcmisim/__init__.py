@@ -49,13 +49,16 @@ def build(*, minimal: bool = False) -> Path:
     """The compiled library (built on first use of this source and flags).
 
     :param minimal: the variant that exports ``dcmi_init`` only.
-    :raises RuntimeError: gcc failed (with its output).
+    :raises RuntimeError: gcc is missing (what to install) or failed (with its output).
     """
     flags = (*_FLAGS, "-DDCMI_SIM_MINIMAL") if minimal else _FLAGS
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in SOURCES) + " ".join(flags).encode()).hexdigest()[:16]
     target = _cache() / f"libdcmi-sim-{digest}" / "libdcmi.so"
     if target.exists():
         return target
+    if shutil.which("gcc") is None:
+        raise RuntimeError("the DCMI tests build a test libdcmi.so with gcc, which is not on PATH: install it "
+                           "(Debian: apt-get install gcc libc6-dev; .ci/run does so when it is missing)")
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         out = Path(tmp) / "libdcmi.so"
