@@ -39,8 +39,10 @@ class Bed:
     :raises RuntimeError: from :meth:`start`: binaries missing (make cluster-bins builds them).
     """
 
-    def __init__(self, nodes: int, *, bin_dir: Path | None = None) -> None:
+    def __init__(self, nodes: int, *, bin_dir: Path | None = None, hard_dcmi: bool = True) -> None:
+        """:param hard_dcmi: the ``hard`` nodes carry libdcmi.so (fleet.NodeHost.dcmi)."""
         self.count = nodes
+        self.hard_dcmi = hard_dcmi
         self.workdir = Path(tempfile.mkdtemp(prefix="asc-", dir="/tmp"))  # short: socket paths
         self.shm = Path(tempfile.mkdtemp(prefix="asc-", dir="/dev/shm"))  # CDI specs on tmpfs, as on a node
         self.bin_dir = bin_dir or default_bin_dir()
@@ -90,8 +92,8 @@ class Bed:
         if shape not in self._hosts:
             if shape == "hard" and self._sim is None:
                 self._start_sim()
-            hosts = [NodeHost(name, i, self.workdir / shape[0] / f"{i:03d}", self.shm / shape[0] / f"{i:03d}", shape)
-                     for i, name in enumerate(self.names)]
+            hosts = [NodeHost(name, i, self.workdir / shape[0] / f"{i:03d}", self.shm / shape[0] / f"{i:03d}", shape,
+                              dcmi=self.hard_dcmi) for i, name in enumerate(self.names)]
             for host in hosts:
                 host.prepare(self.sim_port)
             self._hosts[shape] = hosts
@@ -110,6 +112,11 @@ class Bed:
                 raise RuntimeError(f"the npu-smi server did not start: {log_text}")
             time.sleep(0.05)
         self.sim_port = int(port_file.read_text())
+
+    def npusmi_mutations(self) -> list[str]:
+        """The vNPU creates and destroys the npu-smi server ran so far (its log's lines)."""
+        log = self.workdir / "npusmi-server.log"
+        return [line for line in log.read_text().splitlines() if "->" in line] if log.exists() else []
 
     def delete_slices(self, driver: str) -> None:
         """Delete every ResourceSlice of ``driver`` (a stopped fleet's; the kubelet would wipe them)."""

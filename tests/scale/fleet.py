@@ -14,7 +14,11 @@ Three node kinds, one per workload (the profile decides the slices):
   from files the simulator wrote at set-up, and sends the others (``info-vnpu``, ``create-vnpu``,
   ``destroy-vnpu``, the refused ones) over a TCP connection (bash's ``/dev/tcp``) to the server,
   which runs the simulator's own code on the node's state directory. A call then costs a fork and
-  exec, as a real npu-smi's start does, not a Python start.
+  exec, as a real npu-smi's start does, not a Python start. By default (``dcmi=True``) the node
+  also has the driver's ``libdcmi.so``, as every node with the Ascend driver installed has: the test
+  library (tests/dcmisim) answers discovery and makes and destroys vNPUs in the daemon's own
+  process, on the same simulator state, and npu-smi is asked only what DCMI does not answer
+  (docs/hard-vnpu.md#through-dcmi). ``--hard-tier npu-smi`` runs the nodes without it.
 
 The Go reference driver (kubernetes-sigs/dra-example-driver's kubelet plugin) serves the same
 shapes: ``--num-devices 8`` whole GPUs; with ``--gpu-allow-multiple-allocations`` its GPUs have
@@ -99,6 +103,7 @@ class NodeHost:
     root: Path
     cdi: Path  # on tmpfs
     shape: str
+    dcmi: bool = True  # a hard node carries libdcmi.so (tests/dcmisim)
 
     @property
     def registry(self) -> Path:
@@ -145,6 +150,22 @@ class NodeHost:
         front.write_text(_FRONT.replace("__ANSWERS__", str(answers)).replace("__PORT__", str(port))
                          .replace("__SIMDIR__", str(sim)))
         front.chmod(0o755)
+        if self.dcmi:
+            from tests.dcmisim import build, install
+
+            (self.host_root / "usr/local/Ascend/driver/lib64").mkdir(parents=True, exist_ok=True)
+            install(self.host_root, build())
+
+    @property
+    def host_root(self) -> Path:
+        """The node's host root (``hard-vNPU.host-root``): where the driver's files are."""
+        return self.root / "host"
+
+    def env(self) -> dict[str, str]:
+        """What the node's daemon adds to its environment: the DCMI test library's simulator state."""
+        if self.shape == "hard" and self.dcmi:
+            return {npusmi_sim.ENV_DIR: str(self.root / "sim")}
+        return {}
 
     def ours(self, kubeconfig: Path) -> list[str]:
         """``ascend-dra run`` for this node in cluster mode."""
@@ -162,6 +183,8 @@ class NodeHost:
                      # The template the workload asks for, as an operator serving it configures
                      # (docs/hard-vnpu.md): 3 devices a chip, not the 39 of every 310P3 template.
                      "--profile-option", f"hard-vNPU.templates={HARD_TEMPLATE}"]
+            if self.dcmi:
+                args += ["--profile-option", f"hard-vNPU.host-root={self.host_root}"]
         return args
 
     def go(self, kubeconfig: Path, binary: Path) -> list[str]:
@@ -252,7 +275,7 @@ class Fleet:
     def _spawn(self, host: NodeHost) -> None:
         host.clear()
         if self.driver == "ours":
-            argv, env = host.ours(self.kubeconfig), dict(os.environ)
+            argv, env = host.ours(self.kubeconfig), {**os.environ, **host.env()}
         else:
             assert self.go_binary is not None
             argv, env = host.go(self.kubeconfig, self.go_binary), {**os.environ, "NODE_NAME": host.name}

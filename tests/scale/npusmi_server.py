@@ -28,10 +28,19 @@ def answer(line: str) -> tuple[int, str]:
         return exc.code, "\n".join((npusmi_sim._kv("Status", "FAILED"), npusmi_sim._kv("Message", str(exc)))) + "\n"
 
 
+#: The calls that change a node's vNPUs; the server logs each (one line: the call and its status),
+#: so a run can tell which tier made the vNPUs (the bed's DCMI nodes make none through npu-smi).
+MUTATING = ("create-vnpu", "destroy-vnpu")
+
+
 class _Handler(socketserver.StreamRequestHandler):
     def handle(self) -> None:
-        code, out = answer(self.rfile.readline().decode())
+        line = self.rfile.readline().decode()
+        code, out = answer(line)
         self.wfile.write(f"{code}\n{out}".encode())
+        argv = line.rstrip("\n").split("\t")[1:]
+        if any(a in MUTATING for a in argv):
+            print(" ".join(argv), "->", code, flush=True)
 
 
 def main(argv: list[str]) -> int:

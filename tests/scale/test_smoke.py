@@ -113,6 +113,8 @@ async def _scenario(bed: Bed, shape: str, hook: Any) -> None:
                 vnpus = {name: _vnpus(h) for name, h in hosts.items()}
                 records = {name: load_state(h.root / "plugins" / OUR_DRIVER).raw for name, h in hosts.items()}
                 assert sum(len(v) for v in vnpus.values()) == 6, (vnpus, records, held)
+                # Made through DCMI (each node carries libdcmi.so, as with the Ascend driver), not npu-smi.
+                assert all(h.dcmi for h in hosts.values()) and not bed.npusmi_mutations(), bed.npusmi_mutations()
             # The job's pods: unprepared before they were reported Succeeded.
             unprepared = {key[2]: c.at for c in standins.record.of("unprepare") if not c.error for key in c.claims}
             done = [p for p in pods if p["status"]["phase"] == "Succeeded"]
