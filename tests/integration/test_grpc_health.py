@@ -186,3 +186,20 @@ def test_by_default_the_probe_and_metrics_ports_answer_on_ipv4_and_ipv6(short_tm
                 assert status == health_pb2.HealthCheckResponse.SERVING, host
     finally:
         d.stop()
+
+
+@pytest.mark.parametrize("daemon", [{"ASCEND_DRA_STALL_AT": "prepare:after-cdi-write@0.3"}], indirect=True)
+def test_a_stall_in_the_first_call_after_an_idle_spell_is_measured_in_full(daemon):
+    """Idle, the loop-stall monitor looks every 2 s only; the call itself wakes it (grpclib's
+    RecvRequest), so the 0.3 s its Prepare holds the loop is the serving stall, not a fraction of it."""
+    time.sleep(5.2)  # the looks are 2 s apart now (at about 2.3, 4.3, 6.3 s: not during the call)
+    k = Kubelet(daemon)
+    try:
+        k.prepare(write_claim(daemon.root, claim_object("after-idle")))
+    finally:
+        k.close()
+    time.sleep(0.2)
+    text = http(daemon.ports["metrics"], "/metrics")[1]
+    [value] = [float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith('ascend_dra_event_loop_stall_max_seconds{phase="serving"}')]
+    assert value >= 0.25, value

@@ -66,6 +66,39 @@ async def test_an_idle_loop_is_looked_at_rarely_and_a_working_one_often():
     assert busy_looks >= 60
 
 
+async def test_an_idle_daemon_looks_every_two_seconds_at_most():
+    """Four looks a second were most of an idle daemon's CPU (0.6-0.75 ms/s of 1 ms/s)."""
+    monitor = LoopStallMonitor()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(monitor.run)
+        await anyio.sleep(3.0)
+        first = monitor.looks  # 5, 10, ... 1280 ms, then 2 s: 9 or 10 in the first 3 s
+        await anyio.sleep(4.0)
+        later = monitor.looks - first
+        tg.cancel_scope.cancel()
+    assert first <= 11
+    assert later <= 3
+
+
+async def test_a_call_that_arrives_while_idle_is_watched_from_its_start():
+    """Woken by the call (the daemon's grpclib RecvRequest listener), the monitor looks every few
+    ms at once: a stall in the call's first second is seen in full, not after the 2 s sleep."""
+    monitor = LoopStallMonitor()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(monitor.run)
+        await anyio.sleep(3.0)  # long asleep now
+        before = monitor.looks
+        monitor.wake()
+        time.sleep(0.08)  # noqa: ASYNC251 (on purpose: the call holds the loop before its first await)
+        await work(0.2)
+        time.sleep(0.04)  # noqa: ASYNC251 (and again later, while the looks are frequent)
+        await anyio.sleep(0.05)
+        looks = monitor.looks - before
+        tg.cancel_scope.cancel()
+    assert looks >= 10  # every 5 ms or so during 0.25 s (never asleep 2 s again)
+    assert monitor.longest["starting"] >= 0.07  # counted from the wake, not from the look's run
+
+
 HOG = """
 import os, time
 os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))  # above every normal task on its CPU
