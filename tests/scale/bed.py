@@ -39,10 +39,10 @@ class Bed:
     :raises RuntimeError: from :meth:`start`: binaries missing (make cluster-bins builds them).
     """
 
-    def __init__(self, nodes: int, *, bin_dir: Path | None = None, hard_dcmi: bool = True) -> None:
-        """:param hard_dcmi: the ``hard`` nodes carry libdcmi.so (fleet.NodeHost.dcmi)."""
+    def __init__(self, nodes: int, *, bin_dir: Path | None = None, dcmi: bool = True) -> None:
+        """:param dcmi: the ``hami`` and ``hard`` nodes carry libdcmi.so (fleet.NodeHost.dcmi)."""
         self.count = nodes
-        self.hard_dcmi = hard_dcmi
+        self.dcmi = dcmi
         self.workdir = Path(tempfile.mkdtemp(prefix="asc-", dir="/tmp"))  # short: socket paths
         self.shm = Path(tempfile.mkdtemp(prefix="asc-", dir="/dev/shm"))  # CDI specs on tmpfs, as on a node
         self.bin_dir = bin_dir or default_bin_dir()
@@ -93,7 +93,7 @@ class Bed:
             if shape == "hard" and self._sim is None:
                 self._start_sim()
             hosts = [NodeHost(name, i, self.workdir / shape[0] / f"{i:03d}", self.shm / shape[0] / f"{i:03d}", shape,
-                              dcmi=self.hard_dcmi) for i, name in enumerate(self.names)]
+                              dcmi=self.dcmi) for i, name in enumerate(self.names)]
             for host in hosts:
                 host.prepare(self.sim_port)
             self._hosts[shape] = hosts

@@ -4,7 +4,10 @@ Three node kinds, one per workload (the profile decides the slices):
 
 * ``whole``: the ``fake`` profile, 8 simulated NPUs a node (whole chips);
 * ``hami``: ``HAMivNPUCore`` on Lab 18's simulated node (labnode.py) grown to 8 Ascend 310P3
-  chips behind its ``/bin/sh`` npu-smi stand-in (soft split: consumable memory and cores);
+  chips behind its ``/bin/sh`` npu-smi stand-in (soft split: consumable memory and cores); with
+  ``dcmi`` (the default) its driver directory holds the test ``libdcmi.so`` on a simulator state of
+  the same chips, so discovery and the health checks ask DCMI in the daemon's process, as on a
+  node with the Ascend driver, and npu-smi only what DCMI does not answer (``-t device-share``);
 * ``hard``: ``hard-vNPU`` on the npu-smi simulator (npusmi_sim.py), 8 Ascend 310P3 chips, whose
   templates consume the chips' shared counters. The simulator is a Python program: started for
   every call it costs ~85 ms of CPU, and a hundred nodes' discoveries (28 calls each) and vNPU
@@ -18,7 +21,7 @@ Three node kinds, one per workload (the profile decides the slices):
   also has the driver's ``libdcmi.so``, as every node with the Ascend driver installed has: the test
   library (tests/dcmisim) answers discovery and makes and destroys vNPUs in the daemon's own
   process, on the same simulator state, and npu-smi is asked only what DCMI does not answer
-  (docs/hard-vnpu.md#through-dcmi). ``--hard-tier npu-smi`` runs the nodes without it.
+  (docs/hard-vnpu.md#through-dcmi). ``--tier npu-smi`` runs the hami and hard nodes without it.
 
 The Go reference driver (kubernetes-sigs/dra-example-driver's kubelet plugin) serves the same
 shapes: ``--num-devices 8`` whole GPUs; with ``--gpu-allow-multiple-allocations`` its GPUs have
@@ -103,7 +106,7 @@ class NodeHost:
     root: Path
     cdi: Path  # on tmpfs
     shape: str
-    dcmi: bool = True  # a hard node carries libdcmi.so (tests/dcmisim)
+    dcmi: bool = True  # a hami or hard node carries libdcmi.so (tests/dcmisim)
 
     @property
     def registry(self) -> Path:
@@ -126,10 +129,24 @@ class NodeHost:
                 except PermissionError:
                     null.touch()
         elif self.shape == "hami":
-            labnode.build(self.root / "lab", lab_chips(self.index))
+            self._lab()
         elif self.shape == "hard":
             assert sim_port is not None
             self._hard_host(sim_port)
+
+    def _lab(self) -> labnode.LabNode:
+        """(Re)build the hami node's lab node (idempotent); with :attr:`dcmi`, the test ``libdcmi.so``
+        where the driver installs it (in place of the lab's placeholder file, which is no library)
+        and a simulator state of the same chips for it to answer from."""
+        lab = labnode.build(self.root / "lab", lab_chips(self.index))
+        if self.dcmi:
+            from tests.dcmisim import build, install
+
+            npusmi_sim.write_host(self.root / "sim", [
+                {"npu_id": c.npu_id, "chip_id": c.chip_id, "logic_id": c.logic_id, "physical_id": c.physical_id,
+                 "model": "310P3", "bus_id": c.bus_id} for c in lab.chips])
+            install(lab.host_root, build(), where="usr/local/Ascend/driver/lib64/common")
+        return lab
 
     def _hard_host(self, port: int) -> None:
         sim = self.root / "sim"
@@ -163,7 +180,7 @@ class NodeHost:
 
     def env(self) -> dict[str, str]:
         """What the node's daemon adds to its environment: the DCMI test library's simulator state."""
-        if self.shape == "hard" and self.dcmi:
+        if self.shape in ("hami", "hard") and self.dcmi:
             return {npusmi_sim.ENV_DIR: str(self.root / "sim")}
         return {}
 
@@ -175,7 +192,7 @@ class NodeHost:
         if self.shape == "whole":
             args += ["--fake-devices", str(CHIPS), "--dev-root", str(self.dev)]
         elif self.shape == "hami":
-            args += labnode.build(self.root / "lab", lab_chips(self.index)).flags()
+            args += self._lab().flags()
         else:
             args += ["--npu-smi", str(self.root / "npu-smi"), "--dev-root", str(self.dev),
                      "--profile-option", f"hard-vNPU.boot-id-file={self.root / 'boot_id'}",
@@ -284,8 +301,12 @@ class Fleet:
                                                      stdin=subprocess.DEVNULL, env=env)
 
     def log_tail(self, host: NodeHost) -> str:
+        return self.log(host)[-3000:]
+
+    def log(self, host: NodeHost) -> str:
+        """Everything the node's driver logged (every run of this driver on it)."""
         path = host.root / f"{self.driver}.log"
-        return path.read_text(errors="replace")[-3000:] if path.exists() else ""
+        return path.read_text(errors="replace") if path.exists() else ""
 
     def pids(self) -> dict[str, int]:
         return {name: proc.pid for name, proc in self.procs.items()}

@@ -3,7 +3,7 @@ driver in the same run, and one report.
 
 Run: ``.venv/bin/python -m tests.scale.run [--nodes 100] [--shapes whole,hami,hard] [--drivers ours,go]
 [--rates 10,20] [--churn-completions 10] [--churn-run-s 30] [--steady-s 60] [--burst 500]
-[--hard-tier dcmi|npu-smi] [--quick]``
+[--tier dcmi|npu-smi] [--quick]``
 
 For each node kind (``--shapes``), each driver in turn serves every node (one process a node), with
 the kubelet stand-ins (kubelet.py) on its sockets, through the phases of scenario.py. The report
@@ -118,9 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--churn-rate", type=float, default=5.0)
     parser.add_argument("--steady-s", type=float, default=60.0)
     parser.add_argument("--burst", type=int, default=500)
-    parser.add_argument("--hard-tier", choices=("dcmi", "npu-smi"), default="dcmi",
-                        help="how the hard nodes' vNPUs are made: DCMI (the driver's libdcmi.so, as on a node "
-                        "with the Ascend driver; default) or npu-smi only")
+    parser.add_argument("--tier", choices=("dcmi", "npu-smi"), default="dcmi",
+                        help="what the hami and hard nodes' daemons ask: DCMI first (the driver's libdcmi.so, as "
+                        "on a node with the Ascend driver; default), or npu-smi only")
     parser.add_argument("--quick", action="store_true", help="10 nodes, 3 completions of 5 s, 20 s windows, burst 100")
     args = parser.parse_args(argv)
     shapes = [s for s in args.shapes.split(",") if s]
@@ -141,8 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"scale: {problem}", file=sys.stderr)
         return 2
     exit_on_sigterm()
-    print(f"scale: {uptime()}; the hard nodes make vNPUs through {args.hard_tier}", flush=True)
-    bed = Bed(options.nodes, hard_dcmi=args.hard_tier == "dcmi").start()
+    print(f"scale: {uptime()}; the hami and hard nodes ask {args.tier} first", flush=True)
+    bed = Bed(options.nodes, dcmi=args.tier == "dcmi").start()
     results: dict[str, dict[str, dict[str, Figures]]] = {}
     try:
         asyncio.run(_run(bed, shapes, drivers, options, results))
