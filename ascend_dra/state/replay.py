@@ -104,8 +104,9 @@ class Replayer:
                                                                side_effects=side_effects,
                                                                device_nodes=plan.device_nodes)
                 await self.claims.save_for(record)  # the spec is written; only the checkpoint can fail here
-                log.info("re-created the CDI spec of a prepared claim", extra={"claim_uid": record.uid,
-                                                                               "rebooted": rebooted})
+                # What was missing, by name: a device metadata file alone is not "the CDI spec".
+                log.info("re-created the files of a prepared claim", extra={
+                    "claim_uid": record.uid, "rebooted": rebooted, "missing": remade})
             elif missing:  # only common specs (or the whole dir) went away
                 self.claims.write_specs({}, self.claims.kinds_of(record))
                 log.info("re-created the common CDI spec", extra={"files": missing})

@@ -84,7 +84,9 @@ def test_prepare_answers_the_metadata_device_and_its_file_names_the_devices(shor
         written = host_file(d, named, "npu").read_bytes()
         host_file(d, named, "npu").unlink()
         deadline = time.monotonic() + 15
-        logged = "re-created the CDI spec of a prepared claim"  # logged once the checkpoint says so, after the file
+        # logged once the checkpoint says so, after the file; naming the file that was missing, not the spec
+        logged = (f"re-created the files of a prepared claim claim_uid={uid(named)} rebooted=False "
+                  f"missing=['{host_file(d, named, 'npu')}']")
         while not (host_file(d, named, "npu").exists() and logged in d.log_text()) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert host_file(d, named, "npu").read_bytes() == written
