@@ -14,6 +14,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ascend_dra.cdi.devicemetadata import MetadataStore
 from ascend_dra.cdi.store import CdiStore
 from ascend_dra.profiles.base import ProfileContext
 
@@ -33,13 +34,14 @@ def few(names: Iterable[str]) -> str:
 
 
 def prepared_claims_evidence(cdi: CdiStore, kinds: Iterable[str], profiles: Mapping[str, Any],
-                             ctx: ProfileContext) -> list[str]:
+                             ctx: ProfileContext, metadata: MetadataStore | None = None) -> list[str]:
     """One line per thing that says a claim was prepared on this node (blocking: file I/O).
 
     :param kinds: the CDI kinds whose per-claim specs count (the loaded profiles': the specs that
         start-up would remove as orphans).
     :param profiles: profile name -> profile; each optional ``claim_evidence(ctx)`` hook is asked
         (docs/writing-a-profile.md).
+    :param metadata: the claims' device metadata files (their per-claim directories count).
     :return: e.g. ``["2 claim CDI specs under /var/run/cdi: k8s.x-npu_<uid>.yaml, ..."]``; a source
         that cannot be read counts as evidence too (it cannot say that nothing was prepared).
     """
@@ -51,6 +53,14 @@ def prepared_claims_evidence(cdi: CdiStore, kinds: Iterable[str], profiles: Mapp
     else:
         if specs:
             found.append(f"{len(specs)} claim CDI spec(s) of ours under {cdi.root}: {few(specs)}")
+    if metadata is not None:
+        try:
+            uids = metadata.claim_uids()
+        except OSError as exc:
+            found.append(f"the device metadata dir {metadata.root} cannot be listed ({exc.strerror or exc})")
+        else:
+            if uids:
+                found.append(f"{len(uids)} claim device metadata dir(s) under {metadata.root}: {few(uids)}")
     for name, profile in profiles.items():
         hook = getattr(profile, "claim_evidence", None)
         if hook is None:

@@ -81,7 +81,7 @@ class PreparedClaims:
                                   on_started=self.pending_rollback.add,
                                   evidence=lambda: prepared_claims_evidence(
                                       self.cdi, {self.cdi_kind(p) for p in self.profiles}, self.profiles,
-                                      self.profile_ctx))
+                                      self.profile_ctx, self.metadata))
         self._claim_locks: dict[str, anyio.Lock] = {}
         self.planner = Planner(driver_name=driver_name, node_name=node_name, profiles=profiles,
                                profile_ctx=profile_ctx, metadata_store=self.metadata,

@@ -115,6 +115,21 @@ async def test_with_nothing_prepared_every_empty_shape_is_set_aside(tmp_path, sh
     assert [p.read_bytes() for p in aside] == [EMPTY[shape]]
 
 
+async def test_a_claim_device_metadata_dir_alone_stops_start_up(tmp_path):
+    """After a reboot the CDI dir (a tmpfs) is empty, but the device metadata files are on the disk."""
+    state = await make_state(tmp_path, {"fake": FakeProfile()}, device_metadata=True)
+    claim = write_claim(tmp_path, claim_object("kept", results=[("npu", "npu-0-0")]))
+    uid = claim["metadata"]["uid"]
+    assert isinstance((await state.prepare([ref(claim)]))[uid], list)
+    await state.close()
+    for file in (tmp_path / "cdi").iterdir():
+        file.unlink()
+    checkpoint(tmp_path).write_bytes(b"null")
+    reason = await refused(tmp_path)
+    assert f"1 claim device metadata dir(s) under {tmp_path / 'plugin' / 'device-metadata'}: {uid}" in reason
+    assert (tmp_path / "plugin" / "device-metadata" / uid).is_dir()  # not removed as an orphan
+
+
 async def test_a_journal_change_alone_stops_start_up(tmp_path):
     """After a reboot the CDI dir (a tmpfs) is empty: the journal's records are the evidence."""
     await prepared(tmp_path)

@@ -196,13 +196,14 @@ def test_in_test_profiles_follow_the_contract():
 # -- DeviceState ------------------------------------------------------------------------------------
 
 
-async def make_state(root: Path, profiles: Mapping[str, Any], boot_id: str = "boot-1") -> DeviceState:
+async def make_state(root: Path, profiles: Mapping[str, Any], boot_id: str = "boot-1", *,
+                     device_metadata: bool = False) -> DeviceState:
     ctx = ProfileContext(node_name=NODE, driver_name=DRIVER, fake_devices=4, state_dir=root / "state")
     inventories = {name: await profile.discover(ctx) for name, profile in profiles.items()}
     (root / "plugin").mkdir(parents=True, exist_ok=True)
     state = DeviceState(driver_name=DRIVER, node_name=NODE, profiles=profiles, inventories=inventories,
                         profile_ctx=ctx, cdi=CdiStore(root / "cdi"), plugin_dir=root / "plugin", boot_id=boot_id,
-                        claim_source=StandaloneClaimSource(root / "claims", DRIVER))
+                        claim_source=StandaloneClaimSource(root / "claims", DRIVER), device_metadata=device_metadata)
     await state.recover()
     return state
 
