@@ -9,7 +9,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from ascend_dra.profiles.ascend.dcmi.client import DCMI_DIRS
+from ascend_dra.profiles.ascend.dcmi.client import DCMI_DIRS, DcmiClient
 from ascend_dra.profiles.ascend.npu310p import Npu310PProfile
 from ascend_dra.profiles.ascend.npu910 import Npu910Profile
 from ascend_dra.profiles.ascend.sim import npusmi_sim
@@ -92,6 +92,32 @@ async def test_a_broken_library_falls_back_to_npu_smi_with_one_warning(
     # One line for two discoveries: the same failure is logged again only at DEBUG.
     failed = [r for r in caplog.records if r.message == "discovery tier failed; trying the next"]
     assert [(r.levelname, r.tier) for r in failed] == [("WARNING", "dcmi")]  # type: ignore[attr-defined]
+
+
+async def test_a_library_that_cannot_start_is_not_started_again_until_it_changes(
+        host: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every health pass started a Python worker to fail again (7 a minute on each such node)."""
+    starts: list[Path] = []
+    start = DcmiClient._start
+
+    async def counted(self: DcmiClient) -> object:
+        starts.append(self.library)
+        return await start(self)
+
+    monkeypatch.setattr(DcmiClient, "_start", counted)
+    path = host.dcmi_root / "usr/local/dcmi/libdcmi.so"
+    path.write_text("not a shared object\n" * 100)
+    profile = Npu310PProfile(host_root=host.dcmi_root)
+    found = [await profile.discover(host.ctx()) for _ in range(3)]
+    health = await profile.health(host.ctx(), found[-1])
+    assert [f.source for f in found] == ["npu-smi"] * 3 and set(health.values()) == {True}
+    assert len(starts) == 1
+    # A driver reinstalled: another file at the path, tried at once.
+    path.unlink()
+    install(host.dcmi_root, build())
+    back = await profile.discover(host.ctx())
+    profile.close()
+    assert back.source == "dcmi" and len(starts) == 2
 
 
 async def test_a_hung_call_kills_the_worker_and_dcmi_rests_then_answers_again(host: FakeHost) -> None:

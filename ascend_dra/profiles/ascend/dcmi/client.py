@@ -12,7 +12,12 @@ kept: a health pass costs one round trip, no process. Each call has a deadline (
 call past its deadline gets the worker killed (a hung library cannot be stopped any other way, and
 a thread of the daemon hung in C would hold the library's locks for good); the calls after it are
 not made, and DCMI is not asked again for ``retry_after_s`` seconds, so a wedged driver costs one
-deadline and not one per health pass. The worker's output is read on the event loop, non-blocking
+deadline and not one per health pass. A worker that cannot start (a library that does not load, lacks
+the calls, or whose ``dcmi_init`` fails or hangs) rests DCMI the same way, with the same error each
+time, unless the library file changes (another inode, size or modification time: a driver
+reinstalled): until 2026-12-07 every health pass on such a node started a Python worker to fail
+again (about 7 a minute; the hundred-node bed, whose lab nodes then had a placeholder file, showed
+it). The worker's output is read on the event loop, non-blocking
 (``anyio.wait_readable`` under ``fail_after``), so the loop never waits on it and a round trip
 costs no thread hop; only starting and reaping a worker go to a thread.
 """
@@ -196,7 +201,9 @@ class DcmiClient:
         self._worker: _Worker | None = None
         self._lock = anyio.Lock()
         self._seq = 0
-        self._resting: tuple[float, str] | None = None  # (monotonic time DCMI hung, what hung)
+        #: (monotonic time DCMI began to rest, why, the start failure's error or None for a hung call,
+        #: the library file's identity then)
+        self._resting: tuple[float, str, str | None, tuple[int, int, int] | None] | None = None
 
     @property
     def pid(self) -> int | None:
@@ -218,9 +225,10 @@ class DcmiClient:
             line = await worker.line(self.start_timeout_s)
         except TimeoutError:
             await anyio.to_thread.run_sync(worker.stop)
-            self._rest(f"dcmi_init did not answer within {self.start_timeout_s:g} s")
-            raise DcmiError(f"{self.library}: dcmi_init: no answer within {self.start_timeout_s:g} s; the worker "
-                            "was killed") from None
+            error = (f"{self.library}: dcmi_init: no answer within {self.start_timeout_s:g} s; the worker "
+                     "was killed")
+            self._rest(f"dcmi_init did not answer within {self.start_timeout_s:g} s", error)
+            raise DcmiError(error) from None
         except BaseException:
             worker.stop()
             raise
@@ -228,15 +236,26 @@ class DcmiClient:
         if not isinstance(hello, dict) or "hello" not in hello:
             await anyio.to_thread.run_sync(worker.stop)
             reason = hello.get("fatal") if isinstance(hello, dict) else None
-            raise DcmiError(f"{self.library}: {reason or f'the DCMI worker exited ({popen.returncode})'}")
+            error = f"{self.library}: {reason or f'the DCMI worker exited ({popen.returncode})'}"
+            self._rest("the DCMI worker could not start", error)
+            raise DcmiError(error)
         self.dcmi_version = hello["hello"].get("dcmi_version")
         self.missing = tuple(hello["hello"].get("missing", ()))
         logger.info("DCMI worker started", extra={"library": str(self.library), "dcmi_version": self.dcmi_version,
                                                   "missing": list(self.missing), "pid": popen.pid})
         return worker
 
-    def _rest(self, why: str) -> None:
-        self._resting = (time.monotonic(), why)
+    def _rest(self, why: str, error: str | None = None) -> None:
+        """Ask DCMI nothing for :attr:`retry_after_s`; ``error``: a start failure's, raised meanwhile."""
+        self._resting = (time.monotonic(), why, error, self._library_identity())
+
+    def _library_identity(self) -> tuple[int, int, int] | None:
+        """The library file's (inode, size, mtime in ns); None when it cannot be read."""
+        try:
+            st = os.stat(self.library)
+        except OSError:
+            return None
+        return st.st_ino, st.st_size, st.st_mtime_ns
 
     async def call(self, calls: Sequence[tuple[object, ...]]) -> list[Answer]:
         """Make ``calls`` in order (``("dcmi_get_device_health", 4, 0)``), each under the deadline.
@@ -249,11 +268,12 @@ class DcmiClient:
             return []
         async with self._lock:
             if self._resting is not None:
-                since, why = self._resting
-                retry_at = since + self.retry_after_s
-                if time.monotonic() < retry_at:
-                    raise DcmiError(f"{self.library}: not asked: {why}; asked again "
-                                    f"{retry_at - time.monotonic():.0f} s from now")
+                since, why, error, identity = self._resting
+                # The same text at every call while it rests: the chain logs a failure again only
+                # when its text changes.
+                if time.monotonic() < since + self.retry_after_s and self._library_identity() == identity:
+                    raise DcmiError(error or f"{self.library}: not asked: {why}; asked again "
+                                             f"{self.retry_after_s:g} s after")
                 self._resting = None
             if self._worker is None or self._worker.popen.poll() is not None:
                 self._worker = await self._start()
