@@ -12,8 +12,8 @@ kept: a health pass costs one round trip, no process. Each call has a deadline (
 call past its deadline gets the worker killed (a hung library cannot be stopped any other way, and
 a thread of the daemon hung in C would hold the library's locks for good); the calls after it are
 not made, and DCMI is not asked again for ``retry_after_s`` seconds, so a wedged driver costs one
-deadline and not one per health pass. A worker that cannot start (a library that does not load, lacks
-the calls, or whose ``dcmi_init`` fails or hangs) rests DCMI the same way, with the same error each
+deadline and not one per health pass. A worker that cannot start (a library that does not load, or
+whose ``dcmi_init`` fails or hangs) rests DCMI the same way, with the same error each
 time, unless the library file changes (another inode, size or modification time: a driver
 reinstalled): until 2026-12-07 every health pass on such a node started a Python worker to fail
 again (about 7 a minute; the hundred-node bed, whose lab nodes then had a placeholder file, showed
@@ -273,7 +273,7 @@ class DcmiClient:
                 # when its text changes.
                 if time.monotonic() < since + self.retry_after_s and self._library_identity() == identity:
                     raise DcmiError(error or f"{self.library}: not asked: {why}; asked again "
-                                             f"{self.retry_after_s:g} s after")
+                                             f"{self.retry_after_s:g} s after that")
                 self._resting = None
             if self._worker is None or self._worker.popen.poll() is not None:
                 self._worker = await self._start()
