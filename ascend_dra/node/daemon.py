@@ -318,11 +318,6 @@ class Daemon:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(STATUS_DRAIN_S):
                     await writer.drain()
 
-    async def _call_arrived(self, _event: RecvRequest) -> None:
-        """grpclib's ``RecvRequest`` listener on both sockets: a call is under way, so the loop-stall
-        monitor looks often again (it sleeps up to 2 s while the daemon is idle, loopstall.py)."""
-        self.stalls.wake()
-
     async def _serve_with(self, writer: Any, status: Any, health: list, advertised: Any, *,
                           task_status: TaskStatus[None]) -> None:
         s = self.settings
@@ -330,7 +325,7 @@ class Daemon:
             serve_unix([*dra.services(self.state, self, status), *health], s.dra_socket) as dra_server,
             anyio.create_task_group() as tg,
         ):
-            listen(dra_server, RecvRequest, self._call_arrived)
+            listen(dra_server, RecvRequest, self.stalls.call_arrived)
             if writer is not None:
                 await tg.start(writer.run)
             await tg.start(self._publish_loop)
@@ -340,10 +335,9 @@ class Daemon:
             if first is not None:
                 with anyio.move_on_after(FIRST_PUBLISH_WAIT_S):
                     await first.wait()
-            async with serve_unix([RegistrationServer(s.driver_name, str(s.dra_socket.absolute()),
-                                                      self.registration, advertised)],
-                                  s.registration_socket) as registration_server:
-                listen(registration_server, RecvRequest, self._call_arrived)
+            registrar = RegistrationServer(s.driver_name, str(s.dra_socket.absolute()), self.registration, advertised)
+            async with serve_unix([registrar], s.registration_socket) as registration_server:
+                listen(registration_server, RecvRequest, self.stalls.call_arrived)
                 self.stalls.phase = "serving"
                 log.info("serving the kubelet", extra={"registration_socket": str(s.registration_socket),
                                                        "dra_socket": str(s.dra_socket), "node": s.node_name,

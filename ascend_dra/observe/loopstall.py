@@ -97,6 +97,10 @@ class LoopStallMonitor:
             self._woken = (time.perf_counter(), self._clock.read() if self._clock is not None else None)
             self._idle_wake.set()
 
+    async def call_arrived(self, _event: object) -> None:
+        """:meth:`wake`, as a listener of grpclib's ``RecvRequest`` event (the daemon's two sockets)."""
+        self.wake()
+
     async def _sleep(self, period: float) -> bool:
         """Sleep ``period`` s; a sleep longer than ``4 * self.period`` ends early at :meth:`wake`.
         :return: whether :meth:`wake` ended it."""
