@@ -272,6 +272,82 @@ async def test_every_combination_the_chip_holds_is_schedulable_in_any_order(tmp_
     assert checked >= len(combos)
 
 
+def _full_needs(resources, device, shared_ids: bool) -> dict[str, int]:
+    """What ``device`` consumes with every counter of the chip, rebuilt from its attributes."""
+    totals = templates.chip_counters(resources)
+    if shared_ids:
+        totals.update({f"vnpu-id-{k}": 1 for k in range(resources.id_slots)})
+    name = device.attributes.get("vnpuTemplate")
+    if name is None:
+        return totals  # the whole chip takes everything
+    needs = templates.template_counters(resources, resources.template(name))
+    if shared_ids:
+        needs[f"vnpu-id-{device.attributes['vnpuID'] - templates.vnpu_id(device.attributes['physicalID'], 0)}"] = 1
+    return needs
+
+
+def _published_sets_are_safe(resources, inventory, set_name: str) -> int:
+    """Every set of the chip's devices that the published counters let the scheduler allocate
+    together fits the chip's full counters too; returns how many sets were checked."""
+    published = {c: parse_quantity(v) for c, v in next(
+        s for s in inventory.counter_sets if s.name == set_name).counters.items()}
+    devices = [d for d in inventory.devices if d.consumes_counters and d.consumes_counters[0].counter_set == set_name]
+    shared_ids = any(k.startswith("vnpu-id-") for k in published)
+    totals = _full_needs(resources, devices[0], shared_ids)
+    uses = [({c: parse_quantity(v) for c, v in d.consumes_counters[0].counters.items()},
+             _full_needs(resources, d, shared_ids)) for d in devices]
+    checked = 0
+
+    def grow(start: int, used: dict, full: dict) -> None:
+        nonlocal checked
+        checked += 1
+        assert all(full.get(c, 0) <= total for c, total in totals.items()), (set_name, full)
+        for i in range(start, len(uses)):
+            need, full_need = uses[i]
+            after = {c: used.get(c, 0) + need.get(c, 0) for c in published}
+            if all(after[c] <= published[c] for c in published):
+                grow(i + 1, after, {c: full.get(c, 0) + full_need.get(c, 0) for c in totals})
+
+    grow(0, {}, {})
+    return checked
+
+
+@pytest.mark.parametrize("model", ["310P3", "910B4"])
+async def test_counters_left_out_never_let_a_chip_be_over_committed(tmp_path, monkeypatch, model):
+    """Published counters are those the chip's devices together could exceed, plus one every device
+    consumes (issue 37: a 310P3 with only vir04_3c published 8 counters a device, none of which its
+    two instances could exceed, and the scheduler searched them for every claim). For every one
+    and every two of the model's templates: whatever the published counters let the scheduler
+    allocate together fits all of the chip's counters, and the whole chip never goes with a vNPU."""
+    host = SimHost(tmp_path, chips=((0, 0, 0, 0, model),))
+    monkeypatch.setenv(npusmi_sim.ENV_DIR, str(host.sim_dir))
+    resources = templates.MODELS[model]
+    profile = HardVnpuProfile()
+    names = [t.name for t in resources.templates]
+    pruned = 0
+    for chosen in [*([n] for n in names), *itertools.combinations(names, 2)]:
+        ctx = attrs.evolve(host.ctx(), options={**host.options, "hard-vNPU.templates": ",".join(chosen)})
+        inventory = await profile.discover(ctx)
+        assert checks.inventory_problems(inventory) == []
+        configured = attrs.evolve(resources, templates=tuple(t for t in resources.templates if t.name in chosen))
+        assert _published_sets_are_safe(configured, inventory, "npu-0-0-counters") > len(chosen)
+        pruned += len(templates.chip_counters(configured)) > len(inventory.counter_sets[0].counters)
+    assert pruned > 0
+
+
+def test_a_310p3_cut_only_into_vir04_3c_publishes_one_counter():
+    """Two vir04_3c fill every counter of a 310P3 exactly, so none can be exceeded; ``aicore``, which
+    every device consumes, keeps the whole chip apart from its vNPUs."""
+    resources = templates.MODELS["310P3"]
+    vir04_3c = resources.template("vir04_3c")
+    needs = [templates.template_counters(resources, vir04_3c)] * 2
+    assert templates.binding_counters(templates.chip_counters(resources), needs) == ("aicore",)
+    # Four of them (were there IDs and room) would exceed every counter, venc's 3 too.
+    assert templates.binding_counters(templates.chip_counters(resources), needs * 2) == tuple(
+        templates.chip_counters(resources))
+    assert templates.binding_counters({"a": 1, "b": 2}, [{"a": 1}, {"b": 1}]) == ("a", "b")  # none common: all
+
+
 async def test_discover_says_which_npu_smi_it_used_and_why_it_fell_back(tmp_path, monkeypatch):
     """`ascend-dra discover --profiles hard-vNPU` printed no note at all, where the other Ascend
     profiles name the npu-smi they ran and the tier that failed (a new user's trial)."""

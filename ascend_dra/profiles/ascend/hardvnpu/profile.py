@@ -10,7 +10,9 @@ Per chip that has hard-vNPU templates (:mod:`.templates`) it publishes, in the c
   when known) beside the chip's own, capacities ``aicore``, ``memory`` and ``cores`` (the template's
   share of the chip's AI cores in whole percent, rounded down: HAMi's unit, attributes.py);
 * one counter set per chip, ``npu-<logicID>-0-counters``: ``aicore``, ``memory`` (MiB as a
-  Quantity), ``aicpu`` and DVPP engines where every template states them (:func:`.templates.chip_counters`).
+  Quantity), ``aicpu`` and DVPP engines where every template states them (:func:`.templates.chip_counters`),
+  of which only those the published vNPUs together could exceed and ``aicore``
+  (:func:`.templates.binding_counters`).
 
 So the scheduler (gate DRAPartitionableDevices) never over-commits a chip and never hands out the
 whole chip together with a vNPU of it. This profile replaces ``npu-310P``/``npu-910`` on a node:
@@ -283,18 +285,23 @@ class HardVnpuProfile(AscendChipProfile):
         shared_ids = len(instances) > resources.id_slots
         if shared_ids:  # instance k of every template takes ID k (templates.id_choices)
             instances = [(t, k) for t in resources.templates for k in range(templates.id_choices(resources, t))]
-        totals = {name: _quantity(name, v) for name, v in templates.chip_counters(resources).items()}
+        totals = templates.chip_counters(resources)
         if shared_ids:
-            totals.update({f"vnpu-id-{k}": "1" for k in range(resources.id_slots)})
+            totals.update({f"vnpu-id-{k}": 1 for k in range(resources.id_slots)})
+        needs_of: list[dict[str, int]] = []
+        for template, k in instances:
+            needs = templates.template_counters(resources, template)
+            if shared_ids:
+                needs[f"vnpu-id-{k}"] = 1
+            needs_of.append(needs)
+        kept = templates.binding_counters(totals, needs_of)
+        published = {name: _quantity(name, totals[name]) for name in kept}
         set_name = _counter_set_name(chip)
         whole = self.device(chip)
         devices = [Device(name=whole.name, attributes=whole.attributes, capacities=whole.capacities,
-                          consumes_counters=(CounterConsumption(set_name, dict(totals)),))]
-        for index, (template, k) in enumerate(instances):
+                          consumes_counters=(CounterConsumption(set_name, dict(published)),))]
+        for index, ((template, k), needs) in enumerate(zip(instances, needs_of, strict=True)):
             slot = k if shared_ids else index
-            needs = {name: _quantity(name, v) for name, v in templates.template_counters(resources, template).items()}
-            if shared_ids:
-                needs[f"vnpu-id-{slot}"] = "1"
             extra: dict[str, AttributeValue] = {
                 "type": TYPE_VNPU, "vnpuTemplate": template.name, "vnpuID": templates.vnpu_id(chip.physical_id, slot),
                 "aicoreCount": template.aicore, "memoryMiB": template.memory_mib,
@@ -305,9 +312,10 @@ class HardVnpuProfile(AscendChipProfile):
                 name=vnpu_device_name(chip, template.name, k), attributes=chip_attributes(chip, extra),
                 capacities={"aicore": Capacity(str(template.aicore)), "memory": Capacity(f"{template.memory_mib}Mi"),
                             "cores": Capacity(str(template.aicore * WHOLE_CHIP_CORES // resources.aicore))},
-                consumes_counters=(CounterConsumption(set_name, needs),),
+                consumes_counters=(CounterConsumption(
+                    set_name, {name: _quantity(name, v) for name, v in needs.items() if name in published}),),
             ))
-        return devices, CounterSet(set_name, totals)
+        return devices, CounterSet(set_name, published)
 
     def device(self, chip: NpuChip) -> Device:
         """The whole chip (without its counter consumption)."""

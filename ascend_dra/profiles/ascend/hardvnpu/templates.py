@@ -31,7 +31,7 @@ Units: memory in **MiB** everywhere here (template-info prints GiB, ``mem_size >
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
@@ -42,6 +42,7 @@ __all__ = (
     "MODELS",
     "ChipResources",
     "VnpuTemplate",
+    "binding_counters",
     "chip_counters",
     "from_template_info",
     "id_choices",
@@ -208,6 +209,28 @@ def chip_counters(resources: ChipResources) -> dict[str, int]:
     for e in engines:
         out[e] = resources.engines[e] if resources.engines else 0
     return out
+
+
+def binding_counters(totals: Mapping[str, int], needs: Sequence[Mapping[str, int]]) -> tuple[str, ...]:
+    """The counters of ``totals`` worth publishing for a chip whose vNPU devices need ``needs``.
+
+    A counter that every published vNPU device together, each allocated once, cannot exceed never
+    stops an allocation: the scheduler would only search it for every claim (the hundred-node bed:
+    kube-scheduler at 95 % of a core placing vNPUs at 0.4x the rate of whole chips, issue 37). Kept:
+    each counter the devices together could exceed, and the first counter (in ``totals`` order) that
+    every device consumes, which the whole chip and a soft share take in full and so keeps them
+    apart from every vNPU of the chip (docs/splits.md). When no counter is consumed by every device,
+    all are kept.
+
+    :param totals: counter -> the chip's total (:func:`chip_counters`, plus any ``vnpu-id-<k>``).
+    :param needs: one mapping per published vNPU device: counter -> what it consumes.
+    :return: the counter names to publish, in ``totals`` order.
+    """
+    exceedable = {name for name, total in totals.items() if sum(n.get(name, 0) for n in needs) > total}
+    common = next((name for name in totals if needs and all(n.get(name, 0) > 0 for n in needs)), None)
+    if common is None:
+        return tuple(totals)
+    return tuple(name for name in totals if name in exceedable or name == common)
 
 
 def max_instances(resources: ChipResources, template: VnpuTemplate) -> int:
