@@ -386,9 +386,11 @@ class DeviceState:
             try:
                 side_effects = await self.claims.run_side_effects(plan)
                 crash_point("prepare:side-effects-done-unrecorded")  # the node changed, the record does not say how
+                # The result becomes durable with PrepareCompleted, not in a write of its own: until
+                # then a crash is rolled back with unprepare_side_effects(None, ctx), which the
+                # profile contract makes undo whatever a Prepare of the claim did (base.py).
                 if side_effects:
                     self.claims.records[c.uid] = attrs.evolve(self.claims.records[c.uid], side_effects=side_effects)
-                    await self.claims.save()
                 crash_point("prepare:after-side-effects")
                 if self.claims.has_side_effects(plan):  # the strict order: its spec, then its record
                     self._write_specs_and_check(plan)

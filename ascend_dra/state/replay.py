@@ -125,8 +125,8 @@ class Replayer:
     async def _replay_side_effects(self, record: ClaimRecord,
                                    plan: Plan) -> list[PreparedDevice] | Exception:
         """Answer a claim prepared in an earlier boot whose profiles have node side effects: run them
-        again in the order of a first Prepare, each step durable before the next
-        (docs/durable-state.md, "Reboot").
+        again in the order of a first Prepare (docs/durable-state.md, "Reboot"): ``PrepareStarted``
+        durable before they run, their result and ``PrepareCompleted`` in one write after the spec.
 
         The record goes back to ``PrepareStarted`` with no side-effect result before a hook runs, so
         a crash from then on is rolled back at start-up as an interrupted first Prepare is (through
@@ -149,8 +149,8 @@ class Replayer:
         try:
             side_effects = await self.claims.run_side_effects(plan)
             crash_point("replay:side-effects-done-unrecorded")  # the node changed, the record does not say how
+            # Durable with PrepareCompleted, as in a first Prepare (devicestate.py): None undoes it till then.
             self.claims.records[uid] = attrs.evolve(self.claims.records[uid], side_effects=side_effects)
-            await self.claims.save_for(record)
             crash_point("replay:after-side-effects")
             self.claims.write_metadata(plan)
             crash_point("replay:after-metadata-write")

@@ -449,6 +449,37 @@ async def test_side_effects_run_once_on_prepare_and_are_undone_on_unprepare(tmp_
     assert len(profile.calls) == 2
 
 
+def _count_syncs(monkeypatch) -> list[int]:
+    """The file descriptors of every fdatasync from now on (each durable checkpoint write makes one)."""
+    synced: list[int] = []
+    monkeypatch.setattr(os, "fdatasync", lambda fd, real=os.fdatasync: (synced.append(fd), real(fd))[1])
+    return synced
+
+
+async def test_a_prepare_with_side_effects_makes_two_durable_writes(tmp_path, monkeypatch):
+    """PrepareStarted before the side effects; PrepareCompleted, with their result, after the spec.
+    The result had a durable write of its own, three in all (issue 37: each an fdatasync on a disk
+    that a hundred daemons share); until PrepareCompleted a crash is rolled back with None."""
+    profile = SideEffectProfile()
+    state = await make_state(tmp_path, {"effects": profile})
+    obj = write_claim(tmp_path, claim_object("c", results=[("a", "hw-0")]))
+    uid = obj["metadata"]["uid"]
+    synced = _count_syncs(monkeypatch)
+    assert isinstance((await state.prepare([ref(obj)]))[uid], list)
+    assert len(synced) == 2
+    record = on_disk(tmp_path).claims[uid]
+    assert (record.state, record.side_effects) == ("PrepareCompleted", {"effects": {"created": ["hw-0"]}})
+
+    (tmp_path / "cdi" / naming.claim_spec_file(f"k8s.{DRIVER}/hw", uid)).unlink()  # the reboot's empty tmpfs
+    rebooted = await make_state(tmp_path, {"effects": SideEffectProfile()}, boot_id="boot-2")
+    synced.clear()
+    assert isinstance((await rebooted.prepare([ref(obj)]))[uid], list)  # the replay: the same two
+    assert len(synced) == 2
+    record = on_disk(tmp_path).claims[uid]
+    assert (record.state, record.boot_id, record.side_effects) == (
+        "PrepareCompleted", "boot-2", {"effects": {"created": ["hw-0"]}})
+
+
 async def test_retried_prepare_rolls_back_a_prepare_started_record_first(tmp_path):
     profile = SideEffectProfile()
     state = await make_state(tmp_path, {"effects": profile})
