@@ -33,18 +33,21 @@ SOFT_CLASS = "hami-vnpu-core.project-hami.io"
 VNPU_CLASS = "ascend310p-vnpu.ascend.project-hami.io"
 
 
-def start(cp, root: Path, host: BothSplitsHost, *, wait: bool = True) -> DaemonProcess:
+def start(cp, root: Path, host: BothSplitsHost, *, wait: bool = True, templates: str | None = None) -> DaemonProcess:
+    extra = ["--profile-option", f"hard-vNPU.templates={templates}"] if templates else []
     return DaemonProcess(root, node=cp.node_name, kubeconfig=cp.kubeconfig, profiles=PROFILES, env=host.env,
-                         extra_args=host.args()).start(wait=wait)
+                         extra_args=[*host.args(), *extra]).start(wait=wait)
 
 
-@pytest.fixture
-def node(cp, short_tmp, k8s_version):
-    """The daemon with both splits on the two-chip node, the two DeviceClasses applied."""
+@pytest.fixture(params=[None, "vir04_3c"], ids=["all-templates", "vir04_3c"])
+def node(cp, short_tmp, k8s_version, request):
+    """The daemon with both splits on the two-chip node, the two DeviceClasses applied; with every
+    template (every counter published), or only ``vir04_3c``, whose two instances a chip cannot
+    exceed any counter with: its counter set is ``aicore`` alone (templates.binding_counters)."""
     if not at_least(k8s_version, "1.36"):
         pytest.skip("test_before_1_36_the_daemon_refuses_both_splits covers this version")
     host = BothSplitsHost(short_tmp / "host")
-    d = start(cp, short_tmp / "node", host)
+    d = start(cp, short_tmp / "node", host, templates=request.param)
     for path in ("hami-vnpu-core.yaml", "hard-vnpu.yaml"):
         for doc in yaml.safe_load_all((EXAMPLES / "deviceclasses" / path).read_text()):
             status, reply = cp.api("POST", f"{RES}/deviceclasses", doc)
@@ -87,12 +90,16 @@ def chip_of(cp, device: str) -> int:
 
 
 def test_the_scheduler_gives_each_chip_one_mode_and_a_released_chip_the_other(cp, node):
-    _, host, k, pods = node
+    d, host, k, pods = node
     slices = wait_until(lambda: (s := our_slices(cp, cp.node_name)) and any("sharedCounters" in x["spec"] for x in s)
                         and s, "slices published")
     soft = {x["name"]: x for s in slices for x in s["spec"].get("devices", ()) if x.get("allowMultipleAllocations")}
     assert sorted(soft) == ["npu-0-0", "npu-1-0"]
     assert [c["counterSet"] for c in soft["npu-0-0"]["consumesCounters"]] == ["npu-0-0-counters"]
+    counters = next(c["counters"] for s in slices for c in s["spec"].get("sharedCounters", ())
+                    if c["name"] == "npu-0-0-counters")
+    assert soft["npu-0-0"]["consumesCounters"][0]["counters"] == counters  # all of the set
+    assert (sorted(counters) == ["aicore"]) == (d.extra_args[-1] == "hard-vNPU.templates=vir04_3c")
 
     # A soft pod on chip 0; a vNPU pod, free to go anywhere, goes to chip 2.
     s1 = create(cp, pods, SOFT_CLASS, physical_id=0)

@@ -70,6 +70,19 @@ class Api:
             raise ApiError(status, f"{method} {path}: {raw[:300]!r}")
         return orjson.loads(raw) if raw else None
 
+    async def text(self, path: str) -> str:
+        """A GET answered in plain text (``/metrics``). :raises ApiError: a status outside 2xx."""
+        try:
+            async with self._session.get(self.server + path, headers=self._headers,
+                                         timeout=aiohttp.ClientTimeout(total=60)) as response:
+                raw = await response.read()
+                status = response.status
+        except (OSError, TimeoutError, aiohttp.ClientError) as exc:
+            raise ApiError(0, f"GET {path}: {exc or type(exc).__name__}") from None
+        if not 200 <= status < 300:
+            raise ApiError(status, f"GET {path}: {raw[:300]!r}")
+        return raw.decode()
+
     async def watch(self, path: str, query: dict[str, str]) -> AsyncIterator[dict[str, Any]]:
         """The events of one watch request (``watch=true`` is added), until the server ends it.
 

@@ -41,6 +41,7 @@ ROWS = (
     ("cpu ms/s per driver", "low"), ("children cpu ms/s per driver", "low"), ("rss MiB all drivers", "low"),
     ("api requests /node/min", "low"), ("watches /node/min", "low"),
     ("create p50 ms", "low"), ("create p99 ms", "low"), ("review p50 ms", "low"), ("review p99 ms", "low"),
+    ("apiserver webhook p50 ms", "low"), ("apiserver webhook p99 ms", "low"),
     ("creates refused", "low"), ("generator behind s", "low"), ("seconds", "low"),
 )
 
