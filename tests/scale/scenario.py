@@ -227,7 +227,8 @@ class Session:
             # The same reviews as the API server timed them: the call, TLS and connection set-up included
             # (its buckets are coarse: 5, 25, 100, 500 ms, ...).
             admit = {"type": "admit", "operation": "CREATE", "rejected": "false"}
-            buckets = bucket_delta(parse_histogram(server1, ADMISSION, admit), parse_histogram(server0, ADMISSION, admit))
+            buckets = bucket_delta(parse_histogram(server1, ADMISSION, admit),
+                                   parse_histogram(server0, ADMISSION, admit))
             figures["apiserver webhook p50 ms"] = bucket_quantile(buckets, 0.5) * 1e3
             figures["apiserver webhook p99 ms"] = bucket_quantile(buckets, 0.99) * 1e3
             self.figures[phase] = figures
