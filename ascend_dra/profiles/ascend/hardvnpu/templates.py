@@ -215,8 +215,8 @@ def binding_counters(totals: Mapping[str, int], needs: Sequence[Mapping[str, int
     """The counters of ``totals`` worth publishing for a chip whose vNPU devices need ``needs``.
 
     A counter that every published vNPU device together, each allocated once, cannot exceed never
-    stops an allocation: the scheduler would only search it for every claim (the hundred-node bed:
-    kube-scheduler at 95 % of a core placing vNPUs at 0.4x the rate of whole chips, issue 37). Kept:
+    stops an allocation: publishing it only costs the scheduler a check per device and the slices
+    their bytes (a 310P3 cut only into ``vir04_3c``: 8 counters a device, none of them binding). Kept:
     each counter the devices together could exceed, and the first counter (in ``totals`` order) that
     every device consumes, which the whole chip and a soft share take in full and so keeps them
     apart from every vNPU of the chip (docs/splits.md). When no counter is consumed by every device,
