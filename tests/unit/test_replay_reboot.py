@@ -110,7 +110,7 @@ async def test_a_replay_whose_started_record_cannot_be_written_runs_nothing(tmp_
 async def test_a_replay_whose_completed_record_cannot_be_written_is_rolled_back(tmp_path, monkeypatch):
     profile, state, claim = await rebooted(tmp_path)
     uid = claim["metadata"]["uid"]
-    fail_append(state, monkeypatch, {3})  # PrepareStarted, the result, then PrepareCompleted
+    fail_append(state, monkeypatch, {2})  # PrepareStarted, then PrepareCompleted with the result
     error = (await state.prepare([ref(claim)]))[uid]
     assert str(error) == (f"ResourceClaim default/c: writing the checkpoint: No space left on device "
                           f"({tmp_path}/plugin/checkpoint.journal)")

@@ -246,13 +246,13 @@ async def test_a_prepare_rolled_back_after_a_failed_write_does_not_come_back_fro
     real = journal.append
     calls = {"n": 0}
 
-    def full_at_the_third(data: bytes) -> None:
+    def full_at_the_completed_write(data: bytes) -> None:  # PrepareStarted, then PrepareCompleted
         calls["n"] += 1
-        if calls["n"] >= 3:
+        if calls["n"] >= 2:
             raise OSError(errno.ENOSPC, "No space left on device")
         real(data)
 
-    monkeypatch.setattr(journal, "append", full_at_the_third)
+    monkeypatch.setattr(journal, "append", full_at_the_completed_write)
     a = write_claim(tmp_path, claim_object("a", results=[("x", "hw-0")]))
     assert "No space left on device" in str((await state.prepare([ref(a)]))[a["metadata"]["uid"]])
     monkeypatch.setattr(journal, "append", real)  # the disk has room again
