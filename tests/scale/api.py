@@ -59,6 +59,16 @@ class Api:
         if body is not None:
             headers["Content-Type"] = content_type
             data = orjson.dumps(body)
+        raw = await self._raw(method, path, query, data, headers, ok)
+        return orjson.loads(raw) if raw else None
+
+    async def text(self, path: str) -> str:
+        """A GET answered in plain text (``/metrics``). :raises ApiError: a status outside 2xx."""
+        return (await self._raw("GET", path, None, None, self._headers, ())).decode()
+
+    async def _raw(self, method: str, path: str, query: dict[str, str] | None, data: bytes | None,
+                   headers: dict[str, str], ok: tuple[int, ...]) -> bytes:
+        """The answer's bytes. :raises ApiError: no answer, or a status outside 2xx and ``ok``."""
         try:
             async with self._session.request(method, self._url(path, query), data=data, headers=headers,
                                              timeout=aiohttp.ClientTimeout(total=60)) as response:
@@ -68,20 +78,7 @@ class Api:
             raise ApiError(0, f"{method} {path}: {exc or type(exc).__name__}") from None
         if not (200 <= status < 300 or status in ok):
             raise ApiError(status, f"{method} {path}: {raw[:300]!r}")
-        return orjson.loads(raw) if raw else None
-
-    async def text(self, path: str) -> str:
-        """A GET answered in plain text (``/metrics``). :raises ApiError: a status outside 2xx."""
-        try:
-            async with self._session.get(self.server + path, headers=self._headers,
-                                         timeout=aiohttp.ClientTimeout(total=60)) as response:
-                raw = await response.read()
-                status = response.status
-        except (OSError, TimeoutError, aiohttp.ClientError) as exc:
-            raise ApiError(0, f"GET {path}: {exc or type(exc).__name__}") from None
-        if not 200 <= status < 300:
-            raise ApiError(status, f"GET {path}: {raw[:300]!r}")
-        return raw.decode()
+        return raw
 
     async def watch(self, path: str, query: dict[str, str]) -> AsyncIterator[dict[str, Any]]:
         """The events of one watch request (``watch=true`` is added), until the server ends it.
